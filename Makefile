@@ -1,0 +1,49 @@
+# Two commands for a fresh clone: `make demo` and `make test` (see README).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PARTLAKE_HOME ?= $(CURDIR)/.partlake
+export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
+
+DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
+DEMO_ROWS ?= 1000
+
+.PHONY: install demo test test-fast check-java dev clean
+
+# Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
+$(VENV)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+check-java:
+	@scripts/check_java.sh
+
+demo: check-java install
+	@mkdir -p $(DAGSTER_HOME)
+	@echo "== 1/3 demo source data: raw_events for $(DEMO_DATES) x eu, us, apac"
+	$(BIN)/python -m definitions.ingest $(addprefix --date ,$(DEMO_DATES)) --region eu --region us --region apac --rows $(DEMO_ROWS)
+	@echo "== 2/3 clean_events and daily_region_stats for those days (one run, one Spark job per asset)"
+	$(BIN)/dagster asset materialize -m definitions --select clean_events,daily_region_stats \
+		--partition-range '$(firstword $(DEMO_DATES))|eu...$(lastword $(DEMO_DATES))|apac'
+	@echo "== 3/3 monthly_region_stats for 2024-01 (reads the month's daily partitions)"
+	$(BIN)/dagster asset materialize -m definitions --select monthly_region_stats --partition-range '2024-01|eu...2024-01|apac'
+	@$(BIN)/python -m definitions.summary
+
+dev: install
+	@mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+test: install
+	$(BIN)/python -m pytest
+
+# Only the tests that need neither Spark nor a Dagster subprocess.
+test-fast: install
+	$(BIN)/python -m pytest -m "not spark and not dagster_cli"
+
+clean:
+	rm -rf .partlake

@@ -1,0 +1,102 @@
+"""Read exactly some partitions of a Delta table into Spark, without the Delta JARs.
+
+delta-rs resolves the live files of the selected partitions from the log; Spark reads those
+files in parallel with the table's schema and takes the partition columns from the `col=value`
+folders (the layout our writer and Spark's own Delta writer use). The driver sees file names only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from dagster_partlake.delta.schema import arrow_to_spark, delta_types
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.table import arrow_schema, live_files, load_table, table_exists
+from dagster_partlake.errors import PartlakeConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    df: DataFrame
+    version: int
+    num_files: int
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """One loaded version of a table: what a reader needs before choosing partitions."""
+
+    root: str
+    name: str
+    table: DeltaTable
+    schema: pa.Schema
+
+    @property
+    def column_types(self) -> dict[str, Any]:
+        return delta_types(self.schema)
+
+
+def open_table(root: str, *, table_name: str | None = None) -> TableSnapshot:
+    """Load the latest version of the Delta table at `root`.
+
+    Raises:
+        PartlakeConfigError: there is no Delta table at `root`.
+    """
+    root = os.path.abspath(root)
+    name = table_name or os.path.basename(root)
+    if not table_exists(root):
+        raise PartlakeConfigError(
+            f"there is no Delta table for {name} at {root}; materialize it first (or, for a "
+            "source, run the system that writes it)."
+        )
+    table = load_table(root)
+    return TableSnapshot(root, name, table, arrow_schema(table))
+
+
+def read_partitions(
+    spark: SparkSession,
+    root: str,
+    selection: PartitionSelection,
+    *,
+    table_name: str | None = None,
+) -> ReadResult:
+    """Spark DataFrame of the rows in `selection` of the Delta table at `root`."""
+    return read_snapshot(spark, open_table(root, table_name=table_name), selection)
+
+
+def read_snapshot(
+    spark: SparkSession, snapshot: TableSnapshot, selection: PartitionSelection
+) -> ReadResult:
+    """Spark DataFrame of the rows in `selection` of a loaded table version.
+
+    Raises:
+        PartlakeConfigError: the selected files are not laid out in `col=value/` folders.
+    """
+    root, name, table = snapshot.root, snapshot.name, snapshot.table
+    schema = arrow_to_spark(snapshot.schema)
+    files = live_files(table, selection)
+    columns = [field.name for field in schema.fields]
+    if not files:
+        return ReadResult(spark.createDataFrame([], schema), table.version(), 0)
+    paths = []
+    for f in files:
+        absolute = f.absolute_path(root)
+        expected = "/".join(
+            f"{col}={val}" for col, val in f.partition_values.items() if val is not None
+        )
+        if expected and expected not in absolute.replace(os.sep, "/"):
+            raise PartlakeConfigError(
+                f"file {f.path} of table {name} is not in a '{expected}' folder, so Spark cannot "
+                "restore its partition values; rewrite the table with dagster_partlake or Spark."
+            )
+        paths.append("file://" + absolute)
+    df = spark.read.schema(schema).option("basePath", "file://" + root).parquet(*paths)
+    return ReadResult(df.select(*columns), table.version(), len(files))

@@ -1,0 +1,402 @@
+"""Replace exactly some partitions of a Delta table: Spark writes Parquet, delta-rs commits it.
+
+A write has two phases so that nothing is visible until the last step:
+
+1. `stage_partitions`: check the schema, let Spark write the Parquet files in parallel into a
+   private folder `<table>/_partlake_staging/<uuid>/` (never the shared `_temporary` of another
+   writer), then check that every file lies inside the partitions being replaced. No data passes
+   through the driver: the driver only lists the files and reads their footers (row counts).
+2. `commit_staged`: move the files next to the table's other files (`col=value/` folders, so any
+   Hive-aware reader finds partition values in the path) and commit one Delta transaction that
+   adds them and removes every live file of those partitions.
+
+Why explicit remove actions instead of delta-rs's overwrite with partition filters: filters are
+conjunctive only, and an overwrite of an empty partition by two writers at once did not conflict
+(both files stayed live, duplicating rows). Each commit therefore also carries one Delta
+application transaction (`txn`) per partition id; two commits naming the same id conflict, the
+loser reloads, recomputes its removes and commits again, so the last writer wins and a partition
+is never a mix of two writes. Writers of different partitions share no id and land concurrently,
+retried with jitter on delta-rs's conservative conflict checks.
+
+A writer killed between the phases leaves only unreferenced files: staged folders are removed by
+the next write after `STALE_STAGING_SECONDS` (delta-rs vacuum skips `_` folders), moved but
+uncommitted files are removed by `vacuum`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    RemoveAction,
+    Transaction,
+    create_table_with_add_actions,
+)
+
+from dagster_partlake.delta.schema import merge_for_write, spark_to_arrow
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.table import arrow_schema, live_files, load_table, table_exists
+from dagster_partlake.errors import CommitConflictError, PartitionMismatchError, SchemaMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+STAGING_DIR = "_partlake_staging"
+STALE_STAGING_SECONDS = 6 * 3600
+DEFAULT_MAX_ATTEMPTS = 30
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    relative_path: str  # final location, relative to the table root, not encoded
+    size: int
+    num_records: int
+    partition_values: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class StagedWrite:
+    """Parquet files written and checked, not yet visible to any reader."""
+
+    root: str
+    table_name: str
+    staging_dir: str
+    files: tuple[StagedFile, ...]
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+    selection: PartitionSelection
+    partition_ids: tuple[str, ...]
+
+    @property
+    def num_records(self) -> int:
+        return sum(f.num_records for f in self.files)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: int
+    num_records: int
+    files_added: int
+    files_removed: int
+    attempts: int
+    commit_time_ms: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def write_partitions(
+    df: DataFrame,
+    root: str,
+    *,
+    partition_by: Sequence[str],
+    selection: PartitionSelection,
+    partition_ids: Sequence[str],
+    metadata: Mapping[str, Any] | None = None,
+    allow_new_columns: bool = False,
+    table_name: str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> CommitResult:
+    """Replace the partitions in `selection` of the Delta table at `root` with the rows of `df`.
+
+    Args:
+        df: the rows to write; every row must lie inside `selection`.
+        root: local path of the table (created on the first write).
+        partition_by: partition columns of the table, in folder order.
+        selection: the partitions being replaced; live files inside it are removed.
+        partition_ids: one stable id per replaced partition (e.g. the Dagster partition key);
+            concurrent writers of the same id conflict and the last commit wins.
+        metadata: stored under `partlake` in the commit info.
+        allow_new_columns: accept columns the table does not have yet.
+        table_name: name used in error messages (default: the folder name).
+        max_attempts: commit attempts before giving up on conflicts.
+
+    Returns:
+        The committed version and what it changed.
+
+    Raises:
+        SchemaMismatchError, PartitionMismatchError, CommitConflictError; in each case nothing
+        was committed.
+    """
+    staged = stage_partitions(
+        df,
+        root,
+        partition_by=partition_by,
+        selection=selection,
+        partition_ids=partition_ids,
+        allow_new_columns=allow_new_columns,
+        table_name=table_name,
+    )
+    return commit_staged(staged, metadata=metadata, max_attempts=max_attempts)
+
+
+def stage_partitions(
+    df: DataFrame,
+    root: str,
+    *,
+    partition_by: Sequence[str],
+    selection: PartitionSelection,
+    partition_ids: Sequence[str],
+    allow_new_columns: bool = False,
+    table_name: str | None = None,
+) -> StagedWrite:
+    """Phase 1 of `write_partitions`: write and check the Parquet files; commit nothing."""
+    root = os.path.abspath(root)
+    name = table_name or os.path.basename(root)
+    incoming = spark_to_arrow(df.schema)
+    missing = [col for col in partition_by if col not in incoming.names]
+    if missing:
+        raise SchemaMismatchError(
+            f"data for table {name} has no partition column(s) {', '.join(missing)} "
+            f"(columns: {', '.join(incoming.names)}); add them to the returned DataFrame or map "
+            "the partition dimension to an existing column with metadata 'partition_expr'."
+        )
+    schema = pa.schema([incoming.field(c) for c in incoming.names if c not in partition_by] + [
+        incoming.field(c) for c in partition_by
+    ])
+    if table_exists(root):
+        table = load_table(root)
+        existing_partition_by = tuple(table.metadata().partition_columns)
+        if existing_partition_by != tuple(partition_by):
+            raise SchemaMismatchError(
+                f"table {name} is partitioned by ({', '.join(existing_partition_by) or 'nothing'})"
+                f" but the write is partitioned by ({', '.join(partition_by) or 'nothing'}); keep "
+                "the asset's partitioning and partition_expr unchanged, or write to a new table."
+            )
+        schema = merge_for_write(
+            arrow_schema(table), incoming, table_name=name, allow_new_columns=allow_new_columns
+        )
+
+    _remove_stale_staging(root)
+    staging_dir = os.path.join(root, STAGING_DIR, uuid.uuid4().hex)
+    _spark_write_parquet(df, staging_dir, partition_by)
+    try:
+        files = _collect_staged_files(staging_dir, partition_by)
+        outside = [f for f in files if not selection.contains(f.partition_values)]
+        if outside:
+            shown = sorted({_show_values(f.partition_values) for f in outside})
+            raise PartitionMismatchError(
+                f"rows for table {name} fall outside the partitions being written: "
+                f"{', '.join(shown[:5])}{' ...' if len(shown) > 5 else ''}; this write may only "
+                f"contain {selection.describe()}. Filter the DataFrame to the run's partitions "
+                "(context.partition_key / partition_keys) before returning it."
+            )
+    except BaseException:
+        shutil.rmtree(staging_dir, ignore_errors=True)
+        raise
+    return StagedWrite(
+        root=root,
+        table_name=name,
+        staging_dir=staging_dir,
+        files=tuple(files),
+        schema=schema,
+        partition_by=tuple(partition_by),
+        selection=selection,
+        partition_ids=tuple(partition_ids),
+    )
+
+
+def commit_staged(
+    staged: StagedWrite,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> CommitResult:
+    """Phase 2 of `write_partitions`: make the staged files the content of their partitions."""
+    publish_staged(staged)
+
+    write_id = uuid.uuid4().hex
+    custom = {"partlake": {**(metadata or {}), "write_id": write_id}}
+    delta_schema = DeltaSchema.from_arrow(staged.schema)
+    last_error: Exception | None = None
+    for attempt in range(1, max_attempts + 1):
+        now_ms = int(time.time() * 1000)
+        adds = [
+            AddAction(
+                # delta-rs URL-encodes the path itself when writing the log.
+                path=f.relative_path,
+                size=f.size,
+                partition_values=f.partition_values,
+                # lastUpdated of a partition is the newest modification time of its files, so
+                # our files carry the commit time rather than the time Spark wrote them.
+                modification_time=now_ms,
+                data_change=True,
+                stats=json.dumps({"numRecords": f.num_records}),
+            )
+            for f in staged.files
+        ]
+        properties = CommitProperties(
+            custom_metadata=custom,
+            app_transactions=[Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids],
+        )
+        try:
+            if not table_exists(staged.root):
+                create_table_with_add_actions(
+                    staged.root,
+                    delta_schema,
+                    adds,
+                    mode="error",
+                    partition_by=list(staged.partition_by),
+                    name=staged.table_name,
+                    commit_properties=properties,
+                )
+                table = load_table(staged.root)
+                removed = 0
+            else:
+                table = load_table(staged.root)
+                old = live_files(table, staged.selection)
+                removes = [
+                    RemoveAction(
+                        path=f.path,
+                        data_change=True,
+                        deletion_timestamp=now_ms,
+                        size=f.size,
+                        partition_values=f.partition_values,
+                    )
+                    for f in old
+                ]
+                table.create_write_transaction(
+                    [*adds, *removes],
+                    mode="append",
+                    schema=delta_schema,
+                    partition_by=list(staged.partition_by),
+                    commit_properties=properties,
+                )
+                removed = len(removes)
+        except (CommitFailedError, DeltaError) as error:
+            if not _is_conflict(error, staged.root):
+                raise
+            last_error = error
+            # Jitter spreads the retries of writers that collided at the same moment.
+            time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+            continue
+        return CommitResult(
+            version=_committed_version(staged.root, write_id),
+            num_records=staged.num_records,
+            files_added=len(adds),
+            files_removed=removed,
+            attempts=attempt,
+            commit_time_ms=now_ms,
+            metadata=custom["partlake"],
+        )
+    raise CommitConflictError(
+        f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
+        f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
+        "parallel writers of this table or raise max_attempts. Nothing was committed."
+    )
+
+
+def publish_staged(staged: StagedWrite) -> None:
+    """Move staged files into the table's partition folders; still invisible until committed."""
+    for f in staged.files:
+        target = os.path.join(staged.root, f.relative_path)
+        if os.path.exists(target):
+            continue  # already published by an earlier attempt
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(os.path.join(staged.staging_dir, f.relative_path), target)
+    shutil.rmtree(staged.staging_dir, ignore_errors=True)
+
+
+def _committed_version(root: str, write_id: str) -> int:
+    # DeltaTable.version() is not advanced by create_write_transaction, and other writers may
+    # have committed right after us: find our commit by its unique id, newest first.
+    table = load_table(root)
+    for commit in table.history(limit=64):
+        if (commit.get("partlake") or {}).get("write_id") == write_id:
+            return int(commit["version"])
+    raise CommitConflictError(
+        f"commit {write_id} to {root} succeeded but is not among the 64 newest commits; "
+        "more than 64 writers committed at once, which this writer does not support."
+    )
+
+
+def _txn_app_id(partition_id: str) -> str:
+    return f"partlake:{partition_id}"
+
+
+def _is_conflict(error: Exception, root: str) -> bool:
+    if isinstance(error, CommitFailedError):
+        return True
+    # Two first writers racing to create the table: the loser retries as a normal commit.
+    return "already exists" in str(error).lower() and table_exists(root)
+
+
+def _spark_write_parquet(df: DataFrame, path: str, partition_by: Sequence[str]) -> None:
+    spark = df.sparkSession
+    # INT96 timestamps (Spark's default) are unreadable by delta-rs outside the nanosecond range.
+    if spark.conf.get("spark.sql.parquet.outputTimestampType", None) != "TIMESTAMP_MICROS":
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    writer = df.write.mode("errorifexists").option(
+        "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"
+    )
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(_file_uri(path))
+
+
+def _collect_staged_files(staging_dir: str, partition_by: Sequence[str]) -> list[StagedFile]:
+    files = []
+    for directory, subdirs, names in os.walk(staging_dir):
+        subdirs[:] = [d for d in subdirs if not d.startswith(("_", "."))]
+        for name in names:
+            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+                continue
+            full = os.path.join(directory, name)
+            relative = os.path.relpath(full, staging_dir).replace(os.sep, "/")
+            values = _partition_values_from_path(relative, partition_by)
+            files.append(
+                StagedFile(
+                    relative_path=relative,
+                    size=os.path.getsize(full),
+                    num_records=pq.read_metadata(full).num_rows,
+                    partition_values=values,
+                )
+            )
+    return files
+
+
+def _partition_values_from_path(relative: str, partition_by: Sequence[str]) -> dict[str, str | None]:
+    segments = relative.split("/")[:-1]
+    values: dict[str, str | None] = {}
+    for segment, column in zip(segments, partition_by, strict=True):
+        key, _, raw = segment.partition("=")
+        if unquote(key) != column:
+            raise ValueError(f"unexpected partition folder {segment!r} in {relative!r}")
+        value = unquote(raw)
+        values[column] = None if value == _HIVE_NULL else value
+    return values
+
+
+def _show_values(values: Mapping[str, str | None]) -> str:
+    return "|".join(f"{k}={'null' if v is None else v}" for k, v in values.items())
+
+
+def _remove_stale_staging(root: str) -> None:
+    base = os.path.join(root, STAGING_DIR)
+    if not os.path.isdir(base):
+        return
+    cutoff = time.time() - STALE_STAGING_SECONDS
+    for entry in os.scandir(base):
+        try:
+            if entry.stat().st_mtime < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except FileNotFoundError:
+            continue
+
+
+def _file_uri(path: str) -> str:
+    return "file://" + os.path.abspath(path)

@@ -1,0 +1,28 @@
+"""The one exception hierarchy of dagster_partlake.
+
+Callers catch `PartlakeError` for anything this library refuses; the subclasses exist for the
+cases a caller may want to handle differently. Every message names the offending value and what
+would be valid, so the user can act without reading a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PartlakeError(Exception):
+    """Base class of every error raised by dagster_partlake."""
+
+
+class PartlakeConfigError(PartlakeError):
+    """A setting, metadata entry or environment prerequisite is wrong or missing."""
+
+
+class SchemaMismatchError(PartlakeError):
+    """The data to write is not compatible with the schema of the existing Delta table."""
+
+
+class PartitionMismatchError(PartlakeError):
+    """A partition key or a row's partition value is outside what the write or read allows."""
+
+
+class CommitConflictError(PartlakeError):
+    """A Delta commit kept conflicting with concurrent writers after all retries."""

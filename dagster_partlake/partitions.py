@@ -1,0 +1,259 @@
+"""Dagster partition keys <-> table partition columns and values. Pure: no Spark, no storage.
+
+Each partition dimension of an asset is stored in one table column, named like the dimension
+unless the asset's `partition_expr` metadata says otherwise (a string for a single dimension, a
+dict `{dimension: column}` for multi-partitions; the name follows Dagster's database IO managers).
+Static and dynamic dimensions store the key itself. A time-window dimension stored in a `date`
+column covers the dates inside its window (a monthly key covers its first day..last day, so a
+monthly table holds the month's first day and a daily table each day); stored in a `string`
+column it holds the key itself (e.g. '2024-01-02').
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import (
+    DynamicPartitionsDefinition,
+    MultiPartitionsDefinition,
+    PartitionsDefinition,
+    StaticPartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+)
+
+from dagster_partlake.delta.selection import (
+    Box,
+    Constraint,
+    PartitionSelection,
+    merge_date_ranges,
+)
+from dagster_partlake.errors import PartitionMismatchError, PartlakeConfigError
+
+PARTITION_EXPR_KEY = "partition_expr"
+
+
+@dataclass(frozen=True)
+class DimensionColumn:
+    """One partition dimension and the table column that stores it."""
+
+    dimension: str  # dimension name; for a single-dimension asset, the column name
+    column: str
+    partitions_def: PartitionsDefinition
+
+    @property
+    def is_time(self) -> bool:
+        return isinstance(self.partitions_def, TimeWindowPartitionsDefinition)
+
+
+def dimension_columns(
+    partitions_def: PartitionsDefinition | None,
+    metadata: Mapping[str, Any] | None,
+    *,
+    asset_name: str,
+) -> list[DimensionColumn]:
+    """The partition columns of an asset's table, in folder order (definition order).
+
+    Raises:
+        PartlakeConfigError: `partition_expr` does not fit the partitions definition.
+    """
+    if partitions_def is None:
+        return []
+    expr = (metadata or {}).get(PARTITION_EXPR_KEY)
+    if isinstance(partitions_def, MultiPartitionsDefinition):
+        names = [d.name for d in partitions_def.partitions_defs]
+        if expr is not None and not isinstance(expr, Mapping):
+            raise PartlakeConfigError(
+                f"metadata partition_expr of asset {asset_name} is {expr!r}; a multi-partitioned "
+                f"asset needs a dict from dimension to column, e.g. {{'{names[0]}': 'my_column'}}."
+            )
+        expr = dict(expr or {})
+        unknown = sorted(set(expr) - set(names))
+        if unknown:
+            raise PartlakeConfigError(
+                f"metadata partition_expr of asset {asset_name} names unknown dimension(s) "
+                f"{', '.join(unknown)}; its dimensions are {', '.join(names)}."
+            )
+        return [
+            DimensionColumn(d.name, str(expr.get(d.name, d.name)), d.partitions_def)
+            for d in partitions_def.partitions_defs
+        ]
+    if expr is not None and not isinstance(expr, str):
+        raise PartlakeConfigError(
+            f"metadata partition_expr of asset {asset_name} is {expr!r}; a single-dimension "
+            "asset needs the column name as a string."
+        )
+    column = expr or _default_column(partitions_def)
+    return [DimensionColumn(column, column, partitions_def)]
+
+
+def _default_column(partitions_def: PartitionsDefinition) -> str:
+    if isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        return "date"
+    if isinstance(partitions_def, DynamicPartitionsDefinition) and partitions_def.name:
+        return partitions_def.name
+    return "partition"
+
+
+def selection_for_keys(
+    columns: Sequence[DimensionColumn],
+    keys: Sequence[str],
+    column_types: Mapping[str, Any],
+    *,
+    asset_name: str,
+) -> PartitionSelection:
+    """The table partitions that hold the given partition keys.
+
+    Args:
+        columns: from `dimension_columns`; empty for an unpartitioned asset.
+        keys: partition keys of the asset (already validated).
+        column_types: Delta type of each table column (from the data or the table schema).
+        asset_name: used in error messages.
+
+    Raises:
+        PartlakeConfigError: a partition column is missing or has a type that cannot hold it.
+    """
+    if not columns:
+        return PartitionSelection.everything()
+    for col in columns:
+        if col.column not in column_types:
+            raise PartlakeConfigError(
+                f"asset {asset_name} stores partition dimension '{col.dimension}' in column "
+                f"'{col.column}', which its data does not have (columns: "
+                f"{', '.join(column_types)}); add the column or set metadata partition_expr."
+            )
+        kind = column_types[col.column]
+        allowed = ("date", "string") if col.is_time else ("string",)
+        if kind not in allowed:
+            raise PartlakeConfigError(
+                f"column '{col.column}' of asset {asset_name} is {kind}, but partition dimension "
+                f"'{col.dimension}' needs a {' or '.join(allowed)} column; cast it in the asset."
+            )
+    split = [_split_key(columns, key) for key in dict.fromkeys(keys)]
+    per_column = [sorted({values[i] for values in split}) for i in range(len(columns))]
+    if len(split) == _product(len(v) for v in per_column):
+        # The usual case (one key, or a Dagster partition range): one box.
+        return PartitionSelection(
+            (Box({c.column: _constraint(c, v, column_types) for c, v in zip(columns, per_column)}),)
+        )
+    # Irregular key sets: one box per combination of non-time values.
+    time_index = next((i for i, c in enumerate(columns) if c.is_time), None)
+    groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for values in split:
+        rest = tuple(v for i, v in enumerate(values) if i != time_index)
+        groups[rest].append(values[time_index] if time_index is not None else "")
+    boxes = []
+    for rest, time_values in sorted(groups.items()):
+        constraints: dict[str, Constraint] = {}
+        others = iter(rest)
+        for i, col in enumerate(columns):
+            if i == time_index:
+                constraints[col.column] = _constraint(col, time_values, column_types)
+            else:
+                constraints[col.column] = frozenset({next(others)})
+        boxes.append(Box(constraints))
+    return PartitionSelection(tuple(boxes))
+
+
+def _split_key(columns: Sequence[DimensionColumn], key: str) -> tuple[str, ...]:
+    if len(columns) == 1:
+        return (key,)
+    # Dagster joins multi-partition keys in alphabetical order of dimension names.
+    by_dimension = dict(zip(sorted(c.dimension for c in columns), key.split("|"), strict=True))
+    return tuple(by_dimension[c.dimension] for c in columns)
+
+
+def _constraint(
+    column: DimensionColumn, values: Sequence[str], column_types: Mapping[str, Any]
+) -> Constraint:
+    if column.is_time and column_types[column.column] == "date":
+        time_def = column.partitions_def
+        assert isinstance(time_def, TimeWindowPartitionsDefinition)
+        return merge_date_ranges(_date_range(time_def, key, column.column) for key in values)
+    return frozenset(values)
+
+
+def _date_range(
+    time_def: TimeWindowPartitionsDefinition, key: str, column: str
+) -> tuple[dt.date, dt.date]:
+    window = time_def.time_window_for_partition_key(key)
+    start, end = window.start, window.end
+    if start.time() != dt.time(0) or end.time() != dt.time(0):
+        raise PartlakeConfigError(
+            f"partition '{key}' is the window {start.isoformat()}..{end.isoformat()}, which does "
+            f"not cover whole days, so it cannot be stored in date column '{column}'; store it in "
+            "a string column (the partition key) instead."
+        )
+    return start.date(), end.date()
+
+
+def _product(sizes: Any) -> int:
+    total = 1
+    for size in sizes:
+        total *= size
+    return total
+
+
+def validate_keys(
+    partitions_def: PartitionsDefinition | None,
+    keys: Sequence[str],
+    *,
+    asset_name: str,
+    dynamic_partitions_store: Any = None,
+) -> None:
+    """Raise PartitionMismatchError if any key is not a partition of the asset."""
+    if partitions_def is None:
+        if keys:
+            raise PartitionMismatchError(
+                f"asset {asset_name} is not partitioned, but partition key(s) "
+                f"{', '.join(map(repr, keys[:3]))} were given; run it without a partition."
+            )
+        return
+    # Private in Dagster 1.13, but it is how Dagster itself resolves dynamic partitions for
+    # membership checks; without it a dynamic dimension would need a live instance per key.
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    with partition_loading_context(dynamic_partitions_store=dynamic_partitions_store):
+        valid = partitions_def.filter_valid_partition_keys(set(keys))
+    invalid = [key for key in keys if key not in valid]
+    if invalid:
+        shown = ", ".join(repr(k) for k in invalid[:3])
+        raise PartitionMismatchError(
+            f"partition key {shown} is not in the partitions of asset {asset_name} "
+            f"({describe_partitions(partitions_def)})."
+        )
+
+
+def describe_partitions(partitions_def: PartitionsDefinition) -> str:
+    """Short human description, e.g. 'date: daily from 2024-01-01; region: eu, us, apac'."""
+    if isinstance(partitions_def, MultiPartitionsDefinition):
+        return "; ".join(
+            f"{d.name}: {describe_partitions(d.partitions_def)}"
+            for d in partitions_def.partitions_defs
+        )
+    if isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        cadence = {
+            "0 0 * * *": "daily",
+            "0 * * * *": "hourly",
+            "0 0 1 * *": "monthly",
+            "0 0 * * 0": "weekly",
+        }.get(partitions_def.cron_schedule, f"cron '{partitions_def.cron_schedule}'")
+        start = partitions_def.start.strftime(partitions_def.fmt)
+        end = f" to {partitions_def.end.strftime(partitions_def.fmt)}" if partitions_def.end else ""
+        return f"{cadence} from {start}{end}"
+    if isinstance(partitions_def, StaticPartitionsDefinition):
+        keys = partitions_def.get_partition_keys()
+        more = f", ... ({len(keys)} keys)" if len(keys) > 10 else ""
+        return ", ".join(keys[:10]) + more
+    if isinstance(partitions_def, DynamicPartitionsDefinition):
+        return f"dynamic partitions '{partitions_def.name}'"
+    return type(partitions_def).__name__
+
+
+def all_keys_product(per_dimension: Sequence[Sequence[str]]) -> list[str]:
+    """Multi-partition keys for every combination, in Dagster's key order (for tests/tools)."""
+    return ["|".join(combo) for combo in itertools.product(*per_dimension)]

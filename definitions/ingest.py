@@ -1,0 +1,124 @@
+"""Demo source system: writes or rewrites partitions of the raw_events Delta table.
+
+    python -m definitions.ingest --date 2024-01-02 --region eu [--rows 1000] [--seed 0]
+
+It writes like an upstream system that knows nothing of Dagster or Spark: plain delta-rs
+(`write_deltalake` with a partition predicate), one commit per partition. The rows are a pure
+function of (date, region, rows, seed), so reruns with the same arguments give the same rows.
+`--date` and `--region` may be repeated to write every combination.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from dagster_partlake.io_manager import default_root
+from definitions.partitions import REGIONS, START_DATE
+
+EVENT_TYPES = ["view", "click", "purchase", "refund"]
+SCHEMA = pa.schema(
+    [
+        ("event_id", pa.int64()),
+        ("user_id", pa.int64()),
+        ("event_type", pa.string()),
+        ("amount", pa.decimal128(10, 2)),
+        ("event_ts", pa.timestamp("us", tz="UTC")),
+        ("date", pa.date32()),
+        ("region", pa.string()),
+    ]
+)
+
+
+def raw_events_path(root: str | None = None) -> str:
+    return os.path.join(os.path.abspath(root or default_root()), "warehouse", "raw_events")
+
+
+def generate(date: dt.date, region: str, rows: int, seed: int = 0) -> pa.Table:
+    """Deterministic events of one day and region; a few rows are dirty on purpose."""
+    rng = np.random.default_rng(zlib.crc32(f"{date}|{region}|{seed}".encode()))
+    user_id = rng.integers(1, 5_000, rows)
+    user_mask = rng.random(rows) < 0.02  # 2% of rows lack a user: clean_events drops them
+    event_type = np.array(EVENT_TYPES)[rng.integers(0, len(EVENT_TYPES), rows)]
+    cents = rng.integers(0, 50_000, rows)
+    start = dt.datetime.combine(date, dt.time(0), tzinfo=dt.UTC)
+    offsets_us = np.sort(rng.integers(0, 86_400_000_000, rows))
+    region_code = REGIONS.index(region) if region in REGIONS else zlib.crc32(region.encode()) % 97
+    base_id = ((date.toordinal() * 100 + region_code) * 10_000_000) + seed * 1_000_000_000_000
+    return pa.table(
+        {
+            "event_id": pa.array(base_id + np.arange(rows), pa.int64()),
+            "user_id": pa.array(user_id, pa.int64(), mask=user_mask),
+            "event_type": pa.array(event_type, pa.string()),
+            "amount": pa.array(
+                [dt_decimal(c) for c in cents.tolist()], pa.decimal128(10, 2)
+            ),
+            "event_ts": pa.array(
+                [start + dt.timedelta(microseconds=int(o)) for o in offsets_us],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "date": pa.array([date] * rows, pa.date32()),
+            "region": pa.array([region] * rows, pa.string()),
+        },
+        schema=SCHEMA,
+    )
+
+
+def dt_decimal(cents: int):  # noqa: ANN201 - decimal.Decimal
+    from decimal import Decimal
+
+    return Decimal(cents).scaleb(-2)
+
+
+def write_partition(
+    date: dt.date, region: str, rows: int = 1000, seed: int = 0, root: str | None = None
+) -> str:
+    """Write (or replace) one partition of raw_events; returns the table path."""
+    path = raw_events_path(root)
+    write_deltalake(
+        path,
+        generate(date, region, rows, seed),
+        mode="overwrite",
+        partition_by=["date", "region"],
+        predicate=f"date = '{date.isoformat()}' AND region = '{region}'",
+    )
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m definitions.ingest", description=__doc__.split("\n")[0])
+    parser.add_argument("--date", action="append", required=True, help="YYYY-MM-DD (repeatable)")
+    parser.add_argument("--region", action="append", required=True, help=f"one of {', '.join(REGIONS)} (repeatable)")
+    parser.add_argument("--rows", type=int, default=1000, help="rows per partition (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="change it to produce different rows")
+    args = parser.parse_args(argv)
+    start = dt.date.fromisoformat(START_DATE)
+    for raw_date in args.date:
+        try:
+            date = dt.date.fromisoformat(raw_date)
+        except ValueError:
+            parser.error(f"--date {raw_date!r} is not a date like 2024-01-02")
+        if date < start:
+            parser.error(f"--date {raw_date} is before the first partition {START_DATE}")
+        for region in args.region:
+            if region not in REGIONS:
+                parser.error(f"--region {region!r} is not one of {', '.join(REGIONS)}")
+    if args.rows < 0:
+        parser.error("--rows must be 0 or more")
+    for raw_date in args.date:
+        for region in args.region:
+            path = write_partition(dt.date.fromisoformat(raw_date), region, args.rows, args.seed)
+            print(f"wrote raw_events {raw_date}|{region}: {args.rows} rows -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

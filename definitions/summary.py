@@ -1,0 +1,37 @@
+"""Prints where the demo tables are and how to look at them (the end of `make demo`)."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from dagster_partlake.io_manager import default_root
+
+TABLES = ["raw_events", "clean_events", "daily_region_stats", "monthly_region_stats"]
+
+
+def main() -> None:
+    warehouse = os.path.join(os.path.abspath(default_root()), "warehouse")
+    print(f"\nDelta tables under {warehouse}:")
+    for name in TABLES:
+        path = os.path.join(warehouse, name)
+        if not DeltaTable.is_deltatable(path):
+            print(f"  {name:<22} (not written yet)")
+            continue
+        table = DeltaTable(path)
+        actions = pa.table(table.get_add_actions(flatten=True))
+        rows = sum(n or 0 for n in actions.column("num_records").to_pylist())
+        print(f"  {name:<22} version {table.version():>3}  {rows:>8,} rows  {path}")
+    dagster_home = os.environ.get("DAGSTER_HOME", "")
+    print(
+        "\nOpen the Dagster UI on these runs and tables:\n"
+        f"  DAGSTER_HOME={dagster_home} PARTLAKE_HOME={os.path.abspath(default_root())} "
+        ".venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000   (or: make dev)\n"
+        "  then browse http://127.0.0.1:3000 (Assets -> lakehouse)."
+    )
+
+
+if __name__ == "__main__":
+    main()
