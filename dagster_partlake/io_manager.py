@@ -97,7 +97,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 "stores Spark DataFrames, so return one (spark.createDataFrame(...) for local data)."
             )
         partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
-        keys = list(context.asset_partition_keys) if partitions_def is not None else []
+        keys = _output_partition_keys(context) if partitions_def is not None else []
         validate_keys(
             partitions_def,
             keys,
@@ -172,6 +172,14 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # Dagster 1.13 cannot attach input metadata to several partitions at once.
             context.log.info(f"read {asset_name}: {json.dumps(summary)}")
         return result.df
+
+
+def _output_partition_keys(context: OutputContext) -> list[str]:
+    try:
+        return list(context.asset_partition_keys)
+    except ValueError:
+        # Dagster could not parse the key (e.g. '2024-13-01'); validate_keys explains it.
+        return [context.partition_key]
 
 
 def _instance(context: OutputContext) -> Any:

@@ -18,6 +18,9 @@ from dagster_partlake.errors import PartlakeConfigError
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
+    # A local driver listens on loopback only, whatever the host name resolves to.
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
     "spark.sql.shuffle.partitions": "8",
     "spark.driver.memory": "2g",
     # delta-rs cannot read INT96 timestamps outside the nanosecond range; micros work everywhere.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ if str(REPO_ROOT) not in sys.path:
 
 SPARK_TEST_CONF = {
     "spark.ui.enabled": "false",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
@@ -33,6 +36,7 @@ def spark() -> Iterator[object]:
     """The one local SparkSession of the test session (a JVM takes ~5 s to start)."""
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master("local[2]").appName("partlake-tests")
     for key, value in SPARK_TEST_CONF.items():
         builder = builder.config(key, value)
@@ -71,7 +75,12 @@ def delta_rows(path: str | Path, columns: list[str] | None = None) -> list[tuple
     """All rows of a Delta table read by delta-rs (no Spark), sorted."""
     table = DeltaTable(str(path)).to_pyarrow_dataset().to_table(columns=columns)
     names = columns or table.column_names
-    return sorted(tuple(row[c] for c in names) for row in table.to_pylist())
+    return sorted((tuple(row[c] for c in names) for row in table.to_pylist()), key=none_first)
+
+
+def none_first(row: tuple) -> tuple:
+    """Sort key equal to plain tuple order, except that None sorts after any value."""
+    return tuple((v is None, 0 if v is None else v) for v in row)
 
 
 def delta_files(path: str | Path) -> set[str]:
@@ -79,7 +88,15 @@ def delta_files(path: str | Path) -> set[str]:
 
 
 def spark_rows(df: object, columns: list[str]) -> list[tuple]:
-    return sorted(tuple(row[c] for c in columns) for row in df.select(*columns).collect())  # type: ignore[attr-defined]
+    """Rows collected from Spark, sorted; naive timestamps (session time zone UTC) made aware."""
+    rows = df.select(*columns).collect()  # type: ignore[attr-defined]
+    return sorted(tuple(_utc(row[c]) for c in columns) for row in rows)
+
+
+def _utc(value: object) -> object:
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
 
 
 def arrow_rows(table: pa.Table, columns: list[str]) -> list[tuple]:

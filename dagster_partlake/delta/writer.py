@@ -20,7 +20,8 @@ retried with jitter on delta-rs's conservative conflict checks.
 
 A writer killed between the phases leaves only unreferenced files: staged folders are removed by
 the next write after `STALE_STAGING_SECONDS` (delta-rs vacuum skips `_` folders), moved but
-uncommitted files are removed by `vacuum`.
+uncommitted files are removed by `vacuum`. New columns (when allowed) are added by a
+metadata-only commit just before the data commit, since an append commit keeps the schema.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
@@ -258,6 +261,7 @@ def commit_staged(
                 removed = 0
             else:
                 table = load_table(staged.root)
+                _add_new_columns(table, staged.schema)
                 old = live_files(table, staged.selection)
                 removes = [
                     RemoveAction(
@@ -298,6 +302,17 @@ def commit_staged(
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
         "parallel writers of this table or raise max_attempts. Nothing was committed."
     )
+
+
+def _add_new_columns(table: DeltaTable, schema: pa.Schema) -> None:
+    # An append commit does not change the table schema, so columns the write adds (allowed by
+    # merge_for_write) go in first as a metadata-only commit. Should the data commit then fail,
+    # the table keeps nullable columns that no file has yet, which every reader treats as nulls.
+    existing = set(arrow_schema(table).names)
+    new = [field for field in schema if field.name not in existing]
+    if new:
+        table.alter.add_columns([DeltaField.from_arrow(field) for field in new])
+        table.update_incremental()
 
 
 def publish_staged(staged: StagedWrite) -> None:

@@ -1,0 +1,93 @@
+"""Several processes writing one table at once, and a writer killed before it commits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from dagster_partlake.delta import PartitionSelection, read_partitions
+from tests.conftest import REPO_ROOT, delta_files, delta_rows, spark_rows, subprocess_env
+
+pytestmark = pytest.mark.spark
+
+
+def start_writer(root: Path, date: str, region: str, rows: int, offset: int, mode: str,
+                 sync: Path, parties: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.delta.writer_process", str(root), date, region, str(rows),
+         str(offset), mode, str(sync), str(parties)],
+        cwd=REPO_ROOT, env=subprocess_env(SPARK_LOCAL_IP="127.0.0.1"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def finish(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=400)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_four_processes_write_different_partitions_of_one_table(tmp_path: Path) -> None:
+    root, sync = tmp_path / "t", tmp_path / "sync"
+    sync.mkdir()
+    parts = [("2024-01-02", "eu"), ("2024-01-02", "us"), ("2024-01-03", "eu"), ("2024-01-03", "apac")]
+    procs = [start_writer(root, d, r, 100, i * 1000, "commit", sync, len(parts))
+             for i, (d, r) in enumerate(parts)]
+    results = [finish(p) for p in procs]
+    table = DeltaTable(str(root))
+    # Every writer committed exactly once, each in its own version, nothing lost.
+    assert sorted(r["version"] for r in results) == list(range(len(parts)))
+    assert table.version() == len(parts) - 1
+    rows = delta_rows(root, ["id", "region"])
+    assert len(rows) == 400
+    expected = sorted((i * 1000 + n, r) for i, (_, r) in enumerate(parts) for n in range(100))
+    assert rows == expected
+    print("commit attempts:", [r["attempts"] for r in results])
+
+
+def test_two_writers_of_the_same_partition_last_commit_wins_whole(tmp_path: Path) -> None:
+    root, sync = tmp_path / "t", tmp_path / "sync"
+    sync.mkdir()
+    procs = [start_writer(root, "2024-01-02", "eu", 50, offset, "commit", sync, 2)
+             for offset in (0, 10_000)]
+    results = [finish(p) for p in procs]
+    winner = max(results, key=lambda r: r["version"])
+    offset = 0 if winner["metadata"]["writer"] == procs[0].pid else 10_000
+    # Exactly the rows of the last commit: never both writers' rows, never a mix.
+    assert delta_rows(root, ["id"]) == [(offset + n,) for n in range(50)]
+
+
+@pytest.mark.parametrize("mode", ["hang-staged", "hang-published"])
+def test_writer_killed_before_commit_leaves_table_unchanged(spark, tmp_path: Path, mode: str) -> None:
+    root, sync = tmp_path / "t", tmp_path / "sync"
+    sync.mkdir()
+    seed = start_writer(root, "2024-01-02", "eu", 20, 0, "commit", sync, 1)
+    finish(seed)
+    for f in sync.iterdir():
+        f.unlink()
+    before = (DeltaTable(str(root)).version(), delta_files(root), delta_rows(root, ["id"]))
+
+    victim = start_writer(root, "2024-01-02", "eu", 70, 5000, mode, sync, 1)
+    deadline = time.time() + 300
+    while not any(sync.iterdir()):
+        assert victim.poll() is None, victim.stderr.read()[-3000:]
+        assert time.time() < deadline, "writer never got ready"
+        time.sleep(0.1)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=30)
+    assert victim.returncode == -signal.SIGKILL
+
+    # The files it wrote exist on disk but no reader sees them.
+    on_disk = [p for p in root.rglob("*.parquet")]
+    assert len(on_disk) > len(before[1])
+    assert (DeltaTable(str(root)).version(), delta_files(root), delta_rows(root, ["id"])) == before
+    df = read_partitions(spark, str(root), PartitionSelection.everything()).df
+    assert spark_rows(df, ["id"]) == before[2]

@@ -1,0 +1,229 @@
+"""The storage adapter against real Spark and real Delta tables on disk."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pytest
+from deltalake import DeltaTable
+
+from dagster_partlake.delta import (
+    Box,
+    DateRanges,
+    PartitionSelection,
+    read_partitions,
+    stage_partitions,
+    write_partitions,
+)
+from dagster_partlake.delta.writer import STAGING_DIR, _remove_stale_staging
+from dagster_partlake.errors import PartitionMismatchError, SchemaMismatchError
+from tests.conftest import delta_files, delta_rows, spark_rows
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = ["id", "amount", "ts", "date", "region"]
+
+
+def day(n: int) -> dt.date:
+    return dt.date(2024, 1, n)
+
+
+def box(days: tuple[int, int], regions: set[str]) -> PartitionSelection:
+    return PartitionSelection(
+        (Box({"date": DateRanges(((day(days[0]), day(days[1])),)), "region": frozenset(regions)}),)
+    )
+
+
+def rows_for(days: list[int], regions: list[str], n: int = 5, offset: int = 0) -> list[tuple]:
+    return [
+        (
+            offset + d * 1000 + i * 10 + ri,
+            Decimal(f"{i}.25"),
+            dt.datetime(2024, 1, d, 12, i, tzinfo=dt.UTC),
+            day(d),
+            r,
+        )
+        for d in days
+        for ri, r in enumerate(regions)
+        for i in range(n)
+    ]
+
+
+def frame(spark, rows: list[tuple]):
+    return spark.createDataFrame(
+        rows, "id long, amount decimal(10,2), ts timestamp, date date, region string"
+    )
+
+
+def write(spark, root: Path, rows: list[tuple], selection: PartitionSelection, ids: list[str], **kw):
+    return write_partitions(
+        frame(spark, rows),
+        str(root),
+        partition_by=["date", "region"],
+        selection=selection,
+        partition_ids=ids,
+        **kw,
+    )
+
+
+def as_expected(rows: list[tuple]) -> list[tuple]:
+    return sorted(rows)
+
+
+def test_write_then_read_round_trip_with_every_reader(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    rows = rows_for([2, 3], ["eu", "us"])
+    result = write(spark, root, rows, box((2, 4), {"eu", "us"}), ["2|eu", "2|us", "3|eu", "3|us"],
+                   metadata={"run_id": "r1"})
+    assert result.version == 0 and result.num_records == len(rows)
+
+    # Spark, through our reader, all partitions and one partition.
+    everything = read_partitions(spark, str(root), PartitionSelection.everything())
+    assert spark_rows(everything.df, COLUMNS) == as_expected(rows)
+    one = read_partitions(spark, str(root), box((3, 4), {"us"}))
+    assert spark_rows(one.df, COLUMNS) == as_expected([r for r in rows if r[3] == day(3) and r[4] == "us"])
+    assert one.df.schema["date"].dataType.typeName() == "date"
+
+    # delta-rs alone.
+    assert delta_rows(root, COLUMNS) == as_expected(rows)
+
+    # DuckDB over the live files (its delta extension cannot be downloaded offline).
+    files = sorted(DeltaTable(str(root)).file_uris())
+    got = duckdb.sql(
+        f"select id, amount, ts, date, region from read_parquet({files!r}, hive_partitioning=true, "
+        "hive_types={'date': 'DATE'})"
+    ).fetchall()
+    assert sorted((i, a, t.astimezone(dt.UTC), dd, r) for i, a, t, dd, r in got) == as_expected(rows)
+
+    info = DeltaTable(str(root)).history(1)[0]
+    assert info["partlake"]["run_id"] == "r1"
+
+
+def test_rewrite_is_idempotent_and_leaves_other_partitions_untouched(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    rows = rows_for([2, 3], ["eu", "us"])
+    write(spark, root, rows, box((2, 4), {"eu", "us"}), ["a"])
+    other_files = {f for f in delta_files(root) if "date=2024-01-02/region=eu" not in f}
+
+    target = [r for r in rows if r[3] == day(2) and r[4] == "eu"]
+    for _ in range(2):
+        result = write(spark, root, target, box((2, 3), {"eu"}), ["2024-01-02|eu"])
+        assert delta_rows(root, COLUMNS) == as_expected(rows)  # no duplicates, same rows
+    assert result.files_removed >= 1
+    assert other_files <= delta_files(root)  # the other partitions' files are the same files
+
+    replacement = rows_for([2], ["eu"], n=3, offset=500)
+    write(spark, root, replacement, box((2, 3), {"eu"}), ["2024-01-02|eu"])
+    expected = [r for r in rows if not (r[3] == day(2) and r[4] == "eu")] + replacement
+    assert delta_rows(root, COLUMNS) == as_expected(expected)
+
+
+def test_partition_range_is_one_commit(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    write(spark, root, rows_for([1], ["eu"]), box((1, 2), {"eu"}), ["seed"])
+    rows = rows_for([2, 3, 4], ["eu", "us", "apac"])
+    keys = [f"2024-01-0{d}|{r}" for d in (2, 3, 4) for r in ("eu", "us", "apac")]
+    result = write(spark, root, rows, box((2, 5), {"eu", "us", "apac"}), keys,
+                   metadata={"partition_keys": keys})
+    table = DeltaTable(str(root))
+    assert result.version == table.version() == 1
+    commit = table.history(1)[0]
+    assert commit["partlake"]["partition_keys"] == keys
+    assert json.loads(commit["operationParameters"]["partitionBy"]) == ["date", "region"]
+
+
+def test_rows_outside_the_partitions_are_rejected_and_nothing_changes(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    write(spark, root, rows_for([2], ["eu"]), box((2, 3), {"eu"}), ["a"])
+    before = (DeltaTable(str(root)).version(), delta_files(root), delta_rows(root, COLUMNS))
+    stray = rows_for([2], ["eu"]) + rows_for([2], ["us"], n=1) + rows_for([9], ["eu"], n=1)
+    with pytest.raises(
+        PartitionMismatchError,
+        match=r"outside the partitions being written: date=2024-01-02\|region=us, "
+        r"date=2024-01-09\|region=eu; this write may only contain \(date in \[2024-01-02, "
+        r"2024-01-03\) and region in \{eu\}\)",
+    ):
+        write(spark, root, stray, box((2, 3), {"eu"}), ["2024-01-02|eu"])
+    assert (DeltaTable(str(root)).version(), delta_files(root), delta_rows(root, COLUMNS)) == before
+    assert os.listdir(root / STAGING_DIR) == []  # the rejected files are gone too
+
+
+def test_incompatible_schema_is_rejected_naming_columns(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    write(spark, root, rows_for([2], ["eu"]), box((2, 3), {"eu"}), ["a"])
+    before = (DeltaTable(str(root)).version(), delta_files(root))
+    bad = spark.createDataFrame(
+        [("x", dt.date(2024, 1, 2), "eu", 1)], "id string, date date, region string, extra int"
+    )
+    with pytest.raises(
+        SchemaMismatchError,
+        match=r"missing columns: amount, ts; changed types: id \(long -> string\); "
+        r"new columns: extra",
+    ):
+        write_partitions(bad, str(root), partition_by=["date", "region"],
+                         selection=box((2, 3), {"eu"}), partition_ids=["a"])
+    with pytest.raises(SchemaMismatchError, match=r"partitioned by \(date, region\).*\(date\)"):
+        write_partitions(frame(spark, rows_for([2], ["eu"])), str(root), partition_by=["date"],
+                         selection=box((2, 3), {"eu"}), partition_ids=["a"])
+    assert (DeltaTable(str(root)).version(), delta_files(root)) == before
+
+
+def test_new_columns_only_when_allowed(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    write(spark, root, rows_for([2], ["eu"]), box((2, 3), {"eu"}), ["a"])
+    wider = frame(spark, rows_for([3], ["eu"])).selectExpr("*", "'note' as comment")
+    kwargs = dict(partition_by=["date", "region"], selection=box((3, 4), {"eu"}),
+                  partition_ids=["b"])
+    with pytest.raises(SchemaMismatchError, match="new columns: comment"):
+        write_partitions(wider, str(root), **kwargs)
+    write_partitions(wider, str(root), allow_new_columns=True, **kwargs)
+    table = DeltaTable(str(root))
+    assert "comment" in table.schema().to_arrow().names
+    comments = delta_rows(root, ["date", "comment"])
+    assert {c for d, c in comments if d == day(2)} == {None}
+    assert {c for d, c in comments if d == day(3)} == {"note"}
+
+
+def test_empty_dataframe_empties_exactly_its_partition(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    rows = rows_for([2], ["eu", "us"])
+    write(spark, root, rows, box((2, 3), {"eu", "us"}), ["a"])
+    write(spark, root, [], box((2, 3), {"eu"}), ["2024-01-02|eu"])
+    assert delta_rows(root, COLUMNS) == as_expected([r for r in rows if r[4] == "us"])
+
+
+def test_unpartitioned_table(spark, tmp_path: Path) -> None:
+    root = tmp_path / "plain"
+    df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    for _ in range(2):
+        write_partitions(df, str(root), partition_by=[], selection=PartitionSelection.everything(),
+                         partition_ids=["__all__"])
+    assert delta_rows(root) == [(1, "a"), (2, "b")]
+    assert spark_rows(read_partitions(spark, str(root), PartitionSelection.everything()).df,
+                      ["k", "v"]) == [(1, "a"), (2, "b")]
+
+
+def test_extreme_timestamps_are_readable_by_delta_rs(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    far = [(1, Decimal("1.00"), dt.datetime(9999, 12, 31, 23, 59, tzinfo=dt.UTC), day(2), "eu")]
+    write(spark, root, far, box((2, 3), {"eu"}), ["a"])
+    assert delta_rows(root, ["ts"]) == [(far[0][2],)]
+
+
+def test_stale_staging_folders_are_removed(spark, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    staged = stage_partitions(frame(spark, rows_for([2], ["eu"])), str(root),
+                              partition_by=["date", "region"], selection=box((2, 3), {"eu"}),
+                              partition_ids=["a"])
+    assert os.path.isdir(staged.staging_dir)
+    _remove_stale_staging(str(root))
+    assert os.path.isdir(staged.staging_dir)  # a fresh staging folder may belong to a live writer
+    old = 1_000_000_000
+    os.utime(staged.staging_dir, (old, old))
+    _remove_stale_staging(str(root))
+    assert not os.path.exists(staged.staging_dir)
