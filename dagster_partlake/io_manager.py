@@ -24,16 +24,23 @@ from pydantic import Field
 
 from dagster_partlake.delta.reader import open_table, read_snapshot
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
-from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, write_partitions
+from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, commit_staged, stage_partitions
 from dagster_partlake.errors import PartlakeError
-from dagster_partlake.partitions import dimension_columns, selection_for_keys, validate_keys
+from dagster_partlake.partitions import (
+    KeyCodec,
+    dimension_columns,
+    selection_for_keys,
+    validate_keys,
+)
 from dagster_partlake.resource import SparkResource
 
 SCHEMA_MODE_KEY = "schema_mode"
+# Partition id of an unpartitioned table (its commit conflict id and its key in records).
 WHOLE_TABLE_ID = "__all__"
 
-# Table versions read by load_input, per (run id, step key), until that step's handle_output.
-_consumed_versions: dict[tuple[str, str], dict[str, int]] = {}
+# What load_input read, per (run id, step key) and upstream asset, until that step's
+# handle_output records it: {"version": table version, "partitions": {key: lastUpdated ms}}.
+_consumed: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 
 
 def default_root() -> str:
@@ -106,26 +113,39 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         )
         definition_metadata = context.definition_metadata or {}
         columns = dimension_columns(partitions_def, definition_metadata, asset_name=asset_name)
-        selection = selection_for_keys(
-            columns, keys, delta_types(spark_to_arrow(obj.schema)), asset_name=asset_name
-        )
-        consumed = _consumed_versions.pop((context.run_id, context.step_key), {})
+        column_types = delta_types(spark_to_arrow(obj.schema))
+        selection = selection_for_keys(columns, keys, column_types, asset_name=asset_name)
+        consumed = _consumed.pop((context.run_id, context.step_key), {})
         code_version = _code_version(context)
-        result = write_partitions(
+        staged = stage_partitions(
             obj,
             self.table_root(context.asset_key),
             partition_by=[c.column for c in columns],
             selection=selection,
             partition_ids=keys or [WHOLE_TABLE_ID],
+            allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
+            table_name=asset_name,
+        )
+        codec = KeyCodec(columns, column_types)
+        rows_by_key: dict[str, int] = dict.fromkeys(keys or [WHOLE_TABLE_ID], 0)
+        for f in staged.files:
+            key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
+            rows_by_key[key or WHOLE_TABLE_ID] = rows_by_key.get(key or WHOLE_TABLE_ID, 0) + (
+                f.num_records
+            )
+        result = commit_staged(
+            staged,
             metadata={
                 "run_id": context.run_id,
                 "asset_key": asset_name,
                 "partition_keys": keys,
                 "code_version": code_version,
-                "upstream_versions": consumed,
+                "upstream_versions": {name: c["version"] for name, c in consumed.items()},
+                # lastUpdated of every upstream partition read: what the planner compares with.
+                "consumed": {name: c["partitions"] for name, c in consumed.items()},
+                "rows_by_partition": rows_by_key,
+                "empty_partition_keys": [k for k, n in rows_by_key.items() if n == 0],
             },
-            allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
-            table_name=asset_name,
             max_attempts=self.max_commit_attempts,
         )
         context.add_output_metadata(
@@ -136,7 +156,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 "partlake/run_id": MetadataValue.text(context.run_id),
                 "partlake/partition_count": MetadataValue.int(len(keys)),
                 "partlake/code_version": MetadataValue.text(code_version or ""),
-                "partlake/upstream_versions": MetadataValue.json(consumed),
+                "partlake/upstream_versions": MetadataValue.json(
+                    {name: c["version"] for name, c in consumed.items()}
+                ),
                 "partlake/files_added": MetadataValue.int(result.files_added),
                 "partlake/files_removed": MetadataValue.int(result.files_removed),
                 "partlake/commit_attempts": MetadataValue.int(result.attempts),
@@ -157,10 +179,17 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             columns, keys, snapshot.column_types, asset_name=asset_name
         )
         result = read_snapshot(self.spark.spark_session, snapshot, selection)
+        codec = KeyCodec(columns, snapshot.column_types)
+        partitions: dict[str, int] = {}
+        for f in result.files:
+            key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
+            key = key or WHOLE_TABLE_ID
+            partitions[key] = max(partitions.get(key, 0), f.modification_time)
         step = context.step_context
-        _consumed_versions.setdefault((step.run_id, step.step.key), {})[asset_name] = (
-            result.version
-        )
+        _consumed.setdefault((step.run_id, step.step.key), {})[asset_name] = {
+            "version": result.version,
+            "partitions": partitions,
+        }
         summary = {
             "partlake/table_version": result.version,
             "partlake/files_read": result.num_files,

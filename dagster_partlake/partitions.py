@@ -257,3 +257,74 @@ def describe_partitions(partitions_def: PartitionsDefinition) -> str:
 def all_keys_product(per_dimension: Sequence[Sequence[str]]) -> list[str]:
     """Multi-partition keys for every combination, in Dagster's key order (for tests/tools)."""
     return ["|".join(combo) for combo in itertools.product(*per_dimension)]
+
+
+class KeyCodec:
+    """Table partition values -> the Dagster partition key holding them, memoized per value.
+
+    Values are Delta partition strings in column order (`dimension_columns`). A date in a
+    time-window dimension maps to the window containing it (2024-01-17 in a monthly table ->
+    '2024-01'). Returns None for values outside every partition (e.g. before the start date).
+    """
+
+    def __init__(
+        self, columns: Sequence[DimensionColumn], column_types: Mapping[str, Any]
+    ) -> None:
+        self.columns = list(columns)
+        self._is_date = [column_types.get(c.column) == "date" for c in columns]
+        self._static = [
+            frozenset(c.partitions_def.get_partition_keys())
+            if isinstance(c.partitions_def, StaticPartitionsDefinition)
+            else None
+            for c in columns
+        ]
+        self._order = sorted(range(len(columns)), key=lambda i: columns[i].dimension)
+        self._cache: list[dict[str | None, str | None]] = [{} for _ in columns]
+
+    def key(self, values: Sequence[str | None]) -> str | None:
+        if not self.columns:
+            return None
+        parts = []
+        for i in range(len(self.columns)):
+            part = self._dimension_key(i, values[i])
+            if part is None:
+                return None
+            parts.append(part)
+        if len(parts) == 1:
+            return parts[0]
+        # Dagster joins multi-partition keys in alphabetical order of dimension names.
+        return "|".join(parts[i] for i in self._order)
+
+    def _dimension_key(self, index: int, value: str | None) -> str | None:
+        cache = self._cache[index]
+        if value in cache:
+            return cache[value]
+        column = self.columns[index]
+        static = self._static[index]
+        result: str | None = value
+        if value is None:
+            result = None
+        elif static is not None:
+            result = value if value in static else None
+        elif column.is_time:
+            time_def = column.partitions_def
+            assert isinstance(time_def, TimeWindowPartitionsDefinition)
+            key = value
+            if self._is_date[index]:
+                try:
+                    day = dt.datetime.combine(
+                        dt.date.fromisoformat(value), dt.time(0), tzinfo=dt.UTC
+                    )
+                    key = time_def.get_partition_key_for_timestamp(day.timestamp())
+                except ValueError:
+                    key = None
+            result = key if key is not None and _is_key(time_def, key) else None
+        cache[value] = result
+        return result
+
+
+def _is_key(time_def: TimeWindowPartitionsDefinition, value: str) -> bool:
+    try:
+        return time_def.has_partition_key(value)
+    except Exception:
+        return False

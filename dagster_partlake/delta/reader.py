@@ -16,7 +16,13 @@ from deltalake import DeltaTable
 
 from dagster_partlake.delta.schema import arrow_to_spark, delta_types
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.table import arrow_schema, live_files, load_table, table_exists
+from dagster_partlake.delta.table import (
+    LiveFile,
+    arrow_schema,
+    live_files,
+    load_table,
+    table_exists,
+)
 from dagster_partlake.errors import PartlakeConfigError
 
 if TYPE_CHECKING:
@@ -27,7 +33,11 @@ if TYPE_CHECKING:
 class ReadResult:
     df: DataFrame
     version: int
-    num_files: int
+    files: tuple[LiveFile, ...]
+
+    @property
+    def num_files(self) -> int:
+        return len(self.files)
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ def read_snapshot(
     files = live_files(table, selection)
     columns = [field.name for field in schema.fields]
     if not files:
-        return ReadResult(spark.createDataFrame([], schema), table.version(), 0)
+        return ReadResult(spark.createDataFrame([], schema), table.version(), ())
     paths = []
     for f in files:
         absolute = f.absolute_path(root)
@@ -99,4 +109,4 @@ def read_snapshot(
             )
         paths.append("file://" + absolute)
     df = spark.read.schema(schema).option("basePath", "file://" + root).parquet(*paths)
-    return ReadResult(df.select(*columns), table.version(), len(files))
+    return ReadResult(df.select(*columns), table.version(), tuple(files))

@@ -242,6 +242,7 @@ def commit_staged(
             )
             for f in staged.files
         ]
+        custom["partlake"]["commit_time_ms"] = now_ms
         properties = CommitProperties(
             custom_metadata=custom,
             app_transactions=[Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids],

@@ -1,0 +1,180 @@
+"""Partition state of tables and folders: lastUpdated per partition, read without data files.
+
+For a Delta table, one pass over the live files of the latest version (delta-rs add actions:
+path, partition values, modification time) gives, per partition, lastUpdated = the newest
+modification time of its files. Our writer sets that time to the commit time. The result is
+cached per process by table version; `StateCache.sync` first checks whether the commit after the
+cached version exists (one `stat`), so a table that did not move costs next to nothing.
+
+Commits made by dagster_partlake carry a `partlake` entry in their commit info (what was written
+and what was read); `TableState.commits` lists them, oldest first, for the planner's records.
+
+A folder source (Hive-style `col=value/` sub-folders, any files) has no log: its lastUpdated per
+partition is the newest file modification time, found by a walk on every sync.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from dagster_partlake.delta.schema import delta_types
+from dagster_partlake.delta.table import arrow_schema, table_exists
+
+Values = tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class TableState:
+    """Partitions with data at one version of a table (or one walk of a folder)."""
+
+    root: str
+    version: int  # Delta version; for a folder, a hash of its state
+    partition_by: tuple[str, ...]
+    column_types: dict[str, Any]
+    last_updated: dict[Values, int]  # partition values -> newest modification time (ms)
+    touched_in: dict[Values, int] = field(default_factory=dict)  # -> version, where known
+    commits: tuple[dict[str, Any], ...] = ()  # partlake commit infos, oldest first
+
+
+class StateCache:
+    """Per-process cache of `TableState`s, refreshed only when a table's version moved."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, tuple[DeltaTable, TableState]] = {}
+
+    def sync(self, root: str, *, with_commits: bool = True) -> TableState | None:
+        """The current state of the Delta table at `root`, or None if there is no table."""
+        root = os.path.abspath(root)
+        cached = self._tables.get(root)
+        if cached is not None and not _has_commit(root, cached[1].version + 1):
+            return cached[1]
+        if cached is None:
+            if not table_exists(root):
+                return None
+            table = DeltaTable(root)
+            previous: TableState | None = None
+        else:
+            table, previous = cached
+            table.update_incremental()
+        state = _read_state(root, table, previous, with_commits=with_commits)
+        self._tables[root] = (table, state)
+        return state
+
+    def version_moved(self, root: str) -> bool:
+        """True when the table changed since the last sync (or was never synced)."""
+        cached = self._tables.get(os.path.abspath(root))
+        return cached is None or _has_commit(os.path.abspath(root), cached[1].version + 1)
+
+
+def _has_commit(root: str, version: int) -> bool:
+    return os.path.exists(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+
+
+def _read_state(
+    root: str, table: DeltaTable, previous: TableState | None, *, with_commits: bool
+) -> TableState:
+    version = table.version()
+    partition_by = tuple(table.metadata().partition_columns)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    last_updated: dict[Values, int] = {}
+    if actions.num_rows:
+        if partition_by:
+            columns = [f"partition.{c}" for c in partition_by]
+            # Cast partition values to their Delta string form (dates become YYYY-MM-DD).
+            as_text = pa.table(
+                {
+                    **{
+                        c: pc.cast(actions.column(c), pa.string())
+                        if not pa.types.is_string(actions.column(c).type)
+                        else actions.column(c)
+                        for c in columns
+                    },
+                    "t": actions.column("modification_time"),
+                }
+            )
+            grouped = as_text.group_by(columns).aggregate([("t", "max")])
+            values = zip(*(grouped.column(c).to_pylist() for c in columns), strict=True)
+            last_updated = dict(zip(values, grouped.column("t_max").to_pylist(), strict=True))
+        else:
+            last_updated = {(): int(pc.max(actions.column("modification_time")).as_py())}
+    commits: tuple[dict[str, Any], ...] = ()
+    if with_commits:
+        commits = _partlake_commits(table, version, previous)
+    by_time = {c.get("commit_time_ms"): c["version"] for c in commits}
+    touched_in = {v: by_time[t] for v, t in last_updated.items() if t in by_time}
+    return TableState(
+        root=root,
+        version=version,
+        partition_by=partition_by,
+        column_types=delta_types(arrow_schema(table)),
+        last_updated=last_updated,
+        touched_in=touched_in,
+        commits=commits,
+    )
+
+
+def _partlake_commits(
+    table: DeltaTable, version: int, previous: TableState | None
+) -> tuple[dict[str, Any], ...]:
+    known = previous.commits if previous is not None else ()
+    since = previous.version if previous is not None else -1
+    new = []
+    # history() reads commit infos newest first; only the versions after the cached one.
+    for info in table.history(limit=version - since):
+        if int(info.get("version", -1)) <= since:
+            continue
+        entry = info.get("partlake")
+        if isinstance(entry, dict):
+            new.append({**entry, "version": int(info["version"])})
+    new.sort(key=lambda c: c["version"])
+    return (*known, *new)
+
+
+def folder_state(root: str, partition_by: Sequence[str]) -> TableState | None:
+    """State of a folder of files partitioned as `col=value/` sub-folders (None if missing)."""
+    root = os.path.abspath(root)
+    if not os.path.isdir(root):
+        return None
+    last_updated: dict[Values, int] = {}
+    depth = len(partition_by)
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = [d for d in subdirs if not d.startswith(("_", "."))]
+        relative = os.path.relpath(directory, root)
+        segments = [] if relative == "." else relative.split(os.sep)
+        if len(segments) != depth:
+            continue
+        newest = max(
+            (
+                os.stat(os.path.join(directory, f)).st_mtime_ns // 1_000_000
+                for f in files
+                if not f.startswith(("_", "."))
+            ),
+            default=None,
+        )
+        if newest is None:
+            continue
+        values: list[str | None] = []
+        for segment, column in zip(segments, partition_by, strict=True):
+            key, _, raw = segment.partition("=")
+            if key != column:
+                break
+            values.append(unquote(raw))
+        else:
+            last_updated[tuple(values)] = newest
+    digest = hashlib.sha1(repr(sorted(last_updated.items())).encode()).hexdigest()
+    return TableState(
+        root=root,
+        version=int(digest[:12], 16),
+        partition_by=tuple(partition_by),
+        column_types={c: "string" for c in partition_by},
+        last_updated=last_updated,
+    )

@@ -1,0 +1,363 @@
+"""The Dagster side of planning: the asset graph, partition mappings and stored state as plain data.
+
+`LakeGraph` reads a code location's `Definitions` once (assets, partitions, code versions,
+partition mappings, where each table lives). `gather_plan_input` turns it plus storage into the
+planner's `PlanInput`. Partition mappings become key -> keys functions; identity, time-window
+(e.g. daily -> monthly) and multi-dimensional mappings built from those are computed directly,
+any other mapping goes through Dagster's own `PartitionMapping` API, memoized per key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from dagster import (
+    AssetKey,
+    Definitions,
+    IdentityPartitionMapping,
+    MultiPartitionMapping,
+    MultiPartitionsDefinition,
+    PartitionMapping,
+    PartitionsDefinition,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+)
+
+from dagster_partlake.delta.state import StateCache, TableState, folder_state
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.io_manager import WHOLE_TABLE_ID, DeltaPartitionIOManager, default_root
+from dagster_partlake.partitions import DimensionColumn, KeyCodec, dimension_columns
+from dagster_partlake.planner import (
+    Dependency,
+    Key,
+    PartitionState,
+    PlanAsset,
+    PlanInput,
+    Record,
+)
+
+FORMAT_KEY = "partlake/format"  # asset metadata: "delta" (default) or "folder" for sources
+PATH_KEY = "partlake/path"  # asset metadata: where a source lives, if not the default place
+
+
+@dataclass(frozen=True)
+class LakeAsset:
+    key: AssetKey
+    name: str
+    partitions_def: PartitionsDefinition | None
+    columns: tuple[DimensionColumn, ...]
+    path: str
+    is_source: bool
+    is_folder: bool
+    code_version: str | None
+    single_run_backfill: bool
+    parents: tuple[str, ...]
+
+
+class LakeGraph:
+    """The assets of a code location, with tables and partition mappings resolved."""
+
+    def __init__(self, defs: Definitions, *, root: str | None = None) -> None:
+        self.defs = defs
+        self.asset_graph = defs.resolve_asset_graph()
+        self.root = os.path.abspath(root or _io_manager_root(defs) or default_root())
+        self.assets: dict[str, LakeAsset] = {}
+        for key in self.asset_graph.get_all_asset_keys():
+            node = self.asset_graph.get(key)
+            if not (node.is_materializable or node.is_observable or node.is_external):
+                continue
+            name = key.to_user_string()
+            metadata = dict(node.metadata or {})
+            is_folder = metadata.get(FORMAT_KEY) == "folder"
+            path = metadata.get(PATH_KEY)
+            path = (
+                os.path.join(self.root, str(path))
+                if path
+                else os.path.join(self.root, "warehouse", *key.path)
+            )
+            policy = node.backfill_policy
+            self.assets[name] = LakeAsset(
+                key=key,
+                name=name,
+                partitions_def=node.partitions_def,
+                columns=tuple(dimension_columns(node.partitions_def, metadata, asset_name=name)),
+                path=path,
+                is_source=not node.is_materializable,
+                is_folder=is_folder,
+                code_version=node.code_version,
+                single_run_backfill=policy is not None and policy.max_partitions_per_run is None,
+                parents=tuple(
+                    p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: k.path)
+                ),
+            )
+
+    def plan_assets(self, dynamic_partitions_store: Any = None) -> list[PlanAsset]:
+        result = []
+        for asset in self.assets.values():
+            deps = tuple(
+                self._dependency(asset, self.assets[parent], dynamic_partitions_store)
+                for parent in asset.parents
+                if parent in self.assets
+            )
+            result.append(
+                PlanAsset(
+                    name=asset.name,
+                    deps=deps,
+                    code_version=asset.code_version,
+                    is_source=asset.is_source,
+                    partitioned=asset.partitions_def is not None,
+                )
+            )
+        return result
+
+    def _dependency(self, child: LakeAsset, parent: LakeAsset, store: Any) -> Dependency:
+        mapping = self.asset_graph.get_partition_mapping(child.key, parent.key)
+        up, down = key_maps(parent.partitions_def, child.partitions_def, mapping, store)
+        return Dependency(parent.name, up, down)
+
+
+def _io_manager_root(defs: Definitions) -> str | None:
+    for resource in (defs.resources or {}).values():
+        if isinstance(resource, DeltaPartitionIOManager):
+            return resource.root or default_root()
+    return None
+
+
+def key_maps(
+    upstream: PartitionsDefinition | None,
+    downstream: PartitionsDefinition | None,
+    mapping: PartitionMapping,
+    store: Any = None,
+) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]]:
+    """(downstream key -> upstream keys, upstream key -> downstream keys) for one edge."""
+    if upstream is None and downstream is None:
+        return (lambda _k: [None]), (lambda _k: [None])
+    if downstream is None:
+        assert upstream is not None
+        every = _all_keys(upstream, store)
+        return (lambda _k: every), (lambda _k: [None])
+    if upstream is None:
+        every = _all_keys(downstream, store)
+        return (lambda _k: [None]), (lambda _k: every)
+    direct = _direct_maps(upstream, downstream, mapping)
+    if direct is not None:
+        return direct
+    return _dagster_maps(upstream, downstream, mapping, store)
+
+
+def _all_keys(partitions_def: PartitionsDefinition, store: Any) -> list[Key]:
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    with partition_loading_context(dynamic_partitions_store=store):
+        return list(partitions_def.get_partition_keys())
+
+
+OneToMany = Callable[[str], list[str]]
+
+
+def _direct_maps(
+    upstream: PartitionsDefinition, downstream: PartitionsDefinition, mapping: PartitionMapping
+) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]] | None:
+    if isinstance(upstream, MultiPartitionsDefinition) and isinstance(
+        downstream, MultiPartitionsDefinition
+    ):
+        return _multi_maps(upstream, downstream, mapping)
+    pair = _dimension_maps(upstream, downstream, mapping)
+    if pair is None:
+        return None
+    up, down = pair
+    return (lambda k: up(k) if k is not None else []), (lambda k: down(k) if k is not None else [])
+
+
+def _dimension_maps(
+    upstream: PartitionsDefinition, downstream: PartitionsDefinition, mapping: PartitionMapping
+) -> tuple[OneToMany, OneToMany] | None:
+    if isinstance(mapping, IdentityPartitionMapping) or (
+        upstream == downstream and not isinstance(mapping, TimeWindowPartitionMapping)
+    ):
+        if upstream != downstream:
+            return None
+        return (lambda k: [k]), (lambda k: [k])
+    if (
+        isinstance(mapping, TimeWindowPartitionMapping)
+        and mapping.start_offset == 0
+        and mapping.end_offset == 0
+        and isinstance(upstream, TimeWindowPartitionsDefinition)
+        and isinstance(downstream, TimeWindowPartitionsDefinition)
+    ):
+        return _time_maps(upstream, downstream)
+    return None
+
+
+def _time_maps(
+    upstream: TimeWindowPartitionsDefinition, downstream: TimeWindowPartitionsDefinition
+) -> tuple[OneToMany, OneToMany]:
+    def covering(source: TimeWindowPartitionsDefinition, target: TimeWindowPartitionsDefinition):
+        @lru_cache(maxsize=None)
+        def keys(key: str) -> list[str]:
+            window = source.time_window_for_partition_key(key)
+            inside = list(target.get_partition_keys_in_time_window(window))
+            if inside:
+                return inside
+            # A coarser target: the one window that contains this one.
+            try:
+                containing = target.get_partition_key_for_timestamp(window.start.timestamp())
+            except Exception:
+                return []
+            return [containing] if target.has_partition_key(containing) else []
+
+        return keys
+
+    return covering(downstream, upstream), covering(upstream, downstream)
+
+
+def _multi_maps(
+    upstream: MultiPartitionsDefinition,
+    downstream: MultiPartitionsDefinition,
+    mapping: PartitionMapping,
+) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]] | None:
+    up_dims = {d.name: d.partitions_def for d in upstream.partitions_defs}
+    down_dims = {d.name: d.partitions_def for d in downstream.partitions_defs}
+    if isinstance(mapping, MultiPartitionMapping):
+        pairs = {
+            up_name: (dim.dimension_name, dim.partition_mapping)
+            for up_name, dim in mapping.downstream_mappings_by_upstream_dimension.items()
+        }
+    elif upstream == downstream:
+        pairs = {name: (name, IdentityPartitionMapping()) for name in up_dims}
+    else:
+        return None
+    if sorted(pairs) != sorted(up_dims) or sorted(d for d, _ in pairs.values()) != sorted(down_dims):
+        return None
+    per_dim: dict[str, tuple[str, OneToMany, OneToMany]] = {}
+    for up_name, (down_name, dim_mapping) in pairs.items():
+        maps = _dimension_maps(up_dims[up_name], down_dims[down_name], dim_mapping)
+        if maps is None:
+            return None
+        per_dim[up_name] = (down_name, *maps)
+    up_order, down_order = sorted(up_dims), sorted(down_dims)
+
+    @lru_cache(maxsize=None)
+    def upstream_keys(key: Key) -> tuple[Key, ...]:
+        if key is None:
+            return ()
+        down_values = dict(zip(down_order, key.split("|"), strict=True))
+        options = [per_dim[u][1](down_values[per_dim[u][0]]) for u in up_order]
+        return tuple("|".join(combo) for combo in itertools.product(*options))
+
+    @lru_cache(maxsize=None)
+    def downstream_keys(key: Key) -> tuple[Key, ...]:
+        if key is None:
+            return ()
+        up_values = dict(zip(up_order, key.split("|"), strict=True))
+        by_down = {per_dim[u][0]: per_dim[u][2](up_values[u]) for u in up_order}
+        return tuple("|".join(combo) for combo in itertools.product(*(by_down[d] for d in down_order)))
+
+    return upstream_keys, downstream_keys
+
+
+def _dagster_maps(
+    upstream: PartitionsDefinition,
+    downstream: PartitionsDefinition,
+    mapping: PartitionMapping,
+    store: Any,
+) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]]:
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    @lru_cache(maxsize=None)
+    def upstream_keys(key: Key) -> tuple[Key, ...]:
+        with partition_loading_context(dynamic_partitions_store=store):
+            subset = downstream.empty_subset().with_partition_keys([key])
+            result = mapping.get_upstream_mapped_partitions_result_for_partitions(
+                subset, downstream, upstream
+            )
+            return tuple(result.partitions_subset.get_partition_keys())
+
+    @lru_cache(maxsize=None)
+    def downstream_keys(key: Key) -> tuple[Key, ...]:
+        with partition_loading_context(dynamic_partitions_store=store):
+            subset = upstream.empty_subset().with_partition_keys([key])
+            result = mapping.get_downstream_partitions_for_partitions(subset, upstream, downstream)
+            return tuple(result.get_partition_keys())
+
+    return upstream_keys, downstream_keys
+
+
+def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
+    if asset.is_folder:
+        return folder_state(asset.path, [c.column for c in asset.columns])
+    return cache.sync(asset.path, with_commits=not asset.is_source)
+
+
+def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key, PartitionState]:
+    """lastUpdated per Dagster partition key (values outside the partitions are ignored)."""
+    if state is None:
+        return {}
+    if not asset.columns:
+        newest = max(state.last_updated.values(), default=None)
+        return {} if newest is None else {None: PartitionState(newest, state.version)}
+    order = [state.partition_by.index(c.column) for c in asset.columns if c.column in state.partition_by]
+    if len(order) != len(asset.columns):
+        raise PartlakeConfigError(
+            f"table of asset {asset.name} at {asset.path} is partitioned by "
+            f"({', '.join(state.partition_by) or 'nothing'}), but the asset's partitions are stored "
+            f"in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or the table."
+        )
+    codec = KeyCodec(asset.columns, state.column_types)
+    result: dict[Key, PartitionState] = {}
+    for values, last_updated in state.last_updated.items():
+        key = codec.key([values[i] for i in order])
+        if key is None:
+            continue
+        previous = result.get(key)
+        if previous is None or last_updated > previous.last_updated:
+            result[key] = PartitionState(last_updated, state.touched_in.get(values))
+    return result
+
+
+def to_records(asset: LakeAsset, state: TableState | None) -> dict[Key, Record]:
+    """The last partlake write of each partition, from the table's commit infos."""
+    records: dict[Key, Record] = {}
+    if state is None:
+        return records
+    for commit in state.commits:  # oldest first: later writes replace earlier ones
+        if "commit_time_ms" not in commit:
+            continue  # written before partlake recorded what it consumed: treat as unknown
+        keys: Sequence[str] = commit.get("partition_keys") or [WHOLE_TABLE_ID]
+        empty = set(commit.get("empty_partition_keys") or [])
+        consumed = {
+            upstream: {_key(k): int(v) for k, v in partitions.items()}
+            for upstream, partitions in (commit.get("consumed") or {}).items()
+        }
+        for raw in keys:
+            key = _key(raw)
+            records[key] = Record(
+                code_version=commit.get("code_version"),
+                written_last_updated=None if raw in empty else int(commit["commit_time_ms"]),
+                consumed=consumed,
+                run_id=commit.get("run_id"),
+            )
+    return records
+
+
+def _key(raw: str) -> Key:
+    return None if raw == WHOLE_TABLE_ID else raw
+
+
+def gather_plan_input(
+    graph: LakeGraph, cache: StateCache, *, dynamic_partitions_store: Any = None
+) -> tuple[PlanInput, dict[str, TableState | None]]:
+    """Planner input for the whole graph, and the raw table states it was built from."""
+    raw = {name: read_state(asset, cache) for name, asset in graph.assets.items()}
+    states = {name: to_partition_states(graph.assets[name], s) for name, s in raw.items()}
+    records = {
+        name: to_records(graph.assets[name], s)
+        for name, s in raw.items()
+        if not graph.assets[name].is_source
+    }
+    return PlanInput(graph.plan_assets(dynamic_partitions_store), states, records), raw

@@ -1,0 +1,226 @@
+"""The invalidation planner: which asset partitions are stale, why, and because of what.
+
+A pure function over plain data (no Spark, no Delta, no Dagster instance): `plan(PlanInput)`.
+The sensor, `partlake plan` and `partlake run` gather the inputs, call it, and render or execute
+the frozen `Plan` it returns.
+
+Inputs, all keyed by asset name and partition key (None for an unpartitioned asset):
+
+- `states[asset][key]`: the partitions that currently have data in storage, with their
+  lastUpdated (ms; the newest modification time among the partition's live files).
+- `records[asset][key]`: what the last successful write of that partition recorded: the code
+  version, the lastUpdated it gave its own partition (None if it wrote no rows) and, per upstream
+  asset, the lastUpdated of every upstream partition it read (partitions without data absent).
+- the graph: for each asset its code version and, per dependency, two functions given by the
+  partition mapping: downstream key -> upstream keys, and upstream key -> downstream keys.
+
+The rule (one topological pass, upstream first). `data(X)` = partitions of X that have data or
+are stale themselves (they will have data after the plan runs). For a managed asset A:
+
+- candidates: partitions of A with a record or with data, and every partition mapped from a
+  partition in `data(U)` of an upstream U. An asset with no dependencies: only the former (plus
+  the single partition of an unpartitioned asset).
+- `missing`: no record, and every dependency has at least one mapped upstream partition in
+  `data(U)` (a monthly partition is due as soon as any of its days exists; an empty future is
+  never due). because = those upstream partitions.
+- with a record, stale when any of (reason = the first that applies, in this order):
+  `code_changed`: the recorded code version differs from the asset's;
+  `out_of_band`: the partition's lastUpdated differs from what the write gave it (someone else
+  wrote or deleted it);
+  `upstream_changed`: a mapped upstream partition is stale, or its lastUpdated differs from the
+  one recorded as read (including appearing or disappearing). because = those partitions.
+Sources (assets written by other systems) are never stale; their states feed their dependents.
+Nothing fresh is ever listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Reason = Literal["missing", "code_changed", "out_of_band", "upstream_changed"]
+REASONS: tuple[Reason, ...] = ("missing", "code_changed", "out_of_band", "upstream_changed")
+Key = str | None
+KeyMap = Callable[[Key], Iterable[Key]]
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """An edge of the asset graph with its partition mapping, as two functions."""
+
+    upstream: str
+    upstream_keys: KeyMap  # downstream key -> the upstream keys it reads
+    downstream_keys: KeyMap  # upstream key -> the downstream keys that read it
+
+
+@dataclass(frozen=True)
+class PlanAsset:
+    name: str
+    deps: tuple[Dependency, ...] = ()
+    code_version: str | None = None
+    is_source: bool = False
+    partitioned: bool = True
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    last_updated: int  # ms since epoch
+    version: int | None = None  # table version that last touched it, where known
+
+
+@dataclass(frozen=True)
+class Record:
+    code_version: str | None
+    written_last_updated: int | None  # None: the write produced no rows for this partition
+    consumed: Mapping[str, Mapping[Key, int]] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    assets: Sequence[PlanAsset]
+    states: Mapping[str, Mapping[Key, PartitionState]]
+    records: Mapping[str, Mapping[Key, Record]]
+
+
+@dataclass(frozen=True)
+class StalePartition:
+    asset: str
+    partition: Key
+    reason: Reason
+    because: tuple[str, ...] = ()  # upstream asset partitions, rendered 'asset[key]'
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "asset": self.asset,
+            "partition": self.partition,
+            "reason": self.reason,
+            "because": list(self.because),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Stale asset partitions in dependency order (upstream assets first)."""
+
+    items: tuple[StalePartition, ...]
+    asset_order: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def by_asset(self) -> dict[str, list[StalePartition]]:
+        grouped: dict[str, list[StalePartition]] = {}
+        for item in self.items:
+            grouped.setdefault(item.asset, []).append(item)
+        return grouped
+
+    def sorted_items(self) -> list[StalePartition]:
+        """Sorted by asset name, then partition key (the `--json` order)."""
+        return sorted(self.items, key=lambda i: (i.asset, i.partition or ""))
+
+    def select(self, assets: Iterable[str]) -> Plan:
+        wanted = set(assets)
+        return Plan(tuple(i for i in self.items if i.asset in wanted), self.asset_order)
+
+
+def render_partition(asset: str, key: Key) -> str:
+    return asset if key is None else f"{asset}[{key}]"
+
+
+def topological_order(assets: Sequence[PlanAsset]) -> list[PlanAsset]:
+    """Upstream before downstream; ties by name. Raises ValueError on a cycle."""
+    by_name = {a.name: a for a in assets}
+    pending = {a.name: {d.upstream for d in a.deps if d.upstream in by_name} for a in assets}
+    order: list[PlanAsset] = []
+    while pending:
+        ready = sorted(name for name, ups in pending.items() if not ups)
+        if not ready:
+            raise ValueError(f"the asset graph has a cycle among {', '.join(sorted(pending))}")
+        for name in ready:
+            order.append(by_name[name])
+            del pending[name]
+        for ups in pending.values():
+            ups.difference_update(ready)
+    return order
+
+
+def plan(inputs: PlanInput) -> Plan:
+    """The stale asset partitions of `inputs`, with reasons; see the module docstring."""
+    order = topological_order(inputs.assets)
+    stale: dict[str, set[Key]] = {}
+    items: list[StalePartition] = []
+    for asset in order:
+        stale[asset.name] = set()
+        if asset.is_source:
+            continue
+        states = inputs.states.get(asset.name, {})
+        records = inputs.records.get(asset.name, {})
+        for key in sorted(_candidates(asset, inputs, stale), key=lambda k: k or ""):
+            item = _judge(asset, key, states.get(key), records.get(key), inputs, stale)
+            if item is not None:
+                items.append(item)
+                stale[asset.name].add(key)
+    return Plan(tuple(items), tuple(a.name for a in order))
+
+
+def _has_data(asset: str, key: Key, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> bool:
+    return key in inputs.states.get(asset, {}) or key in stale.get(asset, ())
+
+
+def _candidates(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> set[Key]:
+    keys: set[Key] = set(inputs.records.get(asset.name, {}))
+    keys.update(inputs.states.get(asset.name, {}))
+    if not asset.deps:
+        if not asset.partitioned:
+            keys.add(None)
+        return keys
+    for dep in asset.deps:
+        upstream_with_data = set(inputs.states.get(dep.upstream, {})) | stale.get(dep.upstream, set())
+        for upstream_key in upstream_with_data:
+            keys.update(dep.downstream_keys(upstream_key))
+    return keys
+
+
+def _judge(
+    asset: PlanAsset,
+    key: Key,
+    state: PartitionState | None,
+    record: Record | None,
+    inputs: PlanInput,
+    stale: Mapping[str, set[Key]],
+) -> StalePartition | None:
+    if record is None:
+        because: list[str] = []
+        for dep in asset.deps:
+            with_data = [
+                u for u in dep.upstream_keys(key) if _has_data(dep.upstream, u, inputs, stale)
+            ]
+            if not with_data:
+                return None
+            because.extend(render_partition(dep.upstream, u) for u in with_data)
+        return StalePartition(asset.name, key, "missing", tuple(sorted(because)))
+
+    changed: list[str] = []
+    for dep in asset.deps:
+        consumed = record.consumed.get(dep.upstream, {})
+        upstream_states = inputs.states.get(dep.upstream, {})
+        upstream_stale = stale.get(dep.upstream, set())
+        for u in dep.upstream_keys(key):
+            current = upstream_states.get(u)
+            now = current.last_updated if current is not None else None
+            if u in upstream_stale or now != consumed.get(u):
+                changed.append(render_partition(dep.upstream, u))
+    own = state.last_updated if state is not None else None
+    if record.code_version != asset.code_version:
+        reason: Reason | None = "code_changed"
+    elif own != record.written_last_updated:
+        reason = "out_of_band"
+    elif changed:
+        reason = "upstream_changed"
+    else:
+        reason = None
+    if reason is None:
+        return None
+    return StalePartition(asset.name, key, reason, tuple(sorted(changed)))
