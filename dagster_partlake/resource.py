@@ -111,7 +111,7 @@ class SparkResource(LazyPySparkResource):
             builder = builder.config(key, value)
         # getOrCreate reuses a session already running in this process (one JVM per process);
         # we only stop what we started.
-        self._owns_session = SparkSession.getActiveSession() is None
+        self._owns_session = running_session() is None
         self._spark_session = builder.getOrCreate()
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
@@ -119,6 +119,21 @@ class SparkResource(LazyPySparkResource):
             self._spark_session.stop()
         self._spark_session = None
         self._owns_session = False
+
+
+def running_session() -> Any:
+    """The Spark session already running in this process, from any thread, or None."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # The JVM's active session is per thread; the process-wide default is this class attribute.
+    default = getattr(SparkSession, "_instantiatedSession", None)
+    if default is not None and getattr(default, "_sc", None) is not None:
+        if getattr(default._sc, "_jsc", None) is not None:
+            return default
+    return None
 
 
 def _check_java() -> None:

@@ -90,11 +90,10 @@ class World:
     def write(self, name: str, key: Key) -> None:
         """A successful materialization; it has no rows when some dependency has no data."""
         now = self.tick()
-        up_states = {d: self.states.get(d, {}) for d in self.specs[name].deps}
-        consumed = {
-            d: {u: up_states[d][u].last_updated for u in self.reads_of(name, d, key) if u in up_states[d]}
-            for d in self.specs[name].deps
-        }
+        consumed: dict[str, dict[Key, int]] = {}
+        for d in self.specs[name].deps:  # what was read: mapped upstream partitions with data
+            up = self.states.get(d, {})
+            consumed[d] = {u: up[u].last_updated for u in self.reads_of(name, d, key) if u in up}
         has_rows = all(consumed.values())
         self.records.setdefault(name, {})[key] = Record(
             self.code[name], now if has_rows else None, consumed
@@ -137,6 +136,10 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
     """Every stale (asset, key) of the whole key universe, with (reason, because)."""
     states, records = world.states, world.records
 
+    def last_updated(asset: str, key: Key) -> int | None:
+        state = states.get(asset, {}).get(key)
+        return None if state is None else state.last_updated
+
     def has_data(asset: str, key: Key) -> bool:  # data(X): has data or is stale itself
         return key in states.get(asset, {}) or verdict(asset, key) is not None
 
@@ -156,18 +159,17 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
                 or any(with_data.values())
                 or (not spec.deps and spec.scheme == "none")
             )
-            if candidate and all(with_data.values()):
-                return "missing", tuple(sorted(render(d, u) for d, us in with_data.items() for u in us))
-            return None
+            if not (candidate and all(with_data.values())):
+                return None
+            return "missing", tuple(sorted(render(d, u) for d, us in with_data.items() for u in us))
         changed = sorted(
             render(d, u)
             for d, us in mapped.items()
             for u in us
-            if verdict(d, u) is not None
-            or (states.get(d, {})[u].last_updated if u in states.get(d, {}) else None)
-            != record.consumed.get(d, {}).get(u)
+            if verdict(d, u) is not None  # stale upstream, or appeared/disappeared/rewritten
+            or last_updated(d, u) != record.consumed.get(d, {}).get(u)
         )
-        own = states[asset][key].last_updated if key in states.get(asset, {}) else None
+        own = last_updated(asset, key)
         # AMBIGUITY: the docstring states `because` for `missing` and `upstream_changed` only.
         # We read "reason = the first that applies" as choosing the reason alone, so `because`
         # lists the changed upstream partitions whatever the reason (possibly empty).

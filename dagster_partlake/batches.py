@@ -1,0 +1,190 @@
+"""Turn a plan into run-sized batches: which assets and partitions go into one Dagster run.
+
+A batch is one Dagster run: a list of assets sharing a partitions definition, and either one
+partition key or one partition range (a box for multi-partitions). An asset whose backfill policy
+is `single_run()` gets all its stale partitions in as few ranges as they allow; with
+`multi_run(n)` ranges of at most n partitions; without a policy, one partition per run. A
+downstream asset joins its upstream's batch when it has the same partitions definition and the
+same stale keys (Dagster then runs both steps in order in one run); otherwise it waits until its
+stale upstream partitions are written (`deferred`), so upstream always runs before downstream.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dagster import (
+    BackfillPolicy,
+    MultiPartitionsDefinition,
+    PartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+)
+
+from dagster_partlake.planner import Key, Plan, PlanAsset, StalePartition
+
+
+@dataclass(frozen=True)
+class Batch:
+    assets: tuple[str, ...]
+    keys: tuple[Key, ...]  # every partition key the run covers, in order
+    partition_range: tuple[str, str] | None  # (start, end) when the run is a range
+    items: tuple[StalePartition, ...]
+
+    @property
+    def partition_key(self) -> str | None:
+        return self.keys[0] if self.partition_range is None and self.keys else None
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    ready: tuple[Batch, ...]
+    deferred: tuple[StalePartition, ...]  # wait for their stale upstream partitions
+
+
+def make_batches(
+    plan: Plan,
+    assets: Sequence[PlanAsset],
+    partitions_defs: Mapping[str, PartitionsDefinition | None],
+    policies: Mapping[str, BackfillPolicy | None],
+    *,
+    blocked: Mapping[str, set[Key]] | None = None,
+) -> BatchPlan:
+    """Batches that can run now, and the stale partitions that must wait.
+
+    Args:
+        plan: from `planner.plan`.
+        assets: the planner's assets (for dependencies).
+        partitions_defs: per asset.
+        policies: backfill policy per asset.
+        blocked: partitions not to request now (already running, or backing off after failures);
+            their downstream partitions wait too.
+    """
+    by_name = {a.name: a for a in assets}
+    blocked = {k: set(v) for k, v in (blocked or {}).items()}
+    stale_by_asset = plan.by_asset()
+    waiting: dict[str, set[Key]] = {name: set(keys) for name, keys in blocked.items()}
+    groups: list[tuple[list[str], list[StalePartition]]] = []
+    group_of: dict[str, int] = {}
+    deferred: list[StalePartition] = []
+    for name in plan.asset_order:
+        items = [i for i in stale_by_asset.get(name, []) if i.partition not in blocked.get(name, ())]
+        if not items:
+            continue
+        stale_parents = [
+            d.upstream for d in by_name[name].deps if stale_by_asset.get(d.upstream) or waiting.get(d.upstream)
+        ]
+        if not stale_parents:
+            group_of[name] = len(groups)
+            groups.append(([name], items))
+            continue
+        target = {group_of.get(p) for p in stale_parents}
+        keys = {i.partition for i in items}
+        if len(target) == 1 and None not in target:
+            index = target.pop()
+            assert index is not None
+            members, group_items = groups[index]
+            leader = members[0]
+            same_def = partitions_defs.get(leader) == partitions_defs.get(name)
+            same_keys = keys == {i.partition for i in group_items if i.asset == leader}
+            if same_def and same_keys and not any(waiting.get(p) for p in stale_parents):
+                members.append(name)
+                group_items.extend(items)
+                group_of[name] = index
+                continue
+        deferred.extend(items)
+        waiting.setdefault(name, set()).update(keys)
+    ready: list[Batch] = []
+    for members, items in groups:
+        leader = members[0]
+        keys = sorted({i.partition for i in items if i.asset == leader}, key=lambda k: k or "")
+        for chunk in _chunks(keys, partitions_defs.get(leader), policies.get(leader)):
+            chunk_items = tuple(i for i in items if i.partition in set(chunk.keys))
+            ready.append(Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items))
+    return BatchPlan(tuple(ready), tuple(deferred))
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    keys: tuple[Key, ...]
+    partition_range: tuple[str, str] | None
+
+
+def _chunks(
+    keys: Sequence[Key], partitions_def: PartitionsDefinition | None, policy: BackfillPolicy | None
+) -> list[_Chunk]:
+    if partitions_def is None or keys == [None]:
+        return [_Chunk((None,), None)]
+    if policy is None:
+        return [_Chunk((k,), None) for k in keys]
+    limit = policy.max_partitions_per_run
+    chunks: list[_Chunk] = []
+    for box in partition_boxes(partitions_def, [k for k in keys if k is not None]):
+        for start in range(0, len(box), limit or len(box)):
+            part = box[start : start + (limit or len(box))]
+            if len(part) == 1:
+                chunks.append(_Chunk((part[0],), None))
+            elif _is_box(partitions_def, part):
+                chunks.append(_Chunk(tuple(part), (part[0], part[-1])))
+            else:
+                chunks.extend(_Chunk((k,), None) for k in part)
+    return chunks
+
+
+def partition_boxes(partitions_def: PartitionsDefinition, keys: Sequence[str]) -> list[list[str]]:
+    """Split keys into groups that are each exactly one Dagster partition range."""
+    wanted = list(dict.fromkeys(keys))
+    if not isinstance(partitions_def, MultiPartitionsDefinition):
+        index = {k: i for i, k in enumerate(partitions_def.get_partition_keys())}
+        return _runs(sorted(wanted, key=lambda k: index.get(k, -1)), lambda k: index.get(k, -1))
+    names = sorted(d.name for d in partitions_def.partitions_defs)
+    dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
+    time_dim = next(
+        (n for n in names if isinstance(dims[n], TimeWindowPartitionsDefinition)), None
+    )
+    position = {n: {k: i for i, k in enumerate(dims[n].get_partition_keys())} for n in names}
+
+    def split(key: str) -> dict[str, str]:
+        return dict(zip(names, key.split("|"), strict=True))
+
+    def rest(key: str) -> tuple[int, ...]:
+        values = split(key)
+        return tuple(position[n].get(values[n], -1) for n in names if n != time_dim)
+
+    def when(key: str) -> int:
+        return position[time_dim].get(split(key)[time_dim], -1) if time_dim else 0
+
+    ordered = sorted(wanted, key=lambda k: (rest(k), when(k)))
+    if _is_box(partitions_def, ordered):
+        return [sorted(wanted, key=lambda k: (when(k), rest(k)))]
+    boxes: list[list[str]] = []
+    for _, group in itertools.groupby(ordered, key=rest):
+        members = list(group)
+        boxes.extend(_runs(members, when) if time_dim else [[k] for k in members])
+    return boxes
+
+
+def _runs(keys: list[str], position: Callable[[str], int]) -> list[list[str]]:
+    """Maximal runs of consecutive positions."""
+    runs: list[list[str]] = []
+    for key in keys:
+        if runs and position(key) == position(runs[-1][-1]) + 1:
+            runs[-1].append(key)
+        else:
+            runs.append([key])
+    return runs
+
+
+def _is_box(partitions_def: PartitionsDefinition, keys: Sequence[str]) -> bool:
+    """True when the range first..last of `keys` contains exactly `keys`."""
+    if not keys:
+        return False
+    from dagster import PartitionKeyRange
+
+    first, last = keys[0], keys[-1]
+    try:
+        covered = partitions_def.get_partition_keys_in_range(PartitionKeyRange(first, last))
+    except Exception:
+        return False
+    return set(covered) == set(keys)

@@ -1,0 +1,119 @@
+"""`partlake`: show what is out of date and why (`plan`), and refresh it through Dagster (`run`).
+
+One error boundary: a PartlakeError prints `Error: ...` and exits 1 (`--debug` for a traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from dagster_partlake.errors import PartlakeError
+
+
+def _boundary(command: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(command)
+    def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except PartlakeError as error:
+            if debug:
+                traceback.print_exc()
+            click.echo(f"Error: {error}", err=True)
+            sys.exit(1)
+
+    return click.option("--debug", is_flag=True, help="Print the full traceback on errors.")(
+        wrapper
+    )
+
+
+def _selection(select: str | None) -> list[str] | None:
+    return [s.strip() for s in select.split(",") if s.strip()] if select else None
+
+
+@click.group()
+def main() -> None:
+    """Partition-aware incremental lakehouse on Dagster, Spark and Delta Lake."""
+
+
+@main.command("plan")
+@click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
+@click.option("--select", help="Comma-separated asset names to show (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as a JSON list.")
+@_boundary
+def plan_command(module: str, select: str | None, as_json: bool) -> None:
+    """Show which asset partitions are stale and why, without running anything."""
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.lake import load_definitions, make_plan
+    from dagster_partlake.render import plan_json, plan_text
+
+    graph = LakeGraph(load_definitions(module))
+    result = make_plan(
+        graph, StateCache(), select=_selection(select), dynamic_partitions_store=_instance(False)
+    )
+    click.echo(plan_json(result.plan) if as_json else plan_text(result.plan, seconds=result.seconds))
+
+
+@main.command("run")
+@click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
+@click.option("--select", help="Comma-separated asset names to refresh (default: all).")
+@click.option(
+    "--max-parallel", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Runs executed at the same time.",
+)
+@_boundary
+def run_command(module: str, select: str | None, max_parallel: int) -> None:
+    """Run every stale asset partition (and nothing else) as Dagster runs."""
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.lake import load_definitions, make_plan
+    from dagster_partlake.render import outcome_line
+    from dagster_partlake.runner import run_plan
+
+    graph = LakeGraph(load_definitions(module))
+    instance = _instance(True)
+    selection = _selection(select)
+    first = make_plan(graph, StateCache(), select=selection, dynamic_partitions_store=instance)
+    if not first.plan:
+        click.echo("Everything is fresh: nothing to run.")
+        return
+    click.echo(f"Running {len(first.plan.items)} stale asset partition(s)...")
+    outcomes = run_plan(
+        graph,
+        instance,
+        select=selection,
+        max_parallel=max_parallel,
+        on_outcome=lambda o: click.echo(
+            outcome_line(o.ok, o.asset, o.partition, o.reason, o.rows, o.ms, o.error)
+        ),
+    )
+    failed = [o for o in outcomes if not o.ok]
+    click.echo(
+        f"{len(outcomes) - len(failed)} asset partition(s) refreshed, {len(failed)} failed."
+    )
+    if failed:
+        sys.exit(1)
+
+
+def _instance(required: bool) -> Any:
+    from dagster import DagsterInstance
+
+    if os.environ.get("DAGSTER_HOME"):
+        return DagsterInstance.get()
+    if required:
+        raise PartlakeError(
+            "DAGSTER_HOME is not set, so runs would not be recorded anywhere; set it to the "
+            "Dagster instance directory (make demo uses .partlake/dagster)."
+        )
+    return None
+
+
+if __name__ == "__main__":
+    main()

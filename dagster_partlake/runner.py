@@ -1,0 +1,172 @@
+"""`partlake run`: execute a plan as Dagster runs on the configured instance.
+
+Each batch (`dagster_partlake.batches`) is one run of the code location's asset job, executed in
+this process so every run shares one Spark session; runs are recorded in the Dagster instance
+and show up in the UI. After each round the state is synced and the plan recomputed, so
+deferred downstream partitions run once their upstream partitions are written. Up to
+`max_parallel` runs of a round execute at once, each in its own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import AssetKey, DagsterInstance
+from deltalake import DeltaTable
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+
+from dagster_partlake.batches import Batch, make_batches
+from dagster_partlake.delta.state import StateCache
+from dagster_partlake.io_manager import WHOLE_TABLE_ID
+from dagster_partlake.graph import LakeGraph
+from dagster_partlake.lake import make_plan
+from dagster_partlake.planner import Key
+from dagster_partlake.resource import SparkResource, running_session
+
+REASON_TAG = "partlake/reasons"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    asset: str
+    partition: Key
+    reason: str
+    rows: int | None
+    ms: int | None
+    run_id: str | None
+    error: str | None = None
+
+
+def run_plan(
+    graph: LakeGraph,
+    instance: DagsterInstance,
+    *,
+    select: Sequence[str] | None = None,
+    max_parallel: int = 1,
+    on_outcome: Callable[[Outcome], None] = lambda _o: None,
+    max_rounds: int = 50,
+) -> list[Outcome]:
+    """Run every stale partition of the selected assets (and nothing fresh)."""
+    cache = StateCache()
+    outcomes: list[Outcome] = []
+    failed: dict[str, set[Key]] = {}
+    job = graph.defs.resolve_implicit_global_asset_job_def()
+    partitions_defs = {name: a.partitions_def for name, a in graph.assets.items()}
+    policies = {
+        name: graph.asset_graph.get(a.key).backfill_policy for name, a in graph.assets.items()
+    }
+    session_started = False
+    try:
+        for _ in range(max_rounds):
+            result = make_plan(graph, cache, select=select, dynamic_partitions_store=instance)
+            batches = make_batches(
+                result.plan, result.inputs.assets, partitions_defs, policies, blocked=failed
+            ).ready
+            if not batches:
+                break
+            if not session_started:
+                # One session for every run of this process; the runs' resources reuse it.
+                session_started = _start_shared_session(graph)
+            with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
+                for batch_outcomes in pool.map(
+                    lambda b: _execute(job, instance, graph, b), batches
+                ):
+                    for outcome in batch_outcomes:
+                        outcomes.append(outcome)
+                        on_outcome(outcome)
+                        if not outcome.ok:
+                            failed.setdefault(outcome.asset, set()).add(outcome.partition)
+    finally:
+        if session_started:
+            session = running_session()
+            if session is not None:
+                session.stop()
+    return outcomes
+
+
+def _start_shared_session(graph: LakeGraph) -> bool:
+    spark = next(
+        (r for r in (graph.defs.resources or {}).values() if isinstance(r, SparkResource)), None
+    )
+    if spark is None or running_session() is not None:
+        return False
+    spark.spark_session  # noqa: B018 - creates the session on first access
+    return True
+
+
+def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch) -> list[Outcome]:
+    tags = {REASON_TAG: json.dumps(sorted({i.reason for i in batch.items}))}
+    kwargs: dict[str, Any] = {}
+    if batch.partition_range is not None:
+        tags[ASSET_PARTITION_RANGE_START_TAG] = batch.partition_range[0]
+        tags[ASSET_PARTITION_RANGE_END_TAG] = batch.partition_range[1]
+    elif batch.partition_key is not None:
+        kwargs["partition_key"] = batch.partition_key
+    started = time.perf_counter()
+    error: str | None = None
+    try:
+        result = job.execute_in_process(
+            instance=instance,
+            asset_selection=[graph.assets[a].key for a in batch.assets],
+            tags=tags,
+            raise_on_error=False,
+            **kwargs,
+        )
+        run_id: str | None = result.run_id
+        ok = result.success
+        if not ok:
+            failures = result.get_step_failure_events()
+            error = failures[0].step_failure_data.error.message.strip() if failures else "failed"
+            error = error.splitlines()[-1][:300] if error else "failed"
+    except Exception as exc:  # a run that could not even start: report, go on with the rest
+        run_id, ok, error = None, False, f"{type(exc).__name__}: {exc}"[:300]
+    elapsed_ms = int((time.perf_counter() - started) * 1000)
+    step_ms = _step_ms(instance, run_id) if run_id else {}
+    rows = _rows_by_partition(graph, batch, run_id) if ok and run_id else {}
+    return [
+        Outcome(
+            ok=ok,
+            asset=item.asset,
+            partition=item.partition,
+            reason=item.reason,
+            rows=rows.get((item.asset, item.partition)),
+            ms=step_ms.get(item.asset, elapsed_ms),
+            run_id=run_id,
+            error=error,
+        )
+        for item in batch.items
+    ]
+
+
+def _step_ms(instance: DagsterInstance, run_id: str) -> dict[str, int]:
+    result = {}
+    for stat in instance.get_run_step_stats(run_id):
+        if stat.start_time and stat.end_time:
+            result[stat.step_key] = int((stat.end_time - stat.start_time) * 1000)
+    return result
+
+
+def _rows_by_partition(graph: LakeGraph, batch: Batch, run_id: str) -> dict[tuple[str, Key], int]:
+    rows: dict[tuple[str, Key], int] = {}
+    for name in batch.assets:
+        # The run's commit is among the newest ones: concurrent runs add a few at most.
+        for info in DeltaTable(graph.assets[name].path).history(limit=64):
+            commit = info.get("partlake") or {}
+            if commit.get("run_id") == run_id:
+                for key, n in (commit.get("rows_by_partition") or {}).items():
+                    rows[(name, None if key == WHOLE_TABLE_ID else key)] = int(n)
+                break
+    return rows
+
+
+def asset_keys(names: Sequence[str]) -> list[AssetKey]:
+    return [AssetKey.from_user_string(n) for n in names]
