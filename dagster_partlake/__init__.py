@@ -8,7 +8,9 @@ from dagster_partlake.errors import (
     SchemaMismatchError,
 )
 from dagster_partlake.io_manager import DeltaPartitionIOManager, table_path
+from dagster_partlake.planner import Plan, StalePartition, plan
 from dagster_partlake.resource import SparkResource
+from dagster_partlake.sensor import build_invalidation_sensor
 
 __all__ = [
     "CommitConflictError",
@@ -16,7 +18,11 @@ __all__ = [
     "PartitionMismatchError",
     "PartlakeConfigError",
     "PartlakeError",
+    "Plan",
     "SchemaMismatchError",
     "SparkResource",
+    "StalePartition",
+    "build_invalidation_sensor",
+    "plan",
     "table_path",
 ]

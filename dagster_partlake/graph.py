@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -62,10 +62,20 @@ class LakeAsset:
 class LakeGraph:
     """The assets of a code location, with tables and partition mappings resolved."""
 
-    def __init__(self, defs: Definitions, *, root: str | None = None) -> None:
+    def __init__(
+        self,
+        defs: Definitions | None = None,
+        *,
+        root: str | None = None,
+        asset_graph: Any = None,
+        resources: Mapping[str, Any] | None = None,
+    ) -> None:
+        if defs is None and asset_graph is None:
+            raise ValueError("LakeGraph needs defs or asset_graph")
         self.defs = defs
-        self.asset_graph = defs.resolve_asset_graph()
-        self.root = os.path.abspath(root or _io_manager_root(defs) or default_root())
+        self.asset_graph = asset_graph if asset_graph is not None else defs.resolve_asset_graph()
+        resources = resources if resources is not None else (defs.resources if defs else None)
+        self.root = os.path.abspath(root or _io_manager_root(resources) or default_root())
         self.assets: dict[str, LakeAsset] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)
@@ -121,8 +131,8 @@ class LakeGraph:
         return Dependency(parent.name, up, down)
 
 
-def _io_manager_root(defs: Definitions) -> str | None:
-    for resource in (defs.resources or {}).values():
+def _io_manager_root(resources: Mapping[str, Any] | None) -> str | None:
+    for resource in (resources or {}).values():
         if isinstance(resource, DeltaPartitionIOManager):
             return resource.root or default_root()
     return None

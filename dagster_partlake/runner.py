@@ -59,6 +59,7 @@ def run_plan(
     cache = StateCache()
     outcomes: list[Outcome] = []
     failed: dict[str, set[Key]] = {}
+    assert graph.defs is not None, "partlake run needs the code location's Definitions"
     job = graph.defs.resolve_implicit_global_asset_job_def()
     partitions_defs = {name: a.partitions_def for name, a in graph.assets.items()}
     policies = {
@@ -94,9 +95,8 @@ def run_plan(
 
 
 def _start_shared_session(graph: LakeGraph) -> bool:
-    spark = next(
-        (r for r in (graph.defs.resources or {}).values() if isinstance(r, SparkResource)), None
-    )
+    resources = (graph.defs.resources if graph.defs else None) or {}
+    spark = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
     if spark is None or running_session() is not None:
         return False
     spark.spark_session  # noqa: B018 - creates the session on first access

@@ -198,7 +198,8 @@ def oracle_order(world: World) -> list[tuple[str, Key]]:
 Event = tuple[str, int, int]
 KINDS = (
     "source_edit", "source_edit", "source_delete", "write", "write_stale", "write_stale",
-    "write_stale", "write_plan_prefix", "failed_write", "code_change", "oob_edit", "oob_delete",
+    "write_stale", "write_plan_prefix", "failed_write", "code_change", "code_change", "oob_edit",
+    "oob_edit", "oob_delete",
 )  # fmt: skip
 
 

@@ -1,0 +1,250 @@
+"""`build_invalidation_sensor`: request runs for exactly the stale asset partitions.
+
+Each tick: (1) a quick check, from the cursor, whether any table got a new commit (one `stat` per
+Delta table), a folder source changed, a requested run is still pending, or a retry is due; if
+none, SkipReason at once, without planning or reading the event log. (2) Otherwise sync the
+partition state, plan, leave out partitions of runs already queued or running and partitions
+backing off after failures, and request one run per batch (`dagster_partlake.batches`): upstream
+before downstream, partitions of one asset batched as its backfill policy allows. Runs carry the
+tags `partlake/sensor`, `partlake/reasons` and `partlake/partitions`, visible in the UI.
+
+A partition whose run failed is retried after `retry_base_seconds * 2**(failures-1)` (capped at
+`retry_max_seconds`), not every tick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dagster import (
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
+
+from dagster_partlake.batches import Batch, make_batches
+from dagster_partlake.delta.state import StateCache, folder_state
+from dagster_partlake.graph import LakeGraph
+from dagster_partlake.lake import make_plan
+from dagster_partlake.planner import Key
+
+SENSOR_TAG = "partlake/sensor"
+REASONS_TAG = "partlake/reasons"
+PARTITIONS_TAG = "partlake/partitions"
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+
+# One state cache per sensor per process: the code server keeps it across ticks.
+_caches: dict[str, StateCache] = {}
+
+
+def build_invalidation_sensor(
+    name: str = "partlake_invalidation",
+    *,
+    root: str | None = None,
+    minimum_interval_seconds: int = 30,
+    retry_base_seconds: int = 60,
+    retry_max_seconds: int = 3600,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
+) -> SensorDefinition:
+    """A sensor that keeps every partitioned Delta asset of the code location fresh.
+
+    Args:
+        name: sensor name (also the value of the `partlake/sensor` run tag).
+        root: lakehouse root; default `$PARTLAKE_HOME`, else `.partlake` (as the IO manager).
+        minimum_interval_seconds: time between ticks.
+        retry_base_seconds: wait before retrying a failed partition; doubles per failure.
+        retry_max_seconds: longest wait between retries.
+        default_status: whether the sensor starts running when the code location loads.
+
+    Example:
+        .. code-block:: python
+
+            defs = Definitions(assets=[...], sensors=[build_invalidation_sensor()], ...)
+    """
+
+    @sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description="Requests runs for the asset partitions that are out of date (partlake).",
+    )
+    def _invalidation(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+        return evaluate(
+            context, name=name, root=root, retry_base_seconds=retry_base_seconds,
+            retry_max_seconds=retry_max_seconds,
+        )
+
+    return _invalidation
+
+
+def evaluate(
+    context: SensorEvaluationContext,
+    *,
+    name: str,
+    root: str | None,
+    retry_base_seconds: int,
+    retry_max_seconds: int,
+) -> SensorResult | SkipReason:
+    now = time.time()
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    graph = LakeGraph(asset_graph=context.repository_def.asset_graph, root=root, resources={})
+    versions: dict[str, int] = cursor.get("versions", {})
+    failures: dict[str, list[float]] = cursor.get("failures", {})
+    pending = cursor.get("pending", False)
+    retry_due = any(retry_at <= now for _, retry_at in failures.values())
+    if versions and not pending and not retry_due and not _moved(graph, versions):
+        return SkipReason("No new commits in any table since the last tick: nothing to plan.")
+
+    instance = context.instance
+    in_flight = instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: name}, statuses=IN_FLIGHT))
+    checked_at = cursor.get("checked_at", 0.0)
+    failed_runs = instance.get_runs(
+        filters=RunsFilter(
+            tags={SENSOR_TAG: name}, statuses=[DagsterRunStatus.FAILURE],
+            updated_after=_utc(checked_at) if checked_at else None,
+        )
+    )
+    for run in failed_runs:
+        for asset, key in _run_partitions(graph, run):
+            count = int(failures.get(_fkey(asset, key), [0, 0])[0]) + 1
+            wait = min(retry_max_seconds, retry_base_seconds * 2 ** (count - 1))
+            failures[_fkey(asset, key)] = [count, now + wait]
+
+    cache = _caches.setdefault(name, StateCache())
+    result = make_plan(graph, cache, dynamic_partitions_store=instance)
+    stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
+    failures = {k: v for k, v in failures.items() if k in stale}  # fresh again: forget
+    blocked: dict[str, set[Key]] = {}
+    for run in in_flight:
+        for asset, key in _run_partitions(graph, run):
+            blocked.setdefault(asset, set()).add(key)
+    for fkey, (_, retry_at) in failures.items():
+        if retry_at > now:
+            asset, key = _unfkey(fkey)
+            blocked.setdefault(asset, set()).add(key)
+
+    partitions_defs = {n: a.partitions_def for n, a in graph.assets.items()}
+    policies = {n: graph.asset_graph.get(a.key).backfill_policy for n, a in graph.assets.items()}
+    batches = make_batches(
+        result.plan, result.inputs.assets, partitions_defs, policies, blocked=blocked
+    )
+    new_versions = {n: s.version for n, s in result.states.items() if s is not None}
+    requests = [_request(graph, batch, name, new_versions) for batch in batches.ready]
+    new_cursor = json.dumps(
+        {
+            "versions": new_versions,
+            "failures": failures,
+            "pending": bool(requests or in_flight or batches.deferred),
+            "checked_at": now,
+        }
+    )
+    if not requests:
+        waiting = len(result.plan.items)
+        reason = (
+            f"{waiting} stale asset partition(s) wait for running or backing-off runs."
+            if waiting
+            else "Everything is fresh."
+        )
+        return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
+    return SensorResult(run_requests=requests, cursor=new_cursor)
+
+
+def _moved(graph: LakeGraph, versions: Mapping[str, int]) -> bool:
+    for name, asset in graph.assets.items():
+        if asset.is_folder:
+            state = folder_state(asset.path, [c.column for c in asset.columns])
+            if (state.version if state else None) != versions.get(name):
+                return True
+            continue
+        version = versions.get(name)
+        if version is None:
+            if os.path.isdir(os.path.join(asset.path, "_delta_log")):
+                return True
+        elif os.path.exists(os.path.join(asset.path, "_delta_log", f"{version + 1:020d}.json")):
+            return True
+    return False
+
+
+def _request(graph: LakeGraph, batch: Batch, name: str, versions: Mapping[str, int]) -> RunRequest:
+    reasons = sorted({i.reason for i in batch.items})
+    shown = [k for k in batch.keys if k is not None]
+    tags = {
+        SENSOR_TAG: name,
+        REASONS_TAG: ", ".join(reasons),
+        PARTITIONS_TAG: ", ".join(shown[:10]) + (f" (+{len(shown) - 10})" if len(shown) > 10 else ""),
+    }
+    kwargs: dict[str, Any] = {}
+    if batch.partition_range is not None:
+        tags[ASSET_PARTITION_RANGE_START_TAG] = batch.partition_range[0]
+        tags[ASSET_PARTITION_RANGE_END_TAG] = batch.partition_range[1]
+    elif batch.partition_key is not None:
+        kwargs["partition_key"] = batch.partition_key
+    # Same batch against the same table versions = same request; new commits give a new key.
+    digest = hashlib.sha1(
+        json.dumps([batch.assets, batch.keys, sorted(versions.items())], default=str).encode()
+    ).hexdigest()[:16]
+    return RunRequest(
+        run_key=f"{name}:{digest}",
+        asset_selection=[graph.assets[a].key for a in batch.assets],
+        tags=tags,
+        **kwargs,
+    )
+
+
+def _run_partitions(graph: LakeGraph, run: Any) -> list[tuple[str, Key]]:
+    """(asset, partition key) pairs a run targets, from its asset selection and tags."""
+    from dagster import PartitionKeyRange
+
+    pairs: list[tuple[str, Key]] = []
+    tags = run.tags or {}
+    for asset_key in run.asset_selection or []:
+        asset = graph.assets.get(asset_key.to_user_string())
+        if asset is None:
+            continue
+        keys: Sequence[Key] = [None]
+        if PARTITION_NAME_TAG in tags:
+            keys = [tags[PARTITION_NAME_TAG]]
+        elif ASSET_PARTITION_RANGE_START_TAG in tags and asset.partitions_def is not None:
+            keys = asset.partitions_def.get_partition_keys_in_range(
+                PartitionKeyRange(
+                    tags[ASSET_PARTITION_RANGE_START_TAG], tags[ASSET_PARTITION_RANGE_END_TAG]
+                )
+            )
+        pairs.extend((asset.name, k) for k in keys)
+    return pairs
+
+
+def _fkey(asset: str, key: Key) -> str:
+    return json.dumps([asset, key])
+
+
+def _unfkey(value: str) -> tuple[str, Key]:
+    asset, key = json.loads(value)
+    return asset, key
+
+
+def _utc(timestamp: float) -> Any:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)

@@ -1,0 +1,189 @@
+"""Deep invalidation end to end on the example: storage change -> plan -> sensor -> runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dagster import SensorResult, SkipReason, build_sensor_context
+
+from dagster_partlake.delta.state import StateCache
+from dagster_partlake.graph import LakeGraph
+from dagster_partlake.lake import make_plan
+from dagster_partlake.runner import run_plan
+from dagster_partlake.sensor import SENSOR_TAG, build_invalidation_sensor
+from tests.conftest import REPO_ROOT, subprocess_env
+
+pytestmark = pytest.mark.spark
+
+EXPECTED = {
+    ("clean_events", "2024-01-02|eu"),
+    ("daily_region_stats", "2024-01-02|eu"),
+    ("monthly_region_stats", "2024-01|eu"),
+}
+
+
+@pytest.fixture
+def example(spark, lake: Path, instance, monkeypatch):
+    """The example code location over a fresh lake, fully materialized."""
+    monkeypatch.setenv("PARTLAKE_HOME", str(lake))
+    from definitions import defs
+    from definitions.ingest import write_partition
+
+    for date in ["2024-01-01", "2024-01-02"]:
+        for region in ["eu", "us"]:
+            write_partition(dt.date.fromisoformat(date), region, 200, root=str(lake))
+    graph = LakeGraph(defs)
+    outcomes = run_plan(graph, instance)
+    assert outcomes and all(o.ok for o in outcomes)
+    assert not make_plan(graph, StateCache()).plan
+    return defs, graph
+
+
+def tick(defs, instance, sensor, cursor):
+    context = build_sensor_context(
+        instance=instance, repository_def=defs.get_repository_def(), cursor=cursor
+    )
+    result = sensor(context)
+    if isinstance(result, SkipReason):
+        return [], cursor, result.skip_message
+    assert isinstance(result, SensorResult)
+    skip = result.skip_reason.skip_message if result.skip_reason else None
+    return list(result.run_requests or []), result.cursor, skip
+
+
+def execute(defs, instance, request) -> None:
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(
+        instance=instance, asset_selection=request.asset_selection,
+        partition_key=request.partition_key, tags=request.tags,
+    )
+    assert result.success
+
+
+def requested(request) -> set[tuple[str, str]]:
+    keys = [request.partition_key] if request.partition_key else request.tags["partlake/partitions"].split(", ")
+    return {(a.to_user_string(), k) for a in request.asset_selection for k in keys}
+
+
+def test_source_rewrite_invalidates_exactly_its_downstream_closure(example, lake, instance) -> None:
+    defs, graph = example
+    from definitions.ingest import write_partition
+
+    sensor = build_invalidation_sensor("inv", minimum_interval_seconds=1)
+    requests, cursor, skip = tick(defs, instance, sensor, None)
+    assert requests == [] and skip == "Everything is fresh."
+    requests, cursor, skip = tick(defs, instance, sensor, cursor)
+    assert requests == [] and skip.startswith("No new commits")
+
+    write_partition(dt.date(2024, 1, 2), "eu", 200, seed=1, root=str(lake))
+    plan = make_plan(graph, StateCache()).plan
+    assert {(i.asset, i.partition) for i in plan.items} == EXPECTED
+    assert {i.reason for i in plan.items} == {"upstream_changed"}
+    assert dict((i.asset, i.because) for i in plan.items)["clean_events"] == (
+        "raw_events[2024-01-02|eu]",
+    )
+
+    seen: set[tuple[str, str]] = set()
+    for _ in range(5):
+        requests, cursor, skip = tick(defs, instance, sensor, cursor)
+        if not requests:
+            break
+        for request in requests:
+            assert request.tags[SENSOR_TAG] == "inv"
+            assert request.tags["partlake/reasons"] == "upstream_changed"
+            batch = requested(request)
+            assert not batch & seen, "a partition was requested twice"
+            seen |= batch
+            execute(defs, instance, request)
+    assert seen == EXPECTED
+    assert skip == "Everything is fresh."
+    requests, cursor, skip = tick(defs, instance, sensor, cursor)
+    assert requests == [] and skip.startswith("No new commits")
+
+
+def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake, instance) -> None:
+    defs, graph = example
+    from definitions.ingest import write_partition
+
+    patient = build_invalidation_sensor("inv", retry_base_seconds=3600)
+    _, cursor, _ = tick(defs, instance, patient, None)
+    write_partition(dt.date(2024, 1, 1), "us", 200, seed=2, root=str(lake))
+    requests, cursor, _ = tick(defs, instance, patient, cursor)
+    assert len(requests) == 1 and requests[0].partition_key == "2024-01-01|us"
+
+    # The requested run is queued: the next tick must not request it again.
+    job = defs.resolve_implicit_global_asset_job_def()
+    run = instance.create_run_for_job(
+        job_def=job, tags={**requests[0].tags, "dagster/partition": "2024-01-01|us"},
+        asset_selection=frozenset(requests[0].asset_selection),
+    )
+    again, cursor, skip = tick(defs, instance, patient, cursor)
+    assert again == [] and "wait for running or backing-off runs" in skip
+
+    # It fails: backing off for an hour, no request on the next ticks.
+    instance.report_run_failed(run)
+    before_failure = cursor
+    again, cursor, skip = tick(defs, instance, patient, before_failure)
+    assert again == [] and "backing-off" in skip
+    assert json.loads(cursor)["failures"] == {
+        json.dumps([asset, "2024-01-01|us"]): [1, pytest.approx(json.loads(cursor)["checked_at"] + 3600)]
+        for asset in ["clean_events", "daily_region_stats"]
+    }
+    again, cursor, skip = tick(defs, instance, patient, cursor)
+    assert again == []
+
+    # The same failure seen by a sensor without backoff: requested again at once.
+    eager = build_invalidation_sensor("inv", retry_base_seconds=0)
+    again, _, _ = tick(defs, instance, eager, before_failure)
+    assert [r.partition_key for r in again] == ["2024-01-01|us"]
+
+
+def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path) -> None:
+    from definitions.ingest import write_partition
+
+    write_partition(dt.date(2024, 1, 2), "eu", 150, seed=3, root=str(lake))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").touch()
+    env = subprocess_env(PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    partlake = [sys.executable, "-m", "dagster_partlake.cli"]
+    plan = subprocess.run([*partlake, "plan", "-m", "definitions", "--json"], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert json.loads(plan.stdout) == [
+        {"asset": "clean_events", "partition": "2024-01-02|eu", "reason": "upstream_changed",
+         "because": ["raw_events[2024-01-02|eu]"]},
+        {"asset": "daily_region_stats", "partition": "2024-01-02|eu",
+         "reason": "upstream_changed", "because": ["clean_events[2024-01-02|eu]"]},
+        {"asset": "monthly_region_stats", "partition": "2024-01|eu",
+         "reason": "upstream_changed", "because": ["daily_region_stats[2024-01-02|eu]"]},
+    ]
+    text = subprocess.run([*partlake, "plan", "-m", "definitions", "--select", "clean_events"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert "clean_events: 1 stale (upstream_changed 1)" in text.stdout
+    assert "monthly_region_stats" not in text.stdout
+
+    first = subprocess.run([*partlake, "run", "-m", "definitions"], cwd=REPO_ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    lines = [l for l in first.stdout.splitlines() if l.startswith("[")]
+    assert len(lines) == 3
+    assert lines[0].startswith("[OK] clean_events 2024-01-02|eu (upstream_changed, ")
+    assert " rows, " in lines[0] and lines[0].endswith(" ms)")
+
+    # Nothing changed: the second run must not start Spark at all (Java is made unreachable).
+    no_java = {**env, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": str(Path(sys.executable).parent)}
+    second = subprocess.run([*partlake, "run", "-m", "definitions"], cwd=REPO_ROOT, env=no_java,
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.strip() == "Everything is fresh: nothing to run."
+
+    bad = subprocess.run([*partlake, "plan", "-m", "definitions", "--select", "nope"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1].startswith("Error: unknown asset(s) nope; the code")
