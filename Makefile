@@ -33,6 +33,15 @@ demo: check-java install
 	@echo "== 3/3 monthly_region_stats for 2024-01 (reads the month's daily partitions)"
 	$(BIN)/dagster asset materialize -m definitions --select monthly_region_stats --partition-range '2024-01|eu...2024-01|apac'
 	@$(BIN)/python -m definitions.summary
+	@echo
+	@echo "== Refresh: an upstream system rewrites raw_events 2024-01-02|eu (python -m definitions.ingest)"
+	$(BIN)/python -m definitions.ingest --date 2024-01-02 --region eu --rows $(DEMO_ROWS) --seed 1
+	@echo "== partlake plan: what is out of date now, and why"
+	$(BIN)/partlake plan -m definitions
+	@echo "== partlake run: recompute exactly those partitions (runs are recorded in the Dagster instance)"
+	$(BIN)/partlake run -m definitions
+	@echo "== partlake run again: nothing changed, nothing runs"
+	$(BIN)/partlake run -m definitions
 
 dev: install
 	@mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml

@@ -11,6 +11,7 @@ from dagster_partlake.io_manager import DeltaPartitionIOManager, table_path
 from dagster_partlake.planner import Plan, StalePartition, plan
 from dagster_partlake.resource import SparkResource
 from dagster_partlake.sensor import build_invalidation_sensor
+from dagster_partlake.sources import partlake_source
 
 __all__ = [
     "CommitConflictError",
@@ -23,6 +24,7 @@ __all__ = [
     "SparkResource",
     "StalePartition",
     "build_invalidation_sensor",
+    "partlake_source",
     "plan",
     "table_path",
 ]

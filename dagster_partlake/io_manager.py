@@ -173,8 +173,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         upstream_metadata = (
             context.upstream_output.definition_metadata if context.upstream_output else {}
         )
-        snapshot = open_table(self.table_root(asset_key), table_name=asset_name)
         columns = dimension_columns(partitions_def, upstream_metadata, asset_name=asset_name)
+        if upstream_metadata.get("partlake/format") == "folder":
+            return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
+        snapshot = open_table(self.table_root(asset_key), table_name=asset_name)
         selection = selection_for_keys(
             columns, keys, snapshot.column_types, asset_name=asset_name
         )
@@ -201,6 +203,56 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # Dagster 1.13 cannot attach input metadata to several partitions at once.
             context.log.info(f"read {asset_name}: {json.dumps(summary)}")
         return result.df
+
+    def _load_folder(
+        self, context: InputContext, asset_name: str, columns: list[Any], keys: list[str],
+        metadata: Any,
+    ) -> Any:
+        path = metadata.get("partlake/path")
+        base = os.path.abspath(self.root or default_root())
+        root = os.path.join(base, str(path)) if path else self.table_root(context.asset_key)
+        # Folder partition values are strings: time windows match their keys.
+        types = {c.column: "string" for c in columns}
+        selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
+        dirs, chosen = _folder_partitions(root, columns, selection)
+        spark = self.spark.spark_session
+        if not dirs:
+            raise PartlakeError(
+                f"source folder {root} has no files for the partitions read by this run "
+                f"({', '.join(keys[:5])}); write them first."
+            )
+        codec = KeyCodec(columns, types)
+        step = context.step_context
+        _consumed.setdefault((step.run_id, step.step.key), {})[asset_name] = {
+            "version": -1,
+            "partitions": {
+                codec.key(list(values)) or WHOLE_TABLE_ID: updated for values, updated in chosen.items()
+            },
+        }
+        df = spark.read.option("basePath", "file://" + root).parquet(*("file://" + d for d in dirs))
+        for c in columns:  # folder names are text; keep them as strings, like the keys
+            df = df.withColumn(c.column, df[c.column].cast("string"))
+        return df
+
+
+def _folder_partitions(
+    root: str, columns: list[Any], selection: Any
+) -> tuple[list[str], dict[tuple[str | None, ...], int]]:
+    from dagster_partlake.delta.state import folder_state
+
+    state = folder_state(root, [c.column for c in columns])
+    if state is None:
+        raise PartlakeError(f"source folder {root} does not exist; write the source data first.")
+    chosen = {
+        values: updated
+        for values, updated in state.last_updated.items()
+        if selection.contains(dict(zip(state.partition_by, values, strict=True)))
+    }
+    dirs = [
+        os.path.join(root, *(f"{c}={v}" for c, v in zip(state.partition_by, values, strict=True)))
+        for values in chosen
+    ]
+    return dirs, chosen
 
 
 def _output_partition_keys(context: OutputContext) -> list[str]:

@@ -3,7 +3,6 @@
 
 from dagster import (
     AssetIn,
-    AssetSpec,
     BackfillPolicy,
     DimensionPartitionMapping,
     IdentityPartitionMapping,
@@ -14,9 +13,10 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dagster_partlake.sources import partlake_source
 from definitions.partitions import daily_region, monthly_region
 
-raw_events = AssetSpec(
+raw_events = partlake_source(
     "raw_events",
     partitions_def=daily_region,
     group_name="lakehouse",

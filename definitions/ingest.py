@@ -113,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"--region {region!r} is not one of {', '.join(REGIONS)}")
     if args.rows < 0:
         parser.error("--rows must be 0 or more")
+    if not 0 <= args.seed < 9_000:
+        parser.error("--seed must be between 0 and 8999 (it offsets the event ids)")
     for raw_date in args.date:
         for region in args.region:
             path = write_partition(dt.date.fromisoformat(raw_date), region, args.rows, args.seed)
