@@ -22,7 +22,15 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+
 from dagster_partlake.planner import Key, Plan, PlanAsset, StalePartition
+
+REASONS_TAG = "partlake/reasons"
+PARTITIONS_TAG = "partlake/partitions"
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,21 @@ class Batch:
 
     @property
     def partition_key(self) -> str | None:
+        """The run's single partition key (None for a range or an unpartitioned run)."""
         return self.keys[0] if self.partition_range is None and self.keys else None
+
+    def run_tags(self) -> dict[str, str]:
+        """Tags of the batch's run: the partition range, and why and what, for the UI."""
+        shown = [k for k in self.keys if k is not None]
+        tags = {
+            REASONS_TAG: ", ".join(sorted({i.reason for i in self.items})),
+            PARTITIONS_TAG: ", ".join(shown[:10])
+            + (f" (+{len(shown) - 10})" if len(shown) > 10 else ""),
+        }
+        if self.partition_range is not None:
+            tags[ASSET_PARTITION_RANGE_START_TAG] = self.partition_range[0]
+            tags[ASSET_PARTITION_RANGE_END_TAG] = self.partition_range[1]
+        return tags
 
 
 @dataclass(frozen=True)

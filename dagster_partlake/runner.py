@@ -9,7 +9,6 @@ deferred downstream partitions run once their upstream partitions are written. U
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,10 +17,6 @@ from typing import Any
 
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
 from dagster_partlake.batches import Batch, make_batches
 from dagster_partlake.delta.state import StateCache
@@ -31,7 +26,6 @@ from dagster_partlake.lake import make_plan
 from dagster_partlake.planner import Key
 from dagster_partlake.resource import SparkResource, running_session
 
-REASON_TAG = "partlake/reasons"
 
 
 @dataclass(frozen=True)
@@ -104,12 +98,8 @@ def _start_shared_session(graph: LakeGraph) -> bool:
 
 
 def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch) -> list[Outcome]:
-    tags = {REASON_TAG: json.dumps(sorted({i.reason for i in batch.items}))}
     kwargs: dict[str, Any] = {}
-    if batch.partition_range is not None:
-        tags[ASSET_PARTITION_RANGE_START_TAG] = batch.partition_range[0]
-        tags[ASSET_PARTITION_RANGE_END_TAG] = batch.partition_range[1]
-    elif batch.partition_key is not None:
+    if batch.partition_key is not None:
         kwargs["partition_key"] = batch.partition_key
     started = time.perf_counter()
     error: str | None = None
@@ -117,7 +107,7 @@ def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch
         result = job.execute_in_process(
             instance=instance,
             asset_selection=[graph.assets[a].key for a in batch.assets],
-            tags=tags,
+            tags=batch.run_tags(),
             raise_on_error=False,
             **kwargs,
         )
@@ -125,8 +115,7 @@ def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch
         ok = result.success
         if not ok:
             failures = result.get_step_failure_events()
-            error = failures[0].step_failure_data.error.message.strip() if failures else "failed"
-            error = error.splitlines()[-1][:300] if error else "failed"
+            error = _root_cause(failures[0].step_failure_data.error) if failures else "failed"
     except Exception as exc:  # a run that could not even start: report, go on with the rest
         run_id, ok, error = None, False, f"{type(exc).__name__}: {exc}"[:300]
     elapsed_ms = int((time.perf_counter() - started) * 1000)
@@ -145,6 +134,15 @@ def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch
         )
         for item in batch.items
     ]
+
+
+def _root_cause(error: Any) -> str:
+    # Dagster wraps the user's exception ("Error occurred while handling output ..."): show the
+    # innermost cause, which names the actual problem.
+    while error is not None and getattr(error, "cause", None) is not None:
+        error = error.cause
+    message = (getattr(error, "message", "") or "failed").strip()
+    return message.splitlines()[0][:400]
 
 
 def _step_ms(instance: DagsterInstance, run_id: str) -> dict[str, int]:

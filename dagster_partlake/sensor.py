@@ -45,8 +45,6 @@ from dagster_partlake.lake import make_plan
 from dagster_partlake.planner import Key
 
 SENSOR_TAG = "partlake/sensor"
-REASONS_TAG = "partlake/reasons"
-PARTITIONS_TAG = "partlake/partitions"
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -187,18 +185,9 @@ def _moved(graph: LakeGraph, versions: Mapping[str, int]) -> bool:
 
 
 def _request(graph: LakeGraph, batch: Batch, name: str, versions: Mapping[str, int]) -> RunRequest:
-    reasons = sorted({i.reason for i in batch.items})
-    shown = [k for k in batch.keys if k is not None]
-    tags = {
-        SENSOR_TAG: name,
-        REASONS_TAG: ", ".join(reasons),
-        PARTITIONS_TAG: ", ".join(shown[:10]) + (f" (+{len(shown) - 10})" if len(shown) > 10 else ""),
-    }
+    tags = {SENSOR_TAG: name, **batch.run_tags()}
     kwargs: dict[str, Any] = {}
-    if batch.partition_range is not None:
-        tags[ASSET_PARTITION_RANGE_START_TAG] = batch.partition_range[0]
-        tags[ASSET_PARTITION_RANGE_END_TAG] = batch.partition_range[1]
-    elif batch.partition_key is not None:
+    if batch.partition_key is not None:
         kwargs["partition_key"] = batch.partition_key
     # Same batch against the same table versions = same request; new commits give a new key.
     digest = hashlib.sha1(

@@ -1,5 +1,6 @@
 """Example code location and demo: `dagster dev` (via workspace.yaml) or `-m definitions`."""
 
+import os
 import warnings
 
 from dagster import BetaWarning, Definitions, in_process_executor
@@ -12,7 +13,12 @@ from definitions.assets import (  # noqa: E402
     clean_events, daily_region_stats, monthly_region_stats, raw_events
 )
 
-spark = SparkResource()
+# Local Spark by default; PARTLAKE_SPARK_REMOTE=sc://127.0.0.1:15002 (see `partlake spark start`)
+# or PARTLAKE_SPARK_MASTER=spark://127.0.0.1:7077 share one Spark between all runs.
+spark = SparkResource(
+    master=os.environ.get("PARTLAKE_SPARK_MASTER") or "local[*]",
+    remote=os.environ.get("PARTLAKE_SPARK_REMOTE") or None,
+)
 
 defs = Definitions(
     assets=[raw_events, clean_events, daily_region_stats, monthly_region_stats],

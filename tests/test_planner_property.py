@@ -299,16 +299,21 @@ def test_running_the_whole_plan_leaves_nothing_stale(case: tuple[World, list[Eve
 
 
 def test_oracle_sanity() -> None:
-    """The oracle itself: a fresh write is fresh; a source edit makes the reader stale."""
+    """The oracle itself on a hand-checked history, and the planner agreeing at each step."""
     world = World(
         {"s": Spec("s", "daily", (), True), "m": Spec("m", "monthly", ("s",), False)},
         {"s": None, "m": "v1"},
     )
     apply(world, ("source_edit", 0, 0))  # s[2024-01-30] gets data
     assert oracle(world) == {("m", "2024-01"): ("missing", ("s[2024-01-30]",))}
+    compare(plan(world.plan_input()), world)
     world.write("m", "2024-01")
     assert oracle(world) == {}
+    compare(plan(world.plan_input()), world)
     apply(world, ("source_edit", 0, 1))  # a new day of the same month
     assert oracle(world) == {("m", "2024-01"): ("upstream_changed", ("s[2024-01-31]",))}
+    compare(plan(world.plan_input()), world)
     world.code["m"] = "v2"
-    assert oracle(world)[("m", "2024-01")][0] == "code_changed"
+    apply(world, ("oob_edit", 0, 0))  # also edited out of band: code_changed comes first
+    assert oracle(world) == {("m", "2024-01"): ("code_changed", ("s[2024-01-31]",))}
+    compare(plan(world.plan_input()), world)

@@ -356,7 +356,7 @@ def _spark_write_parquet(df: DataFrame, path: str, partition_by: Sequence[str]) 
     # INT96 timestamps (Spark's default) are unreadable by delta-rs outside the nanosecond range.
     if spark.conf.get("spark.sql.parquet.outputTimestampType", None) != "TIMESTAMP_MICROS":
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    writer = df.write.mode("errorifexists").option(
+    writer = df.write.mode("error").option(
         "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"
     )
     if partition_by:

@@ -1,0 +1,128 @@
+"""The same example assets on local Spark, a Spark Connect server and a standalone cluster.
+
+Every server is started here from the pip-installed pyspark, on 127.0.0.1, and stopped by PID.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dagster_partlake.spark_server import start_standalone, status, stop
+from tests.conftest import REPO_ROOT, delta_rows, subprocess_env
+
+pytestmark = pytest.mark.cluster
+
+TABLES = ["clean_events", "daily_region_stats", "monthly_region_stats"]
+PARTLAKE = [sys.executable, "-m", "dagster_partlake.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fresh_lake(tmp_path: Path, name: str) -> tuple[Path, dict[str, str]]:
+    from definitions.ingest import write_partition
+
+    lake = tmp_path / name
+    home = lake / "dagster"
+    home.mkdir(parents=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    for day in ["2024-01-30", "2024-01-31", "2024-02-01"]:
+        for region in ["eu", "us", "apac"]:
+            write_partition(dt.date.fromisoformat(day), region, 300, root=str(lake))
+    env = subprocess_env(PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    return lake, env
+
+
+def refresh(env: dict[str, str], **extra: str) -> str:
+    proc = subprocess.run([*PARTLAKE, "run", "-m", "definitions", "--max-parallel", "2"],
+                          cwd=REPO_ROOT, env={**env, **extra}, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "0 failed" in proc.stdout
+    return proc.stdout
+
+
+def fingerprint(lake: Path) -> dict[str, dict[tuple, tuple[int, str]]]:
+    """Per table and partition: row count and a checksum of the sorted rows."""
+    result: dict[str, dict[tuple, tuple[int, str]]] = {}
+    for table in TABLES:
+        rows = delta_rows(lake / "warehouse" / table)
+        columns = ["date" if table != "monthly_region_stats" else "month", "region"]
+        from deltalake import DeltaTable
+
+        names = DeltaTable(str(lake / "warehouse" / table)).schema().to_arrow().names
+        index = [names.index(c) for c in columns]
+        parts: dict[tuple, list[tuple]] = {}
+        for row in rows:
+            parts.setdefault(tuple(row[i] for i in index), []).append(row)
+        result[table] = {
+            key: (len(rs), hashlib.sha256(repr(sorted(rs, key=repr)).encode()).hexdigest())
+            for key, rs in parts.items()
+        }
+    return result
+
+
+def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> None:
+    local_lake, local_env = fresh_lake(tmp_path, "local")
+    refresh(local_env)
+    expected = fingerprint(local_lake)
+    assert sum(n for n, _ in expected["clean_events"].values()) > 0
+    assert len(expected["monthly_region_stats"]) == 6  # Jan and Feb x 3 regions
+
+    # Spark Connect, through the documented command.
+    connect_lake, connect_env = fresh_lake(tmp_path, "connect")
+    port = free_port()
+    servers = str(tmp_path / "servers")
+    started = subprocess.run([*PARTLAKE, "spark", "start", "--port", str(port), "--master",
+                              "local[2]", "--driver-memory", "1g", "--root", servers],
+                             cwd=REPO_ROOT, env=connect_env, capture_output=True, text=True,
+                             timeout=300)
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        assert f"sc://127.0.0.1:{port}" in started.stdout
+        running = subprocess.run([*PARTLAKE, "spark", "status", "--root", servers],
+                                 cwd=REPO_ROOT, env=connect_env, capture_output=True, text=True)
+        assert running.returncode == 0 and running.stdout.startswith("running: pid ")
+        pid = status(servers).pid
+        out = refresh(connect_env, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
+        assert out.count("[OK]") == 24  # 9 clean + 9 daily + 6 monthly
+    finally:
+        stopped = subprocess.run([*PARTLAKE, "spark", "stop", "--root", servers], cwd=REPO_ROOT,
+                                 env=connect_env, capture_output=True, text=True, timeout=120)
+    assert stopped.stdout.strip() == "Spark Connect server stopped."
+    assert pid is not None and not os.path.exists(f"/proc/{pid}/status") or _zombie(pid)
+    assert fingerprint(connect_lake) == expected
+
+    # Standalone cluster: one master and two workers.
+    cluster_lake, cluster_env = fresh_lake(tmp_path, "standalone")
+    master_port = free_port()
+    cluster_root = str(tmp_path / "cluster")
+    try:
+        nodes = start_standalone(cluster_root, port=master_port, workers=2, cores=1, memory="1g")
+        assert [n.name for n in nodes] == ["master", "worker0", "worker1"]
+        refresh(cluster_env, PARTLAKE_SPARK_MASTER=f"spark://127.0.0.1:{master_port}")
+    finally:
+        for name in ["worker0", "worker1", "master"]:
+            stop(cluster_root, name)
+    for name in ["worker0", "worker1", "master"]:
+        assert not status(cluster_root, name).running
+    assert fingerprint(cluster_lake) == expected
+
+
+def _zombie(pid: int | None) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][:1] == "Z"
+    except OSError:
+        return True
