@@ -38,6 +38,7 @@ import argparse
 import cProfile
 import datetime as dt
 import errno
+import gc
 import json
 import os
 import platform
@@ -444,7 +445,8 @@ def run_child(task: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "_task", json.dumps(task)],
+            [sys.executable, os.path.abspath(__file__), "_task"],
+            input=json.dumps(task),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -515,9 +517,8 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
     cold, cold_s, cold_mem = timed(lambda: make_plan(graph, cache))
     assert not cold.plan.items, f"initial plan not empty: {len(cold.plan.items)} items"
     out.update({"cold_make_plan_s": cold_s, "cold_memory": cold_mem})
-
-    def versions(result: Any) -> dict[str, int]:
-        return {name: s.version for name, s in result.states.items() if s is not None}
+    before = {name: s.version for name, s in cold.states.items() if s is not None}
+    del cold  # like the sensor, keep no plan between ticks (only the StateCache)
 
     def quick_check(current: dict[str, int], repeats: int = 200) -> tuple[bool, float]:
         begun = time.perf_counter()
@@ -526,13 +527,15 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
         return moved, (time.perf_counter() - begun) / repeats
 
     if scenario == "no_change":
-        runs, memory = [], {}
+        runs, memory, items = [], {}, -1
         repeats = task.get("repeats", 5) if cold_s < 5 else 3
         for _ in range(repeats):
             result, seconds, memory = timed(lambda: make_plan(graph, cache))
-            assert not result.plan.items
+            items = len(result.plan.items)
+            del result
+            assert items == 0
             runs.append(seconds)
-        moved, quick_s = quick_check(versions(result))
+        moved, quick_s = quick_check(before)
         assert not moved
         out.update(
             {
@@ -540,10 +543,22 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
                 "make_plan_median_s": round(statistics.median(runs), 4),
                 "quick_check_s": round(quick_s, 7),
                 "quick_check_moved": moved,
-                "plan_items": len(result.plan.items),
+                "plan_items": items,
                 "memory": memory,
             }
         )
+        out["peak_rss_mb"] = self_peak_mb()
+        # Extra data point: the same call with the cyclic GC off (it walks every live object).
+        gc_runs = []
+        gc.disable()
+        try:
+            for _ in range(2):
+                result, seconds, _ = timed(lambda: make_plan(graph, cache))
+                del result
+                gc_runs.append(seconds)
+        finally:
+            gc.enable()
+        out["make_plan_gc_disabled_s"] = gc_runs
         if task.get("profile"):
             out["profile"] = profiled(lambda: make_plan(graph, cache))[1]
     else:
@@ -552,7 +567,6 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
             profile_keys = [layout.old_key(1)]
         else:
             keys, profile_keys = layout.ten_percent(5), layout.ten_percent(6)
-        before = versions(cold)
         change = run_child({"kind": "mutate", "op": "change_source", "root": root, "keys": keys})
         if "error" in change:
             raise RuntimeError(f"source change failed: {change}")
@@ -575,6 +589,8 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
                 "memory": memory,
             }
         )
+        del result
+        out["peak_rss_mb"] = self_peak_mb()
         assert got == expected, f"plan differs: {len(got)} items, {len(got ^ expected)} differ"
         if task.get("profile"):
             again = run_child(
@@ -584,9 +600,42 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
                 raise RuntimeError(f"source change failed: {again}")
             profiled_result, out["profile"] = profiled(lambda: make_plan(graph, cache))
             out["profile"]["plan_items"] = len(profiled_result.plan.items)
+            del profiled_result
     if task.get("profile_cold"):
         out["profile_cold"] = profiled(lambda: make_plan(graph, StateCache()))[1]
+    if task.get("memory_profile"):
+        out["memory_profile_cold"] = memory_profile(lambda: make_plan(graph, StateCache()))
     return out
+
+
+def memory_profile(fn: Callable[[], Any], limit: int = 10) -> dict[str, Any]:
+    """Python allocations still held after `fn` (tracemalloc, by line), vs the RSS growth; the
+    difference is mostly native memory (delta-rs table state, Arrow buffers)."""
+    import tracemalloc
+
+    gc.collect()
+    rss_before = _rss()
+    tracemalloc.start()
+    value = fn()
+    snapshot = tracemalloc.take_snapshot()
+    traced, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss_growth = _rss() - rss_before
+    rows = []
+    for stat in snapshot.statistics("lineno")[:limit]:
+        frame = stat.traceback[0]
+        name = frame.filename
+        for marker in ("site-packages/", str(REPO) + "/"):
+            if marker in name:
+                name = name.split(marker, 1)[1]
+        rows.append(f"{name}:{frame.lineno} {_mb(stat.size)} MB in {stat.count} blocks")
+    del value
+    return {
+        "python_traced_mb": _mb(traced),
+        "rss_growth_mb": _mb(rss_growth),
+        "native_or_untraced_mb": _mb(rss_growth - traced),
+        "top_lines": rows,
+    }
 
 
 def _sensor_ticks(defs: Any, root: str, task: dict[str, Any]) -> dict[str, Any]:
@@ -846,9 +895,12 @@ def task_main(raw: str) -> None:
         result = TASKS[task["kind"]](task)
     except BaseException as error:  # report, then fail
         result = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
-    result["peak_rss_mb"] = self_peak_mb()
+    result.setdefault("peak_rss_mb", self_peak_mb())  # partlake tasks set it before profiling
+    result["peak_rss_at_exit_mb"] = self_peak_mb()
     result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
-    result["peak_rss_method"] = "resource.getrusage(RUSAGE_SELF).ru_maxrss of this task's process"
+    result["peak_rss_method"] = (
+        "resource.getrusage(RUSAGE_SELF).ru_maxrss of this task's process (before profiling)"
+    )
     sys.stdout.write(RESULT_MARK + json.dumps(result, default=str) + "\n")
     sys.stdout.flush()
 
@@ -893,7 +945,8 @@ def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             return entry
 
         partlake: dict[str, Any] = {}
-        for scenario in ("no_change", "sensor_tick", "one_old_change", "ten_percent"):
+        scenarios = () if args.skip_partlake else ("no_change", "sensor_tick", "one_old_change", "ten_percent")
+        for scenario in scenarios:
             if scenario == "ten_percent":  # make the one-old-change partitions fresh again
                 changed = [layout.old_key(0)] + ([layout.old_key(1)] if profile else [])
                 partlake["repair_after_one_old_change"] = run_child(
@@ -908,6 +961,7 @@ def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                     "scenario": scenario,
                     "profile": profile,
                     "profile_cold": profile and scenario == "no_change",
+                    "memory_profile": profile and scenario == "no_change",
                     "repeats": args.repeats,
                 }
             )
@@ -1071,7 +1125,7 @@ def print_summary(result: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_task"]:
-        task_main(argv[1])
+        task_main(sys.stdin.read())
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="partitions per asset")
@@ -1092,6 +1146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dagster-timeout", type=float, default=1800.0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-dagster", action="store_true")
+    parser.add_argument("--skip-partlake", action="store_true")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the scratch lakes")
     args = parser.parse_args(argv)
@@ -1119,8 +1174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "method": {
             "process_per_case": "every (N, scenario, tool) runs in a fresh subprocess",
-            "peak_rss_mb": "resource.getrusage(RUSAGE_SELF).ru_maxrss of that subprocess "
-            "(imports + cold sync + the scenario; source commits run in a grandchild, not counted)",
+            "peak_rss_mb": "resource.getrusage(RUSAGE_SELF).ru_maxrss of that subprocess, read "
+            "before any profiling (imports + cold sync + the scenario; source commits run in a "
+            "grandchild process and are not counted); peak_rss_at_exit_mb includes profiling",
             "rss_peak_during_mb": "psutil RSS sampled every 5 ms by a thread during the timed call",
             "timing": "time.perf_counter around make_plan / the sensor call / "
             "evaluate_automation_conditions; no_change = median of repeats",

@@ -28,7 +28,9 @@ are stale themselves (they will have data after the plan runs). For a managed as
   `out_of_band`: the partition's lastUpdated differs from what the write gave it (someone else
   wrote or deleted it);
   `upstream_changed`: a mapped upstream partition is stale, or its lastUpdated differs from the
-  one recorded as read (including appearing or disappearing). because = those partitions.
+  one recorded as read (including appearing or disappearing).
+  For all three reasons, because = those changed upstream partitions (so a `code_changed`
+  partition whose inputs also changed lists them; with unchanged inputs it is empty).
 Sources (assets written by other systems) are never stale; their states feed their dependents.
 Nothing fresh is ever listed.
 """

@@ -1,12 +1,18 @@
-"""The example lakehouse: raw_events (source) -> clean_events -> daily_region_stats -> monthly."""
+"""The example lakehouse: raw_events (source) -> clean_events -> daily_region_stats -> monthly.
 
+`build_lakehouse` makes the chain for any daily x region / monthly x region partitions (the
+benchmarks use more regions); the module-level assets are the example's.
+"""
 
 from dagster import (
     AssetIn,
+    AssetsDefinition,
     BackfillPolicy,
     DimensionPartitionMapping,
     IdentityPartitionMapping,
     MultiPartitionMapping,
+    MultiPartitionsDefinition,
+    SourceAsset,
     TimeWindowPartitionMapping,
     asset,
 )
@@ -16,21 +22,8 @@ from pyspark.sql import functions as F
 from dagster_partlake.sources import partlake_source
 from definitions.partitions import daily_region, monthly_region
 
-raw_events = partlake_source(
-    "raw_events",
-    partitions_def=daily_region,
-    group_name="lakehouse",
-    description="Source events, written by an upstream system (python -m definitions.ingest).",
-)
 
-
-@asset(
-    partitions_def=daily_region,
-    backfill_policy=BackfillPolicy.single_run(),
-    code_version="1",
-    group_name="lakehouse",
-)
-def clean_events(raw_events: DataFrame) -> DataFrame:
+def clean(raw_events: DataFrame) -> DataFrame:
     """raw_events without rows lacking a user, one row per event_id, non-negative amounts."""
     return (
         raw_events.where(F.col("user_id").isNotNull())
@@ -40,13 +33,7 @@ def clean_events(raw_events: DataFrame) -> DataFrame:
     )
 
 
-@asset(
-    partitions_def=daily_region,
-    backfill_policy=BackfillPolicy.single_run(),
-    code_version="1",
-    group_name="lakehouse",
-)
-def daily_region_stats(clean_events: DataFrame) -> DataFrame:
+def daily_stats(clean_events: DataFrame) -> DataFrame:
     """Per day and region: events, distinct users, purchases and revenue."""
     return clean_events.groupBy("date", "region").agg(
         F.count(F.lit(1)).alias("events"),
@@ -56,24 +43,7 @@ def daily_region_stats(clean_events: DataFrame) -> DataFrame:
     )
 
 
-@asset(
-    partitions_def=monthly_region,
-    backfill_policy=BackfillPolicy.single_run(),
-    code_version="1",
-    group_name="lakehouse",
-    ins={
-        "daily_region_stats": AssetIn(
-            partition_mapping=MultiPartitionMapping(
-                {
-                    "date": DimensionPartitionMapping("month", TimeWindowPartitionMapping()),
-                    "region": DimensionPartitionMapping("region", IdentityPartitionMapping()),
-                }
-            )
-        )
-    },
-    metadata={"partition_expr": {"month": "month", "region": "region"}},
-)
-def monthly_region_stats(daily_region_stats: DataFrame) -> DataFrame:
+def monthly_stats(daily_region_stats: DataFrame) -> DataFrame:
     """Per month (its first day) and region: totals over the month's daily partitions."""
     return daily_region_stats.groupBy(
         F.trunc("date", "month").alias("month"), F.col("region")
@@ -83,3 +53,53 @@ def monthly_region_stats(daily_region_stats: DataFrame) -> DataFrame:
         F.sum("revenue").alias("revenue"),
         F.count(F.lit(1)).alias("days"),
     )
+
+
+def build_lakehouse(
+    daily: MultiPartitionsDefinition, monthly: MultiPartitionsDefinition
+) -> list[SourceAsset | AssetsDefinition]:
+    """The source and the three managed assets over the given partitions."""
+    raw_events = partlake_source(
+        "raw_events",
+        partitions_def=daily,
+        group_name="lakehouse",
+        description="Source events, written by an upstream system (python -m definitions.ingest).",
+    )
+    common = {"backfill_policy": BackfillPolicy.single_run(), "code_version": "1",
+              "group_name": "lakehouse"}
+
+    @asset(partitions_def=daily, **common)
+    def clean_events(raw_events: DataFrame) -> DataFrame:
+        """raw_events without rows lacking a user, one row per event_id, non-negative amounts."""
+        return clean(raw_events)
+
+    @asset(partitions_def=daily, **common)
+    def daily_region_stats(clean_events: DataFrame) -> DataFrame:
+        """Per day and region: events, distinct users, purchases and revenue."""
+        return daily_stats(clean_events)
+
+    @asset(
+        partitions_def=monthly,
+        ins={
+            "daily_region_stats": AssetIn(
+                partition_mapping=MultiPartitionMapping(
+                    {
+                        "date": DimensionPartitionMapping("month", TimeWindowPartitionMapping()),
+                        "region": DimensionPartitionMapping("region", IdentityPartitionMapping()),
+                    }
+                )
+            )
+        },
+        metadata={"partition_expr": {"month": "month", "region": "region"}},
+        **common,
+    )
+    def monthly_region_stats(daily_region_stats: DataFrame) -> DataFrame:
+        """Per month (its first day) and region: totals over the month's daily partitions."""
+        return monthly_stats(daily_region_stats)
+
+    return [raw_events, clean_events, daily_region_stats, monthly_region_stats]
+
+
+raw_events, clean_events, daily_region_stats, monthly_region_stats = build_lakehouse(
+    daily_region, monthly_region
+)
