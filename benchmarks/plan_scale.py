@@ -875,6 +875,12 @@ def task_dagster_eval(task: dict[str, Any]) -> dict[str, Any]:
     )
     evaluate("ten_percent", ten)
     out["ten_percent"]["changed_source_partitions"] = len(ten)
+    # The same kind of change reported as an AssetObservation of src (another old partition).
+    from dagster import AssetObservation
+
+    observed = [layout.old_key(1)]
+    instance.report_runless_asset_event(AssetObservation(AssetKey("src"), partition=observed[0]))
+    evaluate("one_old_change_as_observation", observed)
     instance.dispose()
     shutil.rmtree(task["copy_dir"], ignore_errors=True)
     return out
@@ -916,15 +922,11 @@ def log(message: str) -> None:
 
 
 @contextmanager
-def workdir(base: str, n: int, keep: bool) -> Iterator[str]:
+def workdir(base: str, n: int) -> Iterator[str]:
     path = os.path.join(base, f"n{n}")
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
-    try:
-        yield path
-    finally:
-        if not keep:
-            shutil.rmtree(path, ignore_errors=True)
+    yield path
 
 
 def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -937,7 +939,7 @@ def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         "notes": [],
     }
     profile = not args.no_profile
-    with workdir(args.work, n, args.keep) as root:
+    with workdir(args.work, n) as root:
         log(f"N={n}: building the lake in {root}")
         entry["build"] = run_child({"kind": "build", "n": n, "root": root})
         if "error" in entry["build"]:
@@ -975,7 +977,62 @@ def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         else:
             entry["dagster"] = measure_dagster(n, root, args, entry["notes"])
     entry["targets"] = targets(n, entry)
+    entry["notes"].extend(auto_notes(n, entry))
     return entry
+
+
+def auto_notes(n: int, entry: dict[str, Any]) -> list[str]:
+    notes = []
+    p = entry.get("partlake", {})
+    if p.get("no_change_s") is not None:
+        notes.append(
+            f"partlake: a no-change sensor tick skips after one stat per table "
+            f"({p.get('sensor_skip_tick_s')} s for the whole sensor call); make_plan itself, "
+            f"called with a warm cache and nothing changed, still takes {p['no_change_s']} s "
+            "because gather_plan_input rebuilds every PartitionState/Record and plan() judges "
+            "every partition (the StateCache only saves the Delta log reads)."
+        )
+    detail = entry.get("partlake_detail", {})
+    gc_off = detail.get("no_change", {}).get("make_plan_gc_disabled_s")
+    if gc_off:
+        notes.append(f"partlake: the no-change make_plan with gc disabled took {gc_off} s.")
+    for scenario in ("one_old_change", "ten_percent"):
+        d = detail.get(scenario, {})
+        if "items_match_expected" in d:
+            notes.append(
+                f"partlake {scenario}: {d['plan_items']} plan items, exactly the expected "
+                f"{d['expected_items']} (a1..a3 x changed keys): {d['items_match_expected']}."
+            )
+    d = entry.get("dagster", {})
+    for condition in CONDITIONS:
+        c = d.get(condition, {})
+        if "one_old_change" not in c:
+            continue
+        old = c["one_old_change"]
+        ten = c["ten_percent"]
+        notes.append(
+            f"Dagster {condition}: one old src partition changed -> requested "
+            f"{old['requested']} (changed key requested: {old['requested_changed_key']}); 10% "
+            f"({ten['changed_source_partitions']}) changed -> requested {ten['requested']}; "
+            f"no-change evaluation {c['no_change']['seconds']} s."
+        )
+        obs = c.get("one_old_change_as_observation")
+        if obs is not None:
+            notes.append(
+                f"Dagster {condition}: the change reported as an AssetObservation of src (an "
+                f"AssetSpec, not observable) -> requested {obs['requested']}."
+            )
+    loads = [
+        v.get("load_average_1m_at_end")
+        for v in list(detail.values()) + [d.get(c, {}) for c in CONDITIONS]
+        if isinstance(v, dict) and v.get("load_average_1m_at_end") is not None
+    ]
+    if loads and max(loads) > (os.cpu_count() or 1) * 0.75:
+        notes.append(
+            f"other processes shared the machine (1-min load average up to {max(loads)} on "
+            f"{os.cpu_count()} cores at the end of the measuring processes): timings are noisy."
+        )
+    return notes
 
 
 def summarize_partlake(detail: dict[str, Any]) -> dict[str, Any]:
@@ -1204,6 +1261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["total_wall_s"] = round(time.perf_counter() - started, 1)
         out_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
         log(f"N={n}: done in {entry['wall_s']} s")
+        if not args.keep:  # 4N files and ~4N folders: removing them takes a while at 100k
+            begun = time.perf_counter()
+            shutil.rmtree(os.path.join(args.work, f"n{n}"), ignore_errors=True)
+            entry["scratch_cleanup_s"] = round(time.perf_counter() - begun, 1)
+            result["total_wall_s"] = round(time.perf_counter() - started, 1)
+            out_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print_summary(result)
     print(json.dumps(result, indent=2, default=str))
     return 0

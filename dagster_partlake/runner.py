@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster import AssetKey, DagsterInstance
-from deltalake import DeltaTable
 
 from dagster_partlake.batches import Batch, make_batches
 from dagster_partlake.delta.state import StateCache
+from dagster_partlake.delta.table import commit_info, log_versions
 from dagster_partlake.io_manager import WHOLE_TABLE_ID
 from dagster_partlake.graph import LakeGraph
 from dagster_partlake.lake import make_plan
@@ -157,8 +157,9 @@ def _rows_by_partition(graph: LakeGraph, batch: Batch, run_id: str) -> dict[tupl
     rows: dict[tuple[str, Key], int] = {}
     for name in batch.assets:
         # The run's commit is among the newest ones: concurrent runs add a few at most.
-        for info in DeltaTable(graph.assets[name].path).history(limit=64):
-            commit = info.get("partlake") or {}
+        path = graph.assets[name].path
+        for version in reversed(log_versions(path)[-64:]):
+            commit = commit_info(path, version).get("partlake") or {}
             if commit.get("run_id") == run_id:
                 for key, n in (commit.get("rows_by_partition") or {}).items():
                     rows[(name, None if key == WHOLE_TABLE_ID else key)] = int(n)

@@ -111,3 +111,19 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
             proc.wait(timeout=10)
         log.close()
     assert proc.returncode is not None
+
+
+def test_demo_instance_limits_concurrent_sensor_runs(tmp_path: Path) -> None:
+    import shutil
+
+    from dagster._core.run_coordinator import QueuedRunCoordinator
+
+    shutil.copy(REPO_ROOT / "scripts" / "dagster.yaml", tmp_path / "dagster.yaml")
+    instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(tmp_path)))
+    coordinator = instance.run_coordinator
+    assert isinstance(coordinator, QueuedRunCoordinator)
+    config = instance.get_concurrency_config().run_queue_config
+    assert config.max_concurrent_runs == 4
+    assert [dict(limit) for limit in config.tag_concurrency_limits] == [
+        {"key": "partlake/sensor", "limit": 2}
+    ]

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from dagster_partlake.delta.schema import delta_types
-from dagster_partlake.delta.table import arrow_schema, table_exists
+from dagster_partlake.delta.table import arrow_schema, commit_info, log_versions, table_exists
 
 Values = tuple[str | None, ...]
 
@@ -108,7 +108,7 @@ def _read_state(
             last_updated = {(): int(pc.max(actions.column("modification_time")).as_py())}
     commits: tuple[dict[str, Any], ...] = ()
     if with_commits:
-        commits = _partlake_commits(table, version, previous)
+        commits = _partlake_commits(root, version, previous)
     by_time = {c.get("commit_time_ms"): c["version"] for c in commits}
     touched_in = {v: by_time[t] for v, t in last_updated.items() if t in by_time}
     return TableState(
@@ -123,19 +123,18 @@ def _read_state(
 
 
 def _partlake_commits(
-    table: DeltaTable, version: int, previous: TableState | None
+    root: str, version: int, previous: TableState | None
 ) -> tuple[dict[str, Any], ...]:
     known = previous.commits if previous is not None else ()
     since = previous.version if previous is not None else -1
     new = []
-    # history() reads commit infos newest first; only the versions after the cached one.
-    for info in table.history(limit=version - since):
-        if int(info.get("version", -1)) <= since:
-            continue
-        entry = info.get("partlake")
-        if isinstance(entry, dict):
-            new.append({**entry, "version": int(info["version"])})
-    new.sort(key=lambda c: c["version"])
+    # Only the commits after the cached version, read from their JSON files (exact versions;
+    # commits older than the log retention are gone, and so are their records).
+    for v in log_versions(root):
+        if since < v <= version:
+            entry = commit_info(root, v).get("partlake")
+            if isinstance(entry, dict):
+                new.append({**entry, "version": v})
     return (*known, *new)
 
 

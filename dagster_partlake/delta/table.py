@@ -5,8 +5,10 @@ Only the log is read here (checkpoint + JSON commits), never a data file.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -62,3 +64,23 @@ def live_files(table: DeltaTable, selection: PartitionSelection) -> list[LiveFil
                 )
             )
     return files
+
+
+def log_versions(root: str) -> list[int]:
+    """Versions that have a JSON commit file in the log, ascending."""
+    log = os.path.join(root, "_delta_log")
+    try:
+        names = os.listdir(log)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+
+
+def commit_info(root: str, version: int) -> dict[str, Any]:
+    """The commitInfo action of one commit, read from its JSON file ({} if it has none)."""
+    path = os.path.join(root, "_delta_log", f"{version:020d}.json")
+    with open(path, encoding="utf-8") as log_file:
+        for line in log_file:
+            if line.startswith('{"commitInfo"'):
+                return dict(json.loads(line)["commitInfo"])
+    return {}

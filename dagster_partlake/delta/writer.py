@@ -53,7 +53,14 @@ from deltalake.transaction import (
 
 from dagster_partlake.delta.schema import merge_for_write, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.table import arrow_schema, live_files, load_table, table_exists
+from dagster_partlake.delta.table import (
+    arrow_schema,
+    commit_info,
+    live_files,
+    load_table,
+    log_versions,
+    table_exists,
+)
 from dagster_partlake.errors import CommitConflictError, PartitionMismatchError, SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -328,12 +335,12 @@ def publish_staged(staged: StagedWrite) -> None:
 
 
 def _committed_version(root: str, write_id: str) -> int:
-    # DeltaTable.version() is not advanced by create_write_transaction, and other writers may
-    # have committed right after us: find our commit by its unique id, newest first.
-    table = load_table(root)
-    for commit in table.history(limit=64):
-        if (commit.get("partlake") or {}).get("write_id") == write_id:
-            return int(commit["version"])
+    # DeltaTable.version() is not advanced by create_write_transaction, and history() numbered
+    # commits wrongly while other writers were committing (seen: -1 and duplicates). The commit
+    # file names are the truth: find ours by its unique id, newest first.
+    for version in reversed(log_versions(root)[-64:]):
+        if write_id in json.dumps(commit_info(root, version).get("partlake", {})):
+            return version
     raise CommitConflictError(
         f"commit {write_id} to {root} succeeded but is not among the 64 newest commits; "
         "more than 64 writers committed at once, which this writer does not support."
