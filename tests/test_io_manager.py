@@ -75,7 +75,7 @@ def test_unpartitioned_assets_round_trip(spark, lake: Path, instance) -> None:
     for _ in range(2):
         run([numbers, doubled], lake, instance)
     assert delta_rows(table(lake, "doubled")) == [(n * 2,) for n in range(5)]
-    assert DeltaTable(str(table(lake, "doubled"))).version() == 1
+    assert DeltaTable(str(table(lake, "doubled"))).version() == 2  # create + 2 writes
 
 
 def test_static_partitions_with_partition_expr(spark, lake: Path, instance) -> None:
@@ -143,7 +143,7 @@ def test_daily_to_monthly_mapped_read(spark, lake: Path, instance) -> None:
         (dt.date(2024, 2, 1), 10 + 11 + 20 + 21, 4),
     ]
     meta = latest_metadata(instance, "monthly_visits", "2024-02")
-    assert meta["partlake/upstream_versions"] == {"visits": 3}
+    assert meta["partlake/upstream_versions"] == {"visits": 4}
 
 
 def test_unpartitioned_downstream_reads_all_partitions(spark, lake: Path, instance) -> None:
@@ -182,7 +182,7 @@ def test_multi_partition_range_run_is_one_commit_per_asset(spark, lake: Path, in
         tags={ASSET_PARTITION_RANGE_START_TAG: "2024-01-01|eu",
               ASSET_PARTITION_RANGE_END_TAG: "2024-01-02|apac"})
     clean = DeltaTable(str(table(lake, "clean_events")))
-    assert clean.version() == 0  # six partitions, one commit
+    assert clean.version() == 1  # the empty create, then six partitions in one commit
     commit = clean.history(1)[0]["partlake"]
     assert sorted(commit["partition_keys"]) == sorted(
         f"{d}|{r}" for d in ["2024-01-01", "2024-01-02"] for r in ["eu", "us", "apac"]
@@ -210,7 +210,7 @@ def test_single_partition_materialization_metadata_and_idempotence(spark, lake: 
     assert us_files <= set(DeltaTable(str(clean_path)).file_uris())
 
     meta = latest_metadata(instance, "clean_events", "2024-01-02|eu")
-    assert meta["partlake/table_version"] == 2
+    assert meta["partlake/table_version"] == 3
     assert meta["partlake/code_version"] == "1"
     assert meta["partlake/upstream_versions"] == {"raw_events": 1}
     assert meta["dagster/row_count"] == sum(1 for r in after if r[-1] == "eu")

@@ -48,7 +48,6 @@ from deltalake.transaction import (
     CommitProperties,
     RemoveAction,
     Transaction,
-    create_table_with_add_actions,
 )
 
 from dagster_partlake.delta.schema import merge_for_write, spark_to_arrow
@@ -255,40 +254,28 @@ def commit_staged(
             app_transactions=[Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids],
         )
         try:
-            if not table_exists(staged.root):
-                create_table_with_add_actions(
-                    staged.root,
-                    delta_schema,
-                    adds,
-                    mode="error",
-                    partition_by=list(staged.partition_by),
-                    name=staged.table_name,
-                    commit_properties=properties,
+            _ensure_table(staged, delta_schema)
+            table = load_table(staged.root)
+            _add_new_columns(table, staged.schema)
+            old = live_files(table, staged.selection)
+            removes = [
+                RemoveAction(
+                    path=f.path,
+                    data_change=True,
+                    deletion_timestamp=now_ms,
+                    size=f.size,
+                    partition_values=f.partition_values,
                 )
-                table = load_table(staged.root)
-                removed = 0
-            else:
-                table = load_table(staged.root)
-                _add_new_columns(table, staged.schema)
-                old = live_files(table, staged.selection)
-                removes = [
-                    RemoveAction(
-                        path=f.path,
-                        data_change=True,
-                        deletion_timestamp=now_ms,
-                        size=f.size,
-                        partition_values=f.partition_values,
-                    )
-                    for f in old
-                ]
-                table.create_write_transaction(
-                    [*adds, *removes],
-                    mode="append",
-                    schema=delta_schema,
-                    partition_by=list(staged.partition_by),
-                    commit_properties=properties,
-                )
-                removed = len(removes)
+                for f in old
+            ]
+            table.create_write_transaction(
+                [*adds, *removes],
+                mode="append",
+                schema=delta_schema,
+                partition_by=list(staged.partition_by),
+                commit_properties=properties,
+            )
+            removed = len(removes)
         except (CommitFailedError, DeltaError) as error:
             if not _is_conflict(error, staged.root):
                 raise
@@ -310,6 +297,25 @@ def commit_staged(
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
         "parallel writers of this table or raise max_attempts. Nothing was committed."
     )
+
+
+def _ensure_table(staged: StagedWrite, schema: DeltaSchema) -> None:
+    # The first write creates the table empty, then commits like every other write. Creating it
+    # with the data instead let two first writers of the same partition both land (delta-rs
+    # retried the loser's create as version 1), leaving a mix of both writes.
+    if table_exists(staged.root):
+        return
+    try:
+        DeltaTable.create(
+            staged.root,
+            schema,
+            mode="ignore",
+            partition_by=list(staged.partition_by) or None,
+            name=staged.table_name,
+        )
+    except DeltaError:
+        if not table_exists(staged.root):
+            raise
 
 
 def _add_new_columns(table: DeltaTable, schema: pa.Schema) -> None:
@@ -354,7 +360,7 @@ def _txn_app_id(partition_id: str) -> str:
 def _is_conflict(error: Exception, root: str) -> bool:
     if isinstance(error, CommitFailedError):
         return True
-    # Two first writers racing to create the table: the loser retries as a normal commit.
+    # A writer racing another to create the table: retry as a normal commit.
     return "already exists" in str(error).lower() and table_exists(root)
 
 

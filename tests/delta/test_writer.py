@@ -80,7 +80,8 @@ def test_write_then_read_round_trip_with_every_reader(spark, tmp_path: Path) -> 
     rows = rows_for([2, 3], ["eu", "us"])
     result = write(spark, root, rows, box((2, 4), {"eu", "us"}), ["2|eu", "2|us", "3|eu", "3|us"],
                    metadata={"run_id": "r1"})
-    assert result.version == 0 and result.num_records == len(rows)
+    # Version 0 is the empty table the first write creates; the data is version 1.
+    assert result.version == 1 and result.num_records == len(rows)
 
     # Spark, through our reader, all partitions and one partition.
     everything = read_partitions(spark, str(root), PartitionSelection.everything())
@@ -131,7 +132,7 @@ def test_partition_range_is_one_commit(spark, tmp_path: Path) -> None:
     result = write(spark, root, rows, box((2, 5), {"eu", "us", "apac"}), keys,
                    metadata={"partition_keys": keys})
     table = DeltaTable(str(root))
-    assert result.version == table.version() == 1
+    assert result.version == table.version() == 2
     commit = table.history(1)[0]
     assert commit["partlake"]["partition_keys"] == keys
     assert json.loads(commit["operationParameters"]["partitionBy"]) == ["date", "region"]
@@ -204,6 +205,7 @@ def test_unpartitioned_table(spark, tmp_path: Path) -> None:
         write_partitions(df, str(root), partition_by=[], selection=PartitionSelection.everything(),
                          partition_ids=["__all__"])
     assert delta_rows(root) == [(1, "a"), (2, "b")]
+    assert DeltaTable(str(root)).version() == 2
     assert spark_rows(read_partitions(spark, str(root), PartitionSelection.everything()).df,
                       ["k", "v"]) == [(1, "a"), (2, "b")]
 
