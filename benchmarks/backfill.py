@@ -79,7 +79,9 @@ def timed(command: list[str], env: dict[str, str], label: str) -> tuple[float, s
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"{label} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"{label} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     print(f"  {label}: {seconds:.1f} s", file=sys.stderr)
     return seconds, proc.stdout
 
@@ -93,7 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--regions", type=int, default=8)
     parser.add_argument("--rows", type=int, default=28_000, help="rows per source partition")
-    parser.add_argument("--naive-sample", type=int, default=3, help="daily partitions timed for the naive peer")
+    parser.add_argument(
+        "--naive-sample", type=int, default=3, help="daily partitions timed for the naive peer"
+    )
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "backfill.json"))
     parser.add_argument("--png", default=str(REPO / "benchmarks" / "out" / "backfill.png"))
     parser.add_argument("--work", help="working directory (default: a temporary one, removed)")
@@ -103,14 +107,19 @@ def main(argv: list[str] | None = None) -> None:
     regions = [f"r{i}" for i in range(args.regions)]
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="partlake-backfill-"))
     work.mkdir(parents=True, exist_ok=True)
-    months = sorted({(dt.date(2024, 1, 1) + dt.timedelta(days=d)).strftime("%Y-%m") for d in range(args.days)})
+    months = sorted(
+        {(dt.date(2024, 1, 1) + dt.timedelta(days=d)).strftime("%Y-%m") for d in range(args.days)}
+    )
     daily_partitions = args.days * args.regions
     monthly_partitions = len(months) * args.regions
     result: dict[str, object] = {
         "workload": {
-            "days": args.days, "regions": args.regions, "rows_per_partition": args.rows,
+            "days": args.days,
+            "regions": args.regions,
+            "rows_per_partition": args.rows,
             "source_rows": args.days * args.regions * args.rows,
-            "daily_partitions": daily_partitions, "monthly_partitions": monthly_partitions,
+            "daily_partitions": daily_partitions,
+            "monthly_partitions": monthly_partitions,
             "asset_partitions": 2 * daily_partitions + monthly_partitions,
         },
         "machine": {"cores": os.cpu_count()},
@@ -123,15 +132,21 @@ def main(argv: list[str] | None = None) -> None:
 
         seconds: dict[str, float] = {}
         lake, env = lake_copy(work, "local", golden)
-        seconds["partlake_local"], out = timed([*PARTLAKE, "run", "-m", MODULE], env, "partlake run (local)")
+        seconds["partlake_local"], out = timed(
+            [*PARTLAKE, "run", "-m", MODULE], env, "partlake run (local)"
+        )
         assert ok_lines(out) == 2 * daily_partitions + monthly_partitions, out[-2000:]
         seconds["noop"], out = timed([*PARTLAKE, "run", "-m", MODULE], env, "partlake run (no-op)")
         assert "Everything is fresh" in out
         from definitions.ingest import write_partition
 
         refresh_day = dt.date(2024, 1, 1) + dt.timedelta(days=min(45, args.days - 1))
-        write_partition(refresh_day, regions[min(3, len(regions) - 1)], args.rows, seed=1, root=str(lake))
-        seconds["refresh"], out = timed([*PARTLAKE, "run", "-m", MODULE], env, "partlake run (refresh)")
+        write_partition(
+            refresh_day, regions[min(3, len(regions) - 1)], args.rows, seed=1, root=str(lake)
+        )
+        seconds["refresh"], out = timed(
+            [*PARTLAKE, "run", "-m", MODULE], env, "partlake run (refresh)"
+        )
         assert ok_lines(out) == 3, out[-2000:]
 
         from dagster_partlake.spark_server import start_connect, stop
@@ -152,9 +167,15 @@ def main(argv: list[str] | None = None) -> None:
 
         floor_lake, floor_env = lake_copy(work, "floor", golden)
         seconds["floor"], _ = timed(
-            [PY, "-m", "benchmarks.floor_job", str(floor_lake / "warehouse" / "raw_events"),
-             str(floor_lake / "floor_out")],
-            floor_env, "floor (one PySpark job)",
+            [
+                PY,
+                "-m",
+                "benchmarks.floor_job",
+                str(floor_lake / "warehouse" / "raw_events"),
+                str(floor_lake / "floor_out"),
+            ],
+            floor_env,
+            "floor (one PySpark job)",
         )
 
         naive_lake, naive_env = lake_copy(work, "naive", golden)
@@ -162,15 +183,41 @@ def main(argv: list[str] | None = None) -> None:
         daily_times = []
         for day in sample_days:
             key = f"{day.isoformat()}|{regions[0]}"
-            t, _ = timed([DAGSTER, "asset", "materialize", "-m", MODULE, "--select",
-                          "clean_events,daily_region_stats", "--partition", key], naive_env,
-                         f"naive dagster asset materialize {key}")
+            t, _ = timed(
+                [
+                    DAGSTER,
+                    "asset",
+                    "materialize",
+                    "-m",
+                    MODULE,
+                    "--select",
+                    "clean_events,daily_region_stats",
+                    "--partition",
+                    key,
+                ],
+                naive_env,
+                f"naive dagster asset materialize {key}",
+            )
             daily_times.append(t)
-        monthly_time, _ = timed([DAGSTER, "asset", "materialize", "-m", MODULE, "--select",
-                                 "monthly_region_stats", "--partition", f"2024-01|{regions[0]}"],
-                                naive_env, "naive dagster asset materialize 2024-01 monthly")
+        monthly_time, _ = timed(
+            [
+                DAGSTER,
+                "asset",
+                "materialize",
+                "-m",
+                MODULE,
+                "--select",
+                "monthly_region_stats",
+                "--partition",
+                f"2024-01|{regions[0]}",
+            ],
+            naive_env,
+            "naive dagster asset materialize 2024-01 monthly",
+        )
         per_daily = sum(daily_times) / len(daily_times)
-        seconds["naive_extrapolated"] = per_daily * daily_partitions + monthly_time * monthly_partitions
+        seconds["naive_extrapolated"] = (
+            per_daily * daily_partitions + monthly_time * monthly_partitions
+        )
         result["naive"] = {
             "sampled_daily_partitions": len(daily_times),
             "seconds_per_daily_partition": round(per_daily, 2),
@@ -186,15 +233,21 @@ def main(argv: list[str] | None = None) -> None:
         result["ratios"] = {
             "partlake_local_over_floor": round(seconds["partlake_local"] / seconds["floor"], 2),
             "partlake_shared_over_floor": round(seconds["partlake_shared"] / seconds["floor"], 2),
-            "naive_over_partlake_local": round(seconds["naive_extrapolated"] / seconds["partlake_local"], 1),
-            "naive_over_partlake_shared": round(seconds["naive_extrapolated"] / seconds["partlake_shared"], 1),
+            "naive_over_partlake_local": round(
+                seconds["naive_extrapolated"] / seconds["partlake_local"], 1
+            ),
+            "naive_over_partlake_shared": round(
+                seconds["naive_extrapolated"] / seconds["partlake_shared"], 1
+            ),
             "refresh_over_full_backfill": round(seconds["refresh"] / seconds["partlake_local"], 3),
             "noop_seconds": round(seconds["noop"], 1),
             "best_partlake_over_floor": round(best / seconds["floor"], 2),
         }
         result["targets"] = {
-            "partlake_over_floor": "<= 1.5", "naive_over_partlake": ">= 10",
-            "refresh_over_full_backfill": "<= 0.05", "noop_seconds": "<= 2",
+            "partlake_over_floor": "<= 1.5",
+            "naive_over_partlake": ">= 10",
+            "refresh_over_full_backfill": "<= 0.05",
+            "noop_seconds": "<= 2",
         }
     finally:
         if not args.work:
@@ -233,7 +286,9 @@ def _chart(result: dict, path: str) -> None:
     w = result["workload"]
     ax.set_title(f"Backfill of {w['source_rows']:,} rows, {w['asset_partitions']} asset partitions")
     for bar, value in zip(bars, values, strict=True):
-        ax.annotate(f"{value:,.1f}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom")
+        ax.annotate(
+            f"{value:,.1f}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom"
+        )
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)

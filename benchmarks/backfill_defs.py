@@ -26,7 +26,9 @@ REGIONS = [f"r{i}" for i in range(int(os.environ.get("BENCH_REGIONS", "8")))]
 START = "2024-01-01"
 
 regions = StaticPartitionsDefinition(REGIONS)
-daily = MultiPartitionsDefinition({"date": DailyPartitionsDefinition(start_date=START), "region": regions})
+daily = MultiPartitionsDefinition(
+    {"date": DailyPartitionsDefinition(start_date=START), "region": regions}
+)
 monthly = MultiPartitionsDefinition(
     {"month": MonthlyPartitionsDefinition(start_date="2024-01", fmt="%Y-%m"), "region": regions}
 )

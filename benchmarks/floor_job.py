@@ -37,12 +37,18 @@ def main() -> None:
         .parquet(*("file://" + f for f in table.file_uris()))
     )
     clean_df = clean(raw)
-    clean_df.write.mode("overwrite").partitionBy("date", "region").parquet(f"file://{out}/clean_events")
+    clean_df.write.mode("overwrite").partitionBy("date", "region").parquet(
+        f"file://{out}/clean_events"
+    )
     clean_back = spark.read.parquet(f"file://{out}/clean_events")
     daily_df = daily_stats(clean_back)
-    daily_df.write.mode("overwrite").partitionBy("date", "region").parquet(f"file://{out}/daily_region_stats")
+    daily_df.write.mode("overwrite").partitionBy("date", "region").parquet(
+        f"file://{out}/daily_region_stats"
+    )
     monthly_df = monthly_stats(spark.read.parquet(f"file://{out}/daily_region_stats"))
-    monthly_df.write.mode("overwrite").partitionBy("month", "region").parquet(f"file://{out}/monthly_region_stats")
+    monthly_df.write.mode("overwrite").partitionBy("month", "region").parquet(
+        f"file://{out}/monthly_region_stats"
+    )
     spark.stop()
     print(f"floor job: {time.perf_counter() - started:.1f} s")
 

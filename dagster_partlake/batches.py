@@ -21,7 +21,6 @@ from dagster import (
     PartitionsDefinition,
     TimeWindowPartitionsDefinition,
 )
-
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -91,11 +90,15 @@ def make_batches(
     group_of: dict[str, int] = {}
     deferred: list[StalePartition] = []
     for name in plan.asset_order:
-        items = [i for i in stale_by_asset.get(name, []) if i.partition not in blocked.get(name, ())]
+        items = [
+            i for i in stale_by_asset.get(name, []) if i.partition not in blocked.get(name, ())
+        ]
         if not items:
             continue
         stale_parents = [
-            d.upstream for d in by_name[name].deps if stale_by_asset.get(d.upstream) or waiting.get(d.upstream)
+            d.upstream
+            for d in by_name[name].deps
+            if stale_by_asset.get(d.upstream) or waiting.get(d.upstream)
         ]
         if not stale_parents:
             group_of[name] = len(groups)
@@ -162,9 +165,7 @@ def partition_boxes(partitions_def: PartitionsDefinition, keys: Sequence[str]) -
         return _runs(sorted(wanted, key=lambda k: index.get(k, -1)), lambda k: index.get(k, -1))
     names = sorted(d.name for d in partitions_def.partitions_defs)
     dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
-    time_dim = next(
-        (n for n in names if isinstance(dims[n], TimeWindowPartitionsDefinition)), None
-    )
+    time_dim = next((n for n in names if isinstance(dims[n], TimeWindowPartitionsDefinition)), None)
     position = {n: {k: i for i, k in enumerate(dims[n].get_partition_keys())} for n in names}
 
     def split(key: str) -> dict[str, str]:

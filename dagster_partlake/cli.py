@@ -58,14 +58,19 @@ def plan_command(module: str, select: str | None, as_json: bool) -> None:
     result = make_plan(
         graph, StateCache(), select=_selection(select), dynamic_partitions_store=_instance(False)
     )
-    click.echo(plan_json(result.plan) if as_json else plan_text(result.plan, seconds=result.seconds))
+    click.echo(
+        plan_json(result.plan) if as_json else plan_text(result.plan, seconds=result.seconds)
+    )
 
 
 @main.command("run")
 @click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
 @click.option("--select", help="Comma-separated asset names to refresh (default: all).")
 @click.option(
-    "--max-parallel", type=click.IntRange(min=1), default=1, show_default=True,
+    "--max-parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
     help="Runs executed at the same time.",
 )
 @_boundary
@@ -95,9 +100,7 @@ def run_command(module: str, select: str | None, max_parallel: int) -> None:
         ),
     )
     failed = [o for o in outcomes if not o.ok]
-    click.echo(
-        f"{len(outcomes) - len(failed)} asset partition(s) refreshed, {len(failed)} failed."
-    )
+    click.echo(f"{len(outcomes) - len(failed)} asset partition(s) refreshed, {len(failed)} failed.")
     if failed:
         sys.exit(1)
 
@@ -125,7 +128,9 @@ def spark_start(port: int, master: str, driver_memory: str, root: str | None) ->
 
     info = start_connect(_root(root), port=port, master=master, driver_memory=driver_memory)
     click.echo(f"Spark Connect server running: pid {info.pid}, {info.url} (log {info.log})")
-    click.echo(f"Use it with SparkResource(remote=\"{info.url}\") or PARTLAKE_SPARK_REMOTE={info.url}.")
+    click.echo(
+        f'Use it with SparkResource(remote="{info.url}") or PARTLAKE_SPARK_REMOTE={info.url}.'
+    )
 
 
 @spark_group.command("stop")

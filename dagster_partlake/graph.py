@@ -13,7 +13,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from dagster import (
@@ -208,7 +208,7 @@ def _time_maps(
     upstream: TimeWindowPartitionsDefinition, downstream: TimeWindowPartitionsDefinition
 ) -> tuple[OneToMany, OneToMany]:
     def covering(source: TimeWindowPartitionsDefinition, target: TimeWindowPartitionsDefinition):
-        @lru_cache(maxsize=None)
+        @cache
         def keys(key: str) -> list[str]:
             window = source.time_window_for_partition_key(key)
             inside = list(target.get_partition_keys_in_time_window(window))
@@ -242,7 +242,9 @@ def _multi_maps(
         pairs = {name: (name, IdentityPartitionMapping()) for name in up_dims}
     else:
         return None
-    if sorted(pairs) != sorted(up_dims) or sorted(d for d, _ in pairs.values()) != sorted(down_dims):
+    if sorted(pairs) != sorted(up_dims) or sorted(d for d, _ in pairs.values()) != sorted(
+        down_dims
+    ):
         return None
     per_dim: dict[str, tuple[str, OneToMany, OneToMany]] = {}
     for up_name, (down_name, dim_mapping) in pairs.items():
@@ -252,7 +254,7 @@ def _multi_maps(
         per_dim[up_name] = (down_name, *maps)
     up_order, down_order = sorted(up_dims), sorted(down_dims)
 
-    @lru_cache(maxsize=None)
+    @cache
     def upstream_keys(key: Key) -> tuple[Key, ...]:
         if key is None:
             return ()
@@ -260,13 +262,15 @@ def _multi_maps(
         options = [per_dim[u][1](down_values[per_dim[u][0]]) for u in up_order]
         return tuple("|".join(combo) for combo in itertools.product(*options))
 
-    @lru_cache(maxsize=None)
+    @cache
     def downstream_keys(key: Key) -> tuple[Key, ...]:
         if key is None:
             return ()
         up_values = dict(zip(up_order, key.split("|"), strict=True))
         by_down = {per_dim[u][0]: per_dim[u][2](up_values[u]) for u in up_order}
-        return tuple("|".join(combo) for combo in itertools.product(*(by_down[d] for d in down_order)))
+        return tuple(
+            "|".join(combo) for combo in itertools.product(*(by_down[d] for d in down_order))
+        )
 
     return upstream_keys, downstream_keys
 
@@ -279,7 +283,7 @@ def _dagster_maps(
 ) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]]:
     from dagster._core.definitions.partitions.context import partition_loading_context
 
-    @lru_cache(maxsize=None)
+    @cache
     def upstream_keys(key: Key) -> tuple[Key, ...]:
         with partition_loading_context(dynamic_partitions_store=store):
             subset = downstream.empty_subset().with_partition_keys([key])
@@ -288,7 +292,7 @@ def _dagster_maps(
             )
             return tuple(result.partitions_subset.get_partition_keys())
 
-    @lru_cache(maxsize=None)
+    @cache
     def downstream_keys(key: Key) -> tuple[Key, ...]:
         with partition_loading_context(dynamic_partitions_store=store):
             subset = upstream.empty_subset().with_partition_keys([key])
@@ -311,7 +315,9 @@ def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key,
     if not asset.columns:
         newest = max(state.last_updated.values(), default=None)
         return {} if newest is None else {None: PartitionState(newest, state.version)}
-    order = [state.partition_by.index(c.column) for c in asset.columns if c.column in state.partition_by]
+    order = [
+        state.partition_by.index(c.column) for c in asset.columns if c.column in state.partition_by
+    ]
     if len(order) != len(asset.columns):
         raise PartlakeConfigError(
             f"table of asset {asset.name} at {asset.path} is partitioned by "

@@ -177,9 +177,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         if upstream_metadata.get("partlake/format") == "folder":
             return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
         snapshot = open_table(self.table_root(asset_key), table_name=asset_name)
-        selection = selection_for_keys(
-            columns, keys, snapshot.column_types, asset_name=asset_name
-        )
+        selection = selection_for_keys(columns, keys, snapshot.column_types, asset_name=asset_name)
         result = read_snapshot(self.spark.spark_session, snapshot, selection)
         codec = KeyCodec(columns, snapshot.column_types)
         partitions: dict[str, int] = {}
@@ -205,7 +203,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         return result.df
 
     def _load_folder(
-        self, context: InputContext, asset_name: str, columns: list[Any], keys: list[str],
+        self,
+        context: InputContext,
+        asset_name: str,
+        columns: list[Any],
+        keys: list[str],
         metadata: Any,
     ) -> Any:
         path = metadata.get("partlake/path")
@@ -226,7 +228,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         _consumed.setdefault((step.run_id, step.step.key), {})[asset_name] = {
             "version": -1,
             "partitions": {
-                codec.key(list(values)) or WHOLE_TABLE_ID: updated for values, updated in chosen.items()
+                codec.key(list(values)) or WHOLE_TABLE_ID: updated
+                for values, updated in chosen.items()
             },
         }
         df = spark.read.option("basePath", "file://" + root).parquet(*("file://" + d for d in dirs))

@@ -137,9 +137,11 @@ def selection_for_keys(
     per_column = [sorted({values[i] for values in split}) for i in range(len(columns))]
     if len(split) == _product(len(v) for v in per_column):
         # The usual case (one key, or a Dagster partition range): one box.
-        return PartitionSelection(
-            (Box({c.column: _constraint(c, v, column_types) for c, v in zip(columns, per_column)}),)
-        )
+        constraints = {
+            c.column: _constraint(c, v, column_types)
+            for c, v in zip(columns, per_column, strict=True)
+        }
+        return PartitionSelection((Box(constraints),))
     # Irregular key sets: one box per combination of non-time values.
     time_index = next((i for i, c in enumerate(columns) if c.is_time), None)
     groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
@@ -267,9 +269,7 @@ class KeyCodec:
     '2024-01'). Returns None for values outside every partition (e.g. before the start date).
     """
 
-    def __init__(
-        self, columns: Sequence[DimensionColumn], column_types: Mapping[str, Any]
-    ) -> None:
+    def __init__(self, columns: Sequence[DimensionColumn], column_types: Mapping[str, Any]) -> None:
         self.columns = list(columns)
         self._is_date = [column_types.get(c.column) == "date" for c in columns]
         self._static = [

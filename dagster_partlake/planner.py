@@ -179,7 +179,9 @@ def _candidates(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key
             keys.add(None)
         return keys
     for dep in asset.deps:
-        upstream_with_data = set(inputs.states.get(dep.upstream, {})) | stale.get(dep.upstream, set())
+        upstream_with_data = set(inputs.states.get(dep.upstream, {})) | stale.get(
+            dep.upstream, set()
+        )
         for upstream_key in upstream_with_data:
             keys.update(dep.downstream_keys(upstream_key))
     return keys

@@ -42,7 +42,12 @@ def plan_text(plan: Plan, *, seconds: float | None = None) -> str:
 
 
 def outcome_line(
-    ok: bool, asset: str, partition: str | None, reason: str, rows: int | None, ms: int | None,
+    ok: bool,
+    asset: str,
+    partition: str | None,
+    reason: str,
+    rows: int | None,
+    ms: int | None,
     error: str | None = None,
 ) -> str:
     parts = [reason]

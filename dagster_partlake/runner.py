@@ -20,12 +20,11 @@ from dagster import AssetKey, DagsterInstance
 from dagster_partlake.batches import Batch, make_batches
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import commit_info, log_versions
-from dagster_partlake.io_manager import WHOLE_TABLE_ID
 from dagster_partlake.graph import LakeGraph
+from dagster_partlake.io_manager import WHOLE_TABLE_ID
 from dagster_partlake.lake import make_plan
 from dagster_partlake.planner import Key
 from dagster_partlake.resource import SparkResource, running_session
-
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,10 @@ def build_invalidation_sensor(
     )
     def _invalidation(context: SensorEvaluationContext) -> SensorResult | SkipReason:
         return evaluate(
-            context, name=name, root=root, retry_base_seconds=retry_base_seconds,
+            context,
+            name=name,
+            root=root,
+            retry_base_seconds=retry_base_seconds,
             retry_max_seconds=retry_max_seconds,
         )
 
@@ -119,7 +122,8 @@ def evaluate(
     checked_at = cursor.get("checked_at", 0.0)
     failed_runs = instance.get_runs(
         filters=RunsFilter(
-            tags={SENSOR_TAG: name}, statuses=[DagsterRunStatus.FAILURE],
+            tags={SENSOR_TAG: name},
+            statuses=[DagsterRunStatus.FAILURE],
             updated_after=_utc(checked_at) if checked_at else None,
         )
     )

@@ -70,11 +70,20 @@ def partlake_source(
     )
     def _observe() -> DataVersionsByPartition | DataVersion:
         base = os.path.abspath(root or default_root())
-        location = os.path.join(base, path) if path else os.path.join(base, "warehouse", *asset_key.path)
+        location = (
+            os.path.join(base, path) if path else os.path.join(base, "warehouse", *asset_key.path)
+        )
         asset = LakeAsset(
-            key=asset_key, name=name, partitions_def=partitions_def, columns=columns,
-            path=location, is_source=True, is_folder=folder, code_version=None,
-            single_run_backfill=False, parents=(),
+            key=asset_key,
+            name=name,
+            partitions_def=partitions_def,
+            columns=columns,
+            path=location,
+            is_source=True,
+            is_folder=folder,
+            code_version=None,
+            single_run_backfill=False,
+            parents=(),
         )
         states = to_partition_states(asset, read_state(asset, _cache))
         if partitions_def is None:

@@ -87,8 +87,12 @@ def _spawn(root: str, name: str, command: Sequence[str], port: int, timeout: flo
     env = {**os.environ, "SPARK_LOCAL_IP": HOST, "SPARK_HOME": str(spark_home())}
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            list(command), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
+            list(command),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
     _pid_file(root, name).write_text(f"{proc.pid} {port}\n")
     deadline = time.time() + timeout
@@ -101,55 +105,106 @@ def _spawn(root: str, name: str, command: Sequence[str], port: int, timeout: flo
             return ServerInfo(name, proc.pid, _url(name, port), True, log)
         time.sleep(0.2)
     stop(root, name)
-    raise PartlakeError(f"{name} did not listen on {HOST}:{port} within {timeout:.0f} s; see {log}.")
+    raise PartlakeError(
+        f"{name} did not listen on {HOST}:{port} within {timeout:.0f} s; see {log}."
+    )
 
 
 def _url(name: str, port: int) -> str:
     return f"sc://{HOST}:{port}" if name == "connect" else f"spark://{HOST}:{port}"
 
 
-def start_connect(root: str, *, port: int = 15002, master: str = "local[*]",
-                  driver_memory: str = "2g", timeout: float = 120) -> ServerInfo:
+def start_connect(
+    root: str,
+    *,
+    port: int = 15002,
+    master: str = "local[*]",
+    driver_memory: str = "2g",
+    timeout: float = 120,
+) -> ServerInfo:
     """Start a Spark Connect server listening on 127.0.0.1:`port`."""
     command = [
         str(spark_home() / "bin" / "spark-submit"),
-        "--master", master,
-        "--driver-memory", driver_memory,
-        "--class", CONNECT_CLASS,
-        "--conf", f"spark.connect.grpc.binding.address={HOST}",
-        "--conf", f"spark.connect.grpc.binding.port={port}",
-        "--conf", f"spark.driver.host={HOST}",
-        "--conf", f"spark.driver.bindAddress={HOST}",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS",
-        "--conf", "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs=false",
-        "--conf", "spark.sql.session.timeZone=UTC",
-        "--conf", "spark.sql.shuffle.partitions=8",
+        "--master",
+        master,
+        "--driver-memory",
+        driver_memory,
+        "--class",
+        CONNECT_CLASS,
+        "--conf",
+        f"spark.connect.grpc.binding.address={HOST}",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        f"spark.driver.host={HOST}",
+        "--conf",
+        f"spark.driver.bindAddress={HOST}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS",
+        "--conf",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs=false",
+        "--conf",
+        "spark.sql.session.timeZone=UTC",
+        "--conf",
+        "spark.sql.shuffle.partitions=8",
         "spark-internal",
     ]
     return _spawn(root, "connect", command, port, timeout)
 
 
-def start_standalone(root: str, *, port: int = 7077, workers: int = 2, cores: int = 1,
-                     memory: str = "2g", timeout: float = 120) -> list[ServerInfo]:
+def start_standalone(
+    root: str,
+    *,
+    port: int = 7077,
+    workers: int = 2,
+    cores: int = 1,
+    memory: str = "2g",
+    timeout: float = 120,
+) -> list[ServerInfo]:
     """Start a standalone master on 127.0.0.1:`port` and `workers` workers attached to it."""
     spark_class = str(spark_home() / "bin" / "spark-class")
     master = _spawn(
-        root, "master",
-        [spark_class, "org.apache.spark.deploy.master.Master", "--host", HOST, "--port",
-         str(port), "--webui-port", "0"],
-        port, timeout,
+        root,
+        "master",
+        [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--webui-port",
+            "0",
+        ],
+        port,
+        timeout,
     )
     started = [master]
     for i in range(workers):
         worker_port = _free_port()
         started.append(
             _spawn(
-                root, f"worker{i}",
-                [spark_class, "org.apache.spark.deploy.worker.Worker", master.url, "--host", HOST,
-                 "--port", str(worker_port), "--webui-port", "0", "--cores", str(cores),
-                 "--memory", memory],
-                worker_port, timeout,
+                root,
+                f"worker{i}",
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.worker.Worker",
+                    master.url,
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(worker_port),
+                    "--webui-port",
+                    "0",
+                    "--cores",
+                    str(cores),
+                    "--memory",
+                    memory,
+                ],
+                worker_port,
+                timeout,
             )
         )
     return started

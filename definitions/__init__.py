@@ -9,9 +9,7 @@ from dagster import BetaWarning, Definitions, in_process_executor
 warnings.filterwarnings("ignore", category=BetaWarning)
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, build_invalidation_sensor
-from definitions.assets import (  # noqa: E402
-    clean_events, daily_region_stats, monthly_region_stats, raw_events
-)
+from definitions.assets import clean_events, daily_region_stats, monthly_region_stats, raw_events  # noqa: E402
 
 # Local Spark by default; PARTLAKE_SPARK_REMOTE=sc://127.0.0.1:15002 (see `partlake spark start`)
 # or PARTLAKE_SPARK_MASTER=spark://127.0.0.1:7077 share one Spark between all runs.

@@ -45,9 +45,7 @@ def daily_stats(clean_events: DataFrame) -> DataFrame:
 
 def monthly_stats(daily_region_stats: DataFrame) -> DataFrame:
     """Per month (its first day) and region: totals over the month's daily partitions."""
-    return daily_region_stats.groupBy(
-        F.trunc("date", "month").alias("month"), F.col("region")
-    ).agg(
+    return daily_region_stats.groupBy(F.trunc("date", "month").alias("month"), F.col("region")).agg(
         F.sum("events").alias("events"),
         F.sum("purchases").alias("purchases"),
         F.sum("revenue").alias("revenue"),
@@ -65,8 +63,11 @@ def build_lakehouse(
         group_name="lakehouse",
         description="Source events, written by an upstream system (python -m definitions.ingest).",
     )
-    common = {"backfill_policy": BackfillPolicy.single_run(), "code_version": "1",
-              "group_name": "lakehouse"}
+    common = {
+        "backfill_policy": BackfillPolicy.single_run(),
+        "code_version": "1",
+        "group_name": "lakehouse",
+    }
 
     @asset(partitions_def=daily, **common)
     def clean_events(raw_events: DataFrame) -> DataFrame:

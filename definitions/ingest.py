@@ -16,7 +16,6 @@ import os
 import sys
 import zlib
 from collections.abc import Sequence
-
 from decimal import Decimal
 
 import numpy as np
@@ -75,7 +74,9 @@ def generate(date: dt.date, region: str, rows: int, seed: int = 0) -> pa.Table:
             "event_ts": pa.array(start_us + offsets_us, pa.int64()).cast(
                 pa.timestamp("us", tz="UTC")
             ),
-            "date": pa.array(np.full(rows, date.toordinal() - EPOCH_ORDINAL, np.int32), pa.date32()),
+            "date": pa.array(
+                np.full(rows, date.toordinal() - EPOCH_ORDINAL, np.int32), pa.date32()
+            ),
             "region": pa.array(np.full(rows, region, dtype=object), pa.string()),
         },
         schema=SCHEMA,
@@ -98,9 +99,13 @@ def write_partition(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m definitions.ingest", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m definitions.ingest", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--date", action="append", required=True, help="YYYY-MM-DD (repeatable)")
-    parser.add_argument("--region", action="append", required=True, help=f"one of {', '.join(REGIONS)} (repeatable)")
+    parser.add_argument(
+        "--region", action="append", required=True, help=f"one of {', '.join(REGIONS)} (repeatable)"
+    )
     parser.add_argument("--rows", type=int, default=1000, help="rows per partition (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="change it to produce different rows")
     args = parser.parse_args(argv)

@@ -1,7 +1,11 @@
 """Partitions of the example: daily x region, and monthly x region."""
 
-from dagster import DailyPartitionsDefinition, MonthlyPartitionsDefinition, MultiPartitionsDefinition
-from dagster import StaticPartitionsDefinition
+from dagster import (
+    DailyPartitionsDefinition,
+    MonthlyPartitionsDefinition,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
+)
 
 START_DATE = "2024-01-01"
 REGIONS = ["eu", "us", "apac"]

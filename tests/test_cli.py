@@ -33,15 +33,44 @@ def env_for(tmp_path: Path) -> dict[str, str]:
 def test_dagster_asset_materialize_one_partition(tmp_path: Path) -> None:
     env = env_for(tmp_path)
     subprocess.run(
-        [sys.executable, "-m", "definitions.ingest", "--date", "2024-01-02", "--region", "eu",
-         "--region", "us", "--rows", "300"],
-        cwd=REPO_ROOT, env=env, check=True, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "definitions.ingest",
+            "--date",
+            "2024-01-02",
+            "--region",
+            "eu",
+            "--region",
+            "us",
+            "--rows",
+            "300",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     started = time.perf_counter()
     proc = subprocess.run(
-        [DAGSTER, "asset", "materialize", "-m", "definitions", "--select", "clean_events",
-         "--partition", "2024-01-02|eu"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            DAGSTER,
+            "asset",
+            "materialize",
+            "-m",
+            "definitions",
+            "--select",
+            "clean_events",
+            "--partition",
+            "2024-01-02|eu",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -81,7 +110,11 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
     log = open(tmp_path / "dagster_dev.log", "w")
     proc = subprocess.Popen(
         [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_signals,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_default_signals,
     )
     query = "{ assetNodes { assetKey { path } groupName isPartitioned } }"
     try:
@@ -90,8 +123,9 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
         while time.time() < deadline:
             assert proc.poll() is None, (tmp_path / "dagster_dev.log").read_text()[-4000:]
             try:
-                reply = requests.post(f"http://127.0.0.1:{port}/graphql", json={"query": query},
-                                      timeout=5)
+                reply = requests.post(
+                    f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=5
+                )
                 nodes = reply.json()["data"]["assetNodes"]
                 if nodes:
                     break

@@ -40,14 +40,21 @@ def fresh_lake(tmp_path: Path, name: str) -> tuple[Path, dict[str, str]]:
     for day in ["2024-01-30", "2024-01-31", "2024-02-01"]:
         for region in ["eu", "us", "apac"]:
             write_partition(dt.date.fromisoformat(day), region, 300, root=str(lake))
-    env = subprocess_env(PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    env = subprocess_env(
+        PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1"
+    )
     return lake, env
 
 
 def refresh(env: dict[str, str], **extra: str) -> str:
-    proc = subprocess.run([*PARTLAKE, "run", "-m", "definitions", "--max-parallel", "2"],
-                          cwd=REPO_ROOT, env={**env, **extra}, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [*PARTLAKE, "run", "-m", "definitions", "--max-parallel", "2"],
+        cwd=REPO_ROOT,
+        env={**env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 failed" in proc.stdout
     return proc.stdout
@@ -84,22 +91,49 @@ def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> N
     connect_lake, connect_env = fresh_lake(tmp_path, "connect")
     port = free_port()
     servers = str(tmp_path / "servers")
-    started = subprocess.run([*PARTLAKE, "spark", "start", "--port", str(port), "--master",
-                              "local[2]", "--driver-memory", "1g", "--root", servers],
-                             cwd=REPO_ROOT, env=connect_env, capture_output=True, text=True,
-                             timeout=300)
+    started = subprocess.run(
+        [
+            *PARTLAKE,
+            "spark",
+            "start",
+            "--port",
+            str(port),
+            "--master",
+            "local[2]",
+            "--driver-memory",
+            "1g",
+            "--root",
+            servers,
+        ],
+        cwd=REPO_ROOT,
+        env=connect_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         assert started.returncode == 0, started.stderr[-3000:]
         assert f"sc://127.0.0.1:{port}" in started.stdout
-        running = subprocess.run([*PARTLAKE, "spark", "status", "--root", servers],
-                                 cwd=REPO_ROOT, env=connect_env, capture_output=True, text=True)
+        running = subprocess.run(
+            [*PARTLAKE, "spark", "status", "--root", servers],
+            cwd=REPO_ROOT,
+            env=connect_env,
+            capture_output=True,
+            text=True,
+        )
         assert running.returncode == 0 and running.stdout.startswith("running: pid ")
         pid = status(servers).pid
         out = refresh(connect_env, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
         assert out.count("[OK]") == 24  # 9 clean + 9 daily + 6 monthly
     finally:
-        stopped = subprocess.run([*PARTLAKE, "spark", "stop", "--root", servers], cwd=REPO_ROOT,
-                                 env=connect_env, capture_output=True, text=True, timeout=120)
+        stopped = subprocess.run(
+            [*PARTLAKE, "spark", "stop", "--root", servers],
+            cwd=REPO_ROOT,
+            env=connect_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert stopped.stdout.strip() == "Spark Connect server stopped."
     assert pid is not None and not os.path.exists(f"/proc/{pid}/status") or _zombie(pid)
     assert fingerprint(connect_lake) == expected

@@ -59,14 +59,20 @@ def tick(defs, instance, sensor, cursor):
 def execute(defs, instance, request) -> None:
     job = defs.resolve_implicit_global_asset_job_def()
     result = job.execute_in_process(
-        instance=instance, asset_selection=request.asset_selection,
-        partition_key=request.partition_key, tags=request.tags,
+        instance=instance,
+        asset_selection=request.asset_selection,
+        partition_key=request.partition_key,
+        tags=request.tags,
     )
     assert result.success
 
 
 def requested(request) -> set[tuple[str, str]]:
-    keys = [request.partition_key] if request.partition_key else request.tags["partlake/partitions"].split(", ")
+    keys = (
+        [request.partition_key]
+        if request.partition_key
+        else request.tags["partlake/partitions"].split(", ")
+    )
     return {(a.to_user_string(), k) for a in request.asset_selection for k in keys}
 
 
@@ -119,7 +125,8 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     # The requested run is queued: the next tick must not request it again.
     job = defs.resolve_implicit_global_asset_job_def()
     run = instance.create_run_for_job(
-        job_def=job, tags={**requests[0].tags, "dagster/partition": "2024-01-01|us"},
+        job_def=job,
+        tags={**requests[0].tags, "dagster/partition": "2024-01-01|us"},
         asset_selection=frozenset(requests[0].asset_selection),
     )
     again, cursor, skip = tick(defs, instance, patient, cursor)
@@ -131,7 +138,10 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     again, cursor, skip = tick(defs, instance, patient, before_failure)
     assert again == [] and "backing-off" in skip
     assert json.loads(cursor)["failures"] == {
-        json.dumps([asset, "2024-01-01|us"]): [1, pytest.approx(json.loads(cursor)["checked_at"] + 3600)]
+        json.dumps([asset, "2024-01-01|us"]): [
+            1,
+            pytest.approx(json.loads(cursor)["checked_at"] + 3600),
+        ]
         for asset in ["clean_events", "daily_region_stats"]
     }
     again, cursor, skip = tick(defs, instance, patient, cursor)
@@ -150,40 +160,88 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").touch()
-    env = subprocess_env(PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    env = subprocess_env(
+        PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1"
+    )
     partlake = [sys.executable, "-m", "dagster_partlake.cli"]
-    plan = subprocess.run([*partlake, "plan", "-m", "definitions", "--json"], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+    plan = subprocess.run(
+        [*partlake, "plan", "-m", "definitions", "--json"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert json.loads(plan.stdout) == [
-        {"asset": "clean_events", "partition": "2024-01-02|eu", "reason": "upstream_changed",
-         "because": ["raw_events[2024-01-02|eu]"]},
-        {"asset": "daily_region_stats", "partition": "2024-01-02|eu",
-         "reason": "upstream_changed", "because": ["clean_events[2024-01-02|eu]"]},
-        {"asset": "monthly_region_stats", "partition": "2024-01|eu",
-         "reason": "upstream_changed", "because": ["daily_region_stats[2024-01-02|eu]"]},
+        {
+            "asset": "clean_events",
+            "partition": "2024-01-02|eu",
+            "reason": "upstream_changed",
+            "because": ["raw_events[2024-01-02|eu]"],
+        },
+        {
+            "asset": "daily_region_stats",
+            "partition": "2024-01-02|eu",
+            "reason": "upstream_changed",
+            "because": ["clean_events[2024-01-02|eu]"],
+        },
+        {
+            "asset": "monthly_region_stats",
+            "partition": "2024-01|eu",
+            "reason": "upstream_changed",
+            "because": ["daily_region_stats[2024-01-02|eu]"],
+        },
     ]
-    text = subprocess.run([*partlake, "plan", "-m", "definitions", "--select", "clean_events"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    text = subprocess.run(
+        [*partlake, "plan", "-m", "definitions", "--select", "clean_events"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "clean_events: 1 stale (upstream_changed 1)" in text.stdout
     assert "monthly_region_stats" not in text.stdout
 
-    first = subprocess.run([*partlake, "run", "-m", "definitions"], cwd=REPO_ROOT, env=env,
-                           capture_output=True, text=True, timeout=600)
+    first = subprocess.run(
+        [*partlake, "run", "-m", "definitions"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert first.returncode == 0, first.stderr[-3000:]
-    lines = [l for l in first.stdout.splitlines() if l.startswith("[")]
+    lines = [line for line in first.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == 3
     assert lines[0].startswith("[OK] clean_events 2024-01-02|eu (upstream_changed, ")
     assert " rows, " in lines[0] and lines[0].endswith(" ms)")
 
     # Nothing changed: the second run must not start Spark at all (Java is made unreachable).
-    no_java = {**env, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": str(Path(sys.executable).parent)}
-    second = subprocess.run([*partlake, "run", "-m", "definitions"], cwd=REPO_ROOT, env=no_java,
-                            capture_output=True, text=True, timeout=120)
+    no_java = {
+        **env,
+        "JAVA_HOME": str(tmp_path / "no-java"),
+        "PATH": str(Path(sys.executable).parent),
+    }
+    second = subprocess.run(
+        [*partlake, "run", "-m", "definitions"],
+        cwd=REPO_ROOT,
+        env=no_java,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.strip() == "Everything is fresh: nothing to run."
 
-    bad = subprocess.run([*partlake, "plan", "-m", "definitions", "--select", "nope"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*partlake, "plan", "-m", "definitions", "--select", "nope"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1].startswith("Error: unknown asset(s) nope; the code")

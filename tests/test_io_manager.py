@@ -39,10 +39,22 @@ def resources(lake: Path) -> dict:
     return {"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark, root=str(lake))}
 
 
-def run(assets: list, lake: Path, instance: DagsterInstance, partition_key: str | None = None,
-        tags: dict | None = None, selection: list[str] | None = None):
-    result = materialize(assets, partition_key=partition_key, resources=resources(lake),
-                         instance=instance, tags=tags, selection=selection)
+def run(
+    assets: list,
+    lake: Path,
+    instance: DagsterInstance,
+    partition_key: str | None = None,
+    tags: dict | None = None,
+    selection: list[str] | None = None,
+):
+    result = materialize(
+        assets,
+        partition_key=partition_key,
+        resources=resources(lake),
+        instance=instance,
+        tags=tags,
+        selection=selection,
+    )
     assert result.success
     return result
 
@@ -55,8 +67,9 @@ def latest_metadata(instance: DagsterInstance, name: str, partition: str | None 
     from dagster import AssetRecordsFilter
 
     records = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey(name),
-                           asset_partitions=[partition] if partition else None),
+        AssetRecordsFilter(
+            asset_key=AssetKey(name), asset_partitions=[partition] if partition else None
+        ),
         limit=1,
     ).records
     assert records, f"no materialization of {name} {partition}"
@@ -83,8 +96,9 @@ def test_static_partitions_with_partition_expr(spark, lake: Path, instance) -> N
 
     @asset(partitions_def=colors, metadata={"partition_expr": "color"})
     def paint(context) -> DataFrame:
-        return spark.createDataFrame([(context.partition_key, i) for i in range(3)],
-                                     "color string, i int")
+        return spark.createDataFrame(
+            [(context.partition_key, i) for i in range(3)], "color string, i int"
+        )
 
     @asset(partitions_def=colors, metadata={"partition_expr": "color"})
     def paint_copy(paint: DataFrame) -> DataFrame:
@@ -118,14 +132,19 @@ def daily_and_monthly() -> tuple[AssetsDefinition, AssetsDefinition]:
     def visits(context) -> DataFrame:
         day = dt.date.fromisoformat(context.partition_key)
         session = SparkResource().spark_session
-        return session.createDataFrame([(day, day.day * 10 + i) for i in range(2)],
-                                       "date date, visits long")
+        return session.createDataFrame(
+            [(day, day.day * 10 + i) for i in range(2)], "date date, visits long"
+        )
 
-    @asset(partitions_def=monthly, metadata={"partition_expr": "month"},
-           ins={"visits": AssetIn(partition_mapping=TimeWindowPartitionMapping())})
+    @asset(
+        partitions_def=monthly,
+        metadata={"partition_expr": "month"},
+        ins={"visits": AssetIn(partition_mapping=TimeWindowPartitionMapping())},
+    )
     def monthly_visits(visits: DataFrame) -> DataFrame:
         return visits.groupBy(F.trunc("date", "month").alias("month")).agg(
-            F.sum("visits").alias("visits"), F.count(F.lit(1)).alias("rows"))
+            F.sum("visits").alias("visits"), F.count(F.lit(1)).alias("rows")
+        )
 
     return visits, monthly_visits
 
@@ -134,8 +153,20 @@ def test_daily_to_monthly_mapped_read(spark, lake: Path, instance) -> None:
     visits, monthly_visits = daily_and_monthly()
     for key in ["2024-01-30", "2024-01-31", "2024-02-01", "2024-02-02"]:
         run([visits], lake, instance, partition_key=key)
-    run([visits, monthly_visits], lake, instance, partition_key="2024-01", selection=["monthly_visits"])
-    run([visits, monthly_visits], lake, instance, partition_key="2024-02", selection=["monthly_visits"])
+    run(
+        [visits, monthly_visits],
+        lake,
+        instance,
+        partition_key="2024-01",
+        selection=["monthly_visits"],
+    )
+    run(
+        [visits, monthly_visits],
+        lake,
+        instance,
+        partition_key="2024-02",
+        selection=["monthly_visits"],
+    )
     # January reads exactly its days (30, 31), February exactly its own (1, 2);
     # day d holds the visits d*10 and d*10+1.
     assert delta_rows(table(lake, "monthly_visits"), ["month", "visits", "rows"]) == [
@@ -161,13 +192,16 @@ def test_unpartitioned_downstream_reads_all_partitions(spark, lake: Path, instan
 
 # The example code location: daily x region multi-partitions, a range run, metadata, mapping.
 
+
 def example_assets() -> list:
     from definitions import defs
 
     return list(defs.assets)  # type: ignore[arg-type]
 
 
-def ingest(lake: Path, dates: list[str], regions: list[str], rows: int = 200, seed: int = 0) -> None:
+def ingest(
+    lake: Path, dates: list[str], regions: list[str], rows: int = 200, seed: int = 0
+) -> None:
     from definitions.ingest import write_partition
 
     for date in dates:
@@ -178,9 +212,16 @@ def ingest(lake: Path, dates: list[str], regions: list[str], rows: int = 200, se
 def test_multi_partition_range_run_is_one_commit_per_asset(spark, lake: Path, instance) -> None:
     ingest(lake, ["2024-01-01", "2024-01-02"], ["eu", "us", "apac"])
     raw_version = DeltaTable(str(table(lake, "raw_events"))).version()
-    run(example_assets(), lake, instance, selection=["clean_events", "daily_region_stats"],
-        tags={ASSET_PARTITION_RANGE_START_TAG: "2024-01-01|eu",
-              ASSET_PARTITION_RANGE_END_TAG: "2024-01-02|apac"})
+    run(
+        example_assets(),
+        lake,
+        instance,
+        selection=["clean_events", "daily_region_stats"],
+        tags={
+            ASSET_PARTITION_RANGE_START_TAG: "2024-01-01|eu",
+            ASSET_PARTITION_RANGE_END_TAG: "2024-01-02|apac",
+        },
+    )
     clean = DeltaTable(str(table(lake, "clean_events")))
     assert clean.version() == 1  # the empty create, then six partitions in one commit
     commit = clean.history(1)[0]["partlake"]
@@ -196,11 +237,14 @@ def test_multi_partition_range_run_is_one_commit_per_asset(spark, lake: Path, in
         assert events == sum(1 for d, r, u in raw if d == date and r == region and u is not None)
 
 
-def test_single_partition_materialization_metadata_and_idempotence(spark, lake: Path, instance) -> None:
+def test_single_partition_materialization_metadata_and_idempotence(
+    spark, lake: Path, instance
+) -> None:
     ingest(lake, ["2024-01-02"], ["eu", "us"])
     clean_path = table(lake, "clean_events")
-    result = run(example_assets(), lake, instance, partition_key="2024-01-02|eu",
-                 selection=["clean_events"])
+    result = run(
+        example_assets(), lake, instance, partition_key="2024-01-02|eu", selection=["clean_events"]
+    )
     first = delta_rows(clean_path)
     run(example_assets(), lake, instance, partition_key="2024-01-02|us", selection=["clean_events"])
     us_files = {f for f in DeltaTable(str(clean_path)).file_uris() if "region=us" in f}
@@ -223,14 +267,19 @@ def test_monthly_example_reads_its_month_of_daily_partitions(spark, lake: Path, 
     ingest(lake, ["2024-01-30", "2024-01-31", "2024-02-01"], ["eu"], rows=50)
     assets = example_assets()
     for key in ["2024-01-30|eu", "2024-01-31|eu", "2024-02-01|eu"]:
-        run(assets, lake, instance, partition_key=key,
-            selection=["clean_events", "daily_region_stats"])
+        run(
+            assets,
+            lake,
+            instance,
+            partition_key=key,
+            selection=["clean_events", "daily_region_stats"],
+        )
     run(assets, lake, instance, partition_key="2024-01|eu", selection=["monthly_region_stats"])
     daily = delta_rows(table(lake, "daily_region_stats"), ["date", "events"])
     january = [e for d, e in daily if d.month == 1]
-    assert delta_rows(table(lake, "monthly_region_stats"), ["month", "region", "events", "days"]) == [
-        (dt.date(2024, 1, 1), "eu", sum(january), 2)
-    ]
+    assert delta_rows(
+        table(lake, "monthly_region_stats"), ["month", "region", "events", "days"]
+    ) == [(dt.date(2024, 1, 1), "eu", sum(january), 2)]
 
 
 def test_dynamic_partition_keys_are_validated_against_the_instance(instance) -> None:
@@ -246,13 +295,16 @@ def test_dynamic_partition_keys_are_validated_against_the_instance(instance) -> 
         validate_keys(customers, ["ghost"], asset_name="orders", dynamic_partitions_store=instance)
 
 
-def test_returning_something_else_than_a_dataframe_is_explained(spark, lake: Path, instance) -> None:
+def test_returning_something_else_than_a_dataframe_is_explained(
+    spark, lake: Path, instance
+) -> None:
     @asset
     def not_a_frame() -> list:
         return [1, 2]
 
-    result = materialize([not_a_frame], resources=resources(lake), instance=instance,
-                         raise_on_error=False)
+    result = materialize(
+        [not_a_frame], resources=resources(lake), instance=instance, raise_on_error=False
+    )
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert "returned list; DeltaPartitionIOManager stores Spark DataFrames" in str(failure)

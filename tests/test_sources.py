@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from dagster import (
-    AssetKey,
     DailyPartitionsDefinition,
     Definitions,
     asset,
@@ -39,9 +38,11 @@ def test_delta_source_is_observed_with_one_data_version_per_partition(lake: Path
     result = observe([raw], instance=instance)
     assert result.success
     observations = {
-        e.event_specific_data.asset_observation.partition:
-            e.event_specific_data.asset_observation.tags["dagster/data_version"]
-        for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"
+        e.event_specific_data.asset_observation.partition: e.event_specific_data.asset_observation.tags[
+            "dagster/data_version"
+        ]
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
     }
     assert set(observations) == {"2024-01-02|eu", "2024-01-03|us"}
     state = StateCache().sync(str(lake / "warehouse" / "raw_events"))
@@ -58,16 +59,23 @@ def test_folder_source_change_is_planned_and_read(spark, lake: Path, instance, m
     monkeypatch.setenv("PARTLAKE_HOME", str(lake))
     daily = DailyPartitionsDefinition(start_date="2024-01-01")
     landing = lake / "landing" / "readings"
-    source = partlake_source("readings", partitions_def=daily, folder=True,
-                             path="landing/readings", metadata={"partition_expr": "day"})
+    source = partlake_source(
+        "readings",
+        partitions_def=daily,
+        folder=True,
+        path="landing/readings",
+        metadata={"partition_expr": "day"},
+    )
 
     @asset(partitions_def=daily, code_version="1", metadata={"partition_expr": "day"})
     def readings_total(readings: DataFrame) -> DataFrame:
         return readings.groupBy("day").sum("v").withColumnRenamed("sum(v)", "total")
 
     spark_resource = SparkResource(master="local[2]")
-    resources = {"spark": spark_resource,
-                 "io_manager": DeltaPartitionIOManager(spark=spark_resource, root=str(lake))}
+    resources = {
+        "spark": spark_resource,
+        "io_manager": DeltaPartitionIOManager(spark=spark_resource, root=str(lake)),
+    }
     defs = Definitions(assets=[source, readings_total], resources=resources)
     write_folder_partition(landing, "2024-01-02", [1, 2])
     write_folder_partition(landing, "2024-01-03", [10])
@@ -75,11 +83,17 @@ def test_folder_source_change_is_planned_and_read(spark, lake: Path, instance, m
     graph = LakeGraph(defs)
     plan = make_plan(graph, StateCache()).plan
     assert {(i.asset, i.partition, i.reason) for i in plan.items} == {
-        ("readings_total", "2024-01-02", "missing"), ("readings_total", "2024-01-03", "missing"),
+        ("readings_total", "2024-01-02", "missing"),
+        ("readings_total", "2024-01-03", "missing"),
     }
     for key in ["2024-01-02", "2024-01-03"]:
-        assert materialize([source, readings_total], partition_key=key, resources=resources,
-                           instance=instance, selection=[readings_total]).success
+        assert materialize(
+            [source, readings_total],
+            partition_key=key,
+            resources=resources,
+            instance=instance,
+            selection=[readings_total],
+        ).success
     assert not make_plan(graph, StateCache()).plan
 
     # Another file lands in one day's folder: only that day is stale, and is recomputed.
@@ -91,9 +105,15 @@ def test_folder_source_change_is_planned_and_read(spark, lake: Path, instance, m
     assert [(i.asset, i.partition, i.reason, i.because) for i in plan.items] == [
         ("readings_total", "2024-01-02", "upstream_changed", ("readings[2024-01-02]",))
     ]
-    assert materialize([source, readings_total], partition_key="2024-01-02", resources=resources,
-                       instance=instance, selection=[readings_total]).success
+    assert materialize(
+        [source, readings_total],
+        partition_key="2024-01-02",
+        resources=resources,
+        instance=instance,
+        selection=[readings_total],
+    ).success
     assert delta_rows(lake / "warehouse" / "readings_total", ["day", "total"]) == [
-        ("2024-01-02", 103), ("2024-01-03", 10)
+        ("2024-01-02", 103),
+        ("2024-01-03", 10),
     ]
     assert not make_plan(graph, StateCache()).plan

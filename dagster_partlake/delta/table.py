@@ -73,7 +73,9 @@ def log_versions(root: str) -> list[int]:
         names = os.listdir(log)
     except FileNotFoundError:
         return []
-    return sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    return sorted(
+        int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
+    )
 
 
 def commit_info(root: str, version: int) -> dict[str, Any]:

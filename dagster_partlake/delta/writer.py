@@ -174,9 +174,10 @@ def stage_partitions(
             f"(columns: {', '.join(incoming.names)}); add them to the returned DataFrame or map "
             "the partition dimension to an existing column with metadata 'partition_expr'."
         )
-    schema = pa.schema([incoming.field(c) for c in incoming.names if c not in partition_by] + [
-        incoming.field(c) for c in partition_by
-    ])
+    schema = pa.schema(
+        [incoming.field(c) for c in incoming.names if c not in partition_by]
+        + [incoming.field(c) for c in partition_by]
+    )
     if table_exists(root):
         table = load_table(root)
         existing_partition_by = tuple(table.metadata().partition_columns)
@@ -251,7 +252,9 @@ def commit_staged(
         custom["partlake"]["commit_time_ms"] = now_ms
         properties = CommitProperties(
             custom_metadata=custom,
-            app_transactions=[Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids],
+            app_transactions=[
+                Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids
+            ],
         )
         try:
             _ensure_table(staged, delta_schema)
@@ -398,7 +401,9 @@ def _collect_staged_files(staging_dir: str, partition_by: Sequence[str]) -> list
     return files
 
 
-def _partition_values_from_path(relative: str, partition_by: Sequence[str]) -> dict[str, str | None]:
+def _partition_values_from_path(
+    relative: str, partition_by: Sequence[str]
+) -> dict[str, str | None]:
     segments = relative.split("/")[:-1]
     values: dict[str, str | None] = {}
     for segment, column in zip(segments, partition_by, strict=True):

@@ -19,13 +19,28 @@ from tests.conftest import REPO_ROOT, delta_files, delta_rows, spark_rows, subpr
 pytestmark = pytest.mark.spark
 
 
-def start_writer(root: Path, date: str, region: str, rows: int, offset: int, mode: str,
-                 sync: Path, parties: int) -> subprocess.Popen:
+def start_writer(
+    root: Path, date: str, region: str, rows: int, offset: int, mode: str, sync: Path, parties: int
+) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.delta.writer_process", str(root), date, region, str(rows),
-         str(offset), mode, str(sync), str(parties)],
-        cwd=REPO_ROOT, env=subprocess_env(SPARK_LOCAL_IP="127.0.0.1"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.delta.writer_process",
+            str(root),
+            date,
+            region,
+            str(rows),
+            str(offset),
+            mode,
+            str(sync),
+            str(parties),
+        ],
+        cwd=REPO_ROOT,
+        env=subprocess_env(SPARK_LOCAL_IP="127.0.0.1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -38,9 +53,16 @@ def finish(proc: subprocess.Popen) -> dict:
 def test_four_processes_write_different_partitions_of_one_table(tmp_path: Path) -> None:
     root, sync = tmp_path / "t", tmp_path / "sync"
     sync.mkdir()
-    parts = [("2024-01-02", "eu"), ("2024-01-02", "us"), ("2024-01-03", "eu"), ("2024-01-03", "apac")]
-    procs = [start_writer(root, d, r, 100, i * 1000, "commit", sync, len(parts))
-             for i, (d, r) in enumerate(parts)]
+    parts = [
+        ("2024-01-02", "eu"),
+        ("2024-01-02", "us"),
+        ("2024-01-03", "eu"),
+        ("2024-01-03", "apac"),
+    ]
+    procs = [
+        start_writer(root, d, r, 100, i * 1000, "commit", sync, len(parts))
+        for i, (d, r) in enumerate(parts)
+    ]
     results = [finish(p) for p in procs]
     table = DeltaTable(str(root))
     # Every writer committed exactly once, each in its own version after the table's creation,
@@ -58,8 +80,10 @@ def test_four_processes_write_different_partitions_of_one_table(tmp_path: Path) 
 def test_two_writers_of_the_same_partition_last_commit_wins_whole(tmp_path: Path) -> None:
     root, sync = tmp_path / "t", tmp_path / "sync"
     sync.mkdir()
-    procs = [start_writer(root, "2024-01-02", "eu", 50, offset, "commit", sync, 2)
-             for offset in (0, 10_000)]
+    procs = [
+        start_writer(root, "2024-01-02", "eu", 50, offset, "commit", sync, 2)
+        for offset in (0, 10_000)
+    ]
     results = [finish(p) for p in procs]
     winner = max(results, key=lambda r: r["version"])
     offset = 0 if winner["metadata"]["writer"] == procs[0].pid else 10_000
@@ -68,7 +92,9 @@ def test_two_writers_of_the_same_partition_last_commit_wins_whole(tmp_path: Path
 
 
 @pytest.mark.parametrize("mode", ["hang-staged", "hang-published"])
-def test_writer_killed_before_commit_leaves_table_unchanged(spark, tmp_path: Path, mode: str) -> None:
+def test_writer_killed_before_commit_leaves_table_unchanged(
+    spark, tmp_path: Path, mode: str
+) -> None:
     root, sync = tmp_path / "t", tmp_path / "sync"
     sync.mkdir()
     seed = start_writer(root, "2024-01-02", "eu", 20, 0, "commit", sync, 1)

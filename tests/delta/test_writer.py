@@ -60,7 +60,9 @@ def frame(spark, rows: list[tuple]):
     )
 
 
-def write(spark, root: Path, rows: list[tuple], selection: PartitionSelection, ids: list[str], **kw):
+def write(
+    spark, root: Path, rows: list[tuple], selection: PartitionSelection, ids: list[str], **kw
+):
     return write_partitions(
         frame(spark, rows),
         str(root),
@@ -78,8 +80,14 @@ def as_expected(rows: list[tuple]) -> list[tuple]:
 def test_write_then_read_round_trip_with_every_reader(spark, tmp_path: Path) -> None:
     root = tmp_path / "t"
     rows = rows_for([2, 3], ["eu", "us"])
-    result = write(spark, root, rows, box((2, 4), {"eu", "us"}), ["2|eu", "2|us", "3|eu", "3|us"],
-                   metadata={"run_id": "r1"})
+    result = write(
+        spark,
+        root,
+        rows,
+        box((2, 4), {"eu", "us"}),
+        ["2|eu", "2|us", "3|eu", "3|us"],
+        metadata={"run_id": "r1"},
+    )
     # Version 0 is the empty table the first write creates; the data is version 1.
     assert result.version == 1 and result.num_records == len(rows)
 
@@ -87,7 +95,9 @@ def test_write_then_read_round_trip_with_every_reader(spark, tmp_path: Path) -> 
     everything = read_partitions(spark, str(root), PartitionSelection.everything())
     assert spark_rows(everything.df, COLUMNS) == as_expected(rows)
     one = read_partitions(spark, str(root), box((3, 4), {"us"}))
-    assert spark_rows(one.df, COLUMNS) == as_expected([r for r in rows if r[3] == day(3) and r[4] == "us"])
+    assert spark_rows(one.df, COLUMNS) == as_expected(
+        [r for r in rows if r[3] == day(3) and r[4] == "us"]
+    )
     assert one.df.schema["date"].dataType.typeName() == "date"
 
     # delta-rs alone.
@@ -99,7 +109,9 @@ def test_write_then_read_round_trip_with_every_reader(spark, tmp_path: Path) -> 
         f"select id, amount, ts, date, region from read_parquet({files!r}, hive_partitioning=true, "
         "hive_types={'date': 'DATE'})"
     ).fetchall()
-    assert sorted((i, a, t.astimezone(dt.UTC), dd, r) for i, a, t, dd, r in got) == as_expected(rows)
+    assert sorted((i, a, t.astimezone(dt.UTC), dd, r) for i, a, t, dd, r in got) == as_expected(
+        rows
+    )
 
     info = DeltaTable(str(root)).history(1)[0]
     assert info["partlake"]["run_id"] == "r1"
@@ -129,8 +141,14 @@ def test_partition_range_is_one_commit(spark, tmp_path: Path) -> None:
     write(spark, root, rows_for([1], ["eu"]), box((1, 2), {"eu"}), ["seed"])
     rows = rows_for([2, 3, 4], ["eu", "us", "apac"])
     keys = [f"2024-01-0{d}|{r}" for d in (2, 3, 4) for r in ("eu", "us", "apac")]
-    result = write(spark, root, rows, box((2, 5), {"eu", "us", "apac"}), keys,
-                   metadata={"partition_keys": keys})
+    result = write(
+        spark,
+        root,
+        rows,
+        box((2, 5), {"eu", "us", "apac"}),
+        keys,
+        metadata={"partition_keys": keys},
+    )
     table = DeltaTable(str(root))
     assert result.version == table.version() == 2
     commit = table.history(1)[0]
@@ -138,7 +156,9 @@ def test_partition_range_is_one_commit(spark, tmp_path: Path) -> None:
     assert json.loads(commit["operationParameters"]["partitionBy"]) == ["date", "region"]
 
 
-def test_rows_outside_the_partitions_are_rejected_and_nothing_changes(spark, tmp_path: Path) -> None:
+def test_rows_outside_the_partitions_are_rejected_and_nothing_changes(
+    spark, tmp_path: Path
+) -> None:
     root = tmp_path / "t"
     write(spark, root, rows_for([2], ["eu"]), box((2, 3), {"eu"}), ["a"])
     before = (DeltaTable(str(root)).version(), delta_files(root), delta_rows(root, COLUMNS))
@@ -166,11 +186,21 @@ def test_incompatible_schema_is_rejected_naming_columns(spark, tmp_path: Path) -
         match=r"missing columns: amount, ts; changed types: id \(long -> string\); "
         r"new columns: extra",
     ):
-        write_partitions(bad, str(root), partition_by=["date", "region"],
-                         selection=box((2, 3), {"eu"}), partition_ids=["a"])
+        write_partitions(
+            bad,
+            str(root),
+            partition_by=["date", "region"],
+            selection=box((2, 3), {"eu"}),
+            partition_ids=["a"],
+        )
     with pytest.raises(SchemaMismatchError, match=r"partitioned by \(date, region\).*\(date\)"):
-        write_partitions(frame(spark, rows_for([2], ["eu"])), str(root), partition_by=["date"],
-                         selection=box((2, 3), {"eu"}), partition_ids=["a"])
+        write_partitions(
+            frame(spark, rows_for([2], ["eu"])),
+            str(root),
+            partition_by=["date"],
+            selection=box((2, 3), {"eu"}),
+            partition_ids=["a"],
+        )
     assert (DeltaTable(str(root)).version(), delta_files(root)) == before
 
 
@@ -178,8 +208,9 @@ def test_new_columns_only_when_allowed(spark, tmp_path: Path) -> None:
     root = tmp_path / "t"
     write(spark, root, rows_for([2], ["eu"]), box((2, 3), {"eu"}), ["a"])
     wider = frame(spark, rows_for([3], ["eu"])).selectExpr("*", "'note' as comment")
-    kwargs = dict(partition_by=["date", "region"], selection=box((3, 4), {"eu"}),
-                  partition_ids=["b"])
+    kwargs = dict(
+        partition_by=["date", "region"], selection=box((3, 4), {"eu"}), partition_ids=["b"]
+    )
     with pytest.raises(SchemaMismatchError, match="new columns: comment"):
         write_partitions(wider, str(root), **kwargs)
     write_partitions(wider, str(root), allow_new_columns=True, **kwargs)
@@ -202,12 +233,18 @@ def test_unpartitioned_table(spark, tmp_path: Path) -> None:
     root = tmp_path / "plain"
     df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
     for _ in range(2):
-        write_partitions(df, str(root), partition_by=[], selection=PartitionSelection.everything(),
-                         partition_ids=["__all__"])
+        write_partitions(
+            df,
+            str(root),
+            partition_by=[],
+            selection=PartitionSelection.everything(),
+            partition_ids=["__all__"],
+        )
     assert delta_rows(root) == [(1, "a"), (2, "b")]
     assert DeltaTable(str(root)).version() == 2
-    assert spark_rows(read_partitions(spark, str(root), PartitionSelection.everything()).df,
-                      ["k", "v"]) == [(1, "a"), (2, "b")]
+    assert spark_rows(
+        read_partitions(spark, str(root), PartitionSelection.everything()).df, ["k", "v"]
+    ) == [(1, "a"), (2, "b")]
 
 
 def test_extreme_timestamps_are_readable_by_delta_rs(spark, tmp_path: Path) -> None:
@@ -219,9 +256,13 @@ def test_extreme_timestamps_are_readable_by_delta_rs(spark, tmp_path: Path) -> N
 
 def test_stale_staging_folders_are_removed(spark, tmp_path: Path) -> None:
     root = tmp_path / "t"
-    staged = stage_partitions(frame(spark, rows_for([2], ["eu"])), str(root),
-                              partition_by=["date", "region"], selection=box((2, 3), {"eu"}),
-                              partition_ids=["a"])
+    staged = stage_partitions(
+        frame(spark, rows_for([2], ["eu"])),
+        str(root),
+        partition_by=["date", "region"],
+        selection=box((2, 3), {"eu"}),
+        partition_ids=["a"],
+    )
     assert os.path.isdir(staged.staging_dir)
     _remove_stale_staging(str(root))
     assert os.path.isdir(staged.staging_dir)  # a fresh staging folder may belong to a live writer

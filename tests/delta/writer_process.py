@@ -38,11 +38,22 @@ def main() -> None:
         f"id + {int(offset)} as id", f"date'{date}' as date", f"'{region}' as region"
     )
     selection = PartitionSelection(
-        (Box({"date": DateRanges(((day, day + dt.timedelta(days=1)),)),
-              "region": frozenset({region})}),)
+        (
+            Box(
+                {
+                    "date": DateRanges(((day, day + dt.timedelta(days=1)),)),
+                    "region": frozenset({region}),
+                }
+            ),
+        )
     )
-    staged = stage_partitions(df, root, partition_by=["date", "region"], selection=selection,
-                              partition_ids=[f"{date}|{region}"])
+    staged = stage_partitions(
+        df,
+        root,
+        partition_by=["date", "region"],
+        selection=selection,
+        partition_ids=[f"{date}|{region}"],
+    )
     if mode == "hang-published":
         publish_staged(staged)
     ready = os.path.join(sync_dir, f"{os.getpid()}.ready")
