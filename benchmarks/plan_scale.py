@@ -321,9 +321,13 @@ def _replace(
     for key in keys:
         date, region = key.split("|")
         relative = _link_file(root, table, date, region, name)
-        actions.append(AddAction(relative, size, {"date": date, "region": region}, now_ms, True, stats))
+        actions.append(
+            AddAction(relative, size, {"date": date, "region": region}, now_ms, True, stats)
+        )
         for path, old_size, _ in live.get(key, []):
-            actions.append(RemoveAction(path, True, now_ms, old_size, {"date": date, "region": region}))
+            actions.append(
+                RemoveAction(path, True, now_ms, old_size, {"date": date, "region": region})
+            )
     DeltaTable(table).create_write_transaction(
         actions,
         mode="append",
@@ -348,7 +352,13 @@ def repair(root: str, keys: Sequence[str]) -> dict[str, Any]:
         upstream = _live(_table(root, UPSTREAM[asset]), set(keys))
         consumed = {k: max(t for _, _, t in upstream[k]) for k in keys}
         now_ms = int(time.time() * 1000)
-        _replace(root, asset, keys, _partlake_info(asset, keys, now_ms, {UPSTREAM[asset]: consumed}), now_ms)
+        _replace(
+            root,
+            asset,
+            keys,
+            _partlake_info(asset, keys, now_ms, {UPSTREAM[asset]: consumed}),
+            now_ms,
+        )
         time.sleep(0.002)  # strictly increasing commit times
     return {"seconds": round(time.perf_counter() - started, 3)}
 
@@ -453,7 +463,10 @@ def run_child(task: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
             cwd=str(REPO),
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s", "wall_s": round(time.perf_counter() - started, 1)}
+        return {
+            "error": f"timed out after {timeout:.0f} s",
+            "wall_s": round(time.perf_counter() - started, 1),
+        }
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
             result = json.loads(line[len(RESULT_MARK) :])
@@ -609,8 +622,11 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def memory_profile(fn: Callable[[], Any], limit: int = 10) -> dict[str, Any]:
-    """Python allocations still held after `fn` (tracemalloc, by line), vs the RSS growth; the
-    difference is mostly native memory (delta-rs table state, Arrow buffers)."""
+    """Python allocations still held after `fn` (tracemalloc, by line), and the RSS growth.
+
+    The RSS growth includes tracemalloc's own bookkeeping (a traceback per block, millions of
+    blocks at 100k), so `native_or_untraced_mb` overstates native memory; compare
+    `python_traced_mb` with the cold make_plan RSS growth of the timed run instead."""
     import tracemalloc
 
     gc.collect()
@@ -659,7 +675,7 @@ def _sensor_ticks(defs: Any, root: str, task: dict[str, Any]) -> dict[str, Any]:
             context = build_sensor_context(
                 instance=instance, repository_def=repository, cursor=cursor
             )
-            result, seconds, memory = timed(lambda: sensor(context))
+            result, seconds, memory = timed(lambda context=context: sensor(context))
             assert isinstance(result, SkipReason), f"expected a skip, got {result!r}"
             message = result.skip_message
             runs.append(seconds)
@@ -811,9 +827,7 @@ def task_dagster_load(task: dict[str, Any]) -> dict[str, Any]:
     events = [e for asset in ASSETS for e in _materializations(asset, keys)]
     out = report(instance, events, budget_s=task["budget_s"], sample=task.get("sample", 1000))
     started = time.perf_counter()
-    counts = {
-        a: len(instance.get_materialized_partitions(AssetKey(a))) for a in ASSETS
-    }
+    counts = {a: len(instance.get_materialized_partitions(AssetKey(a))) for a in ASSETS}
     out["materialized_partitions"] = counts
     out["materialized_partitions_check_s"] = round(time.perf_counter() - started, 2)
     assert all(c == layout.n for c in counts.values()), counts
@@ -900,7 +914,10 @@ def task_main(raw: str) -> None:
     try:
         result = TASKS[task["kind"]](task)
     except BaseException as error:  # report, then fail
-        result = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
+        result = {
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc()[-3000:],
+        }
     result.setdefault("peak_rss_mb", self_peak_mb())  # partlake tasks set it before profiling
     result["peak_rss_at_exit_mb"] = self_peak_mb()
     result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
@@ -947,7 +964,11 @@ def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             return entry
 
         partlake: dict[str, Any] = {}
-        scenarios = () if args.skip_partlake else ("no_change", "sensor_tick", "one_old_change", "ten_percent")
+        scenarios = (
+            ()
+            if args.skip_partlake
+            else ("no_change", "sensor_tick", "one_old_change", "ten_percent")
+        )
         for scenario in scenarios:
             if scenario == "ten_percent":  # make the one-old-change partitions fresh again
                 changed = [layout.old_key(0)] + ([layout.old_key(1)] if profile else [])
@@ -1071,12 +1092,15 @@ def summarize_partlake(detail: dict[str, Any]) -> dict[str, Any]:
             "one_old_change": get("one_old_change", "memory", "rss_peak_during_mb"),
             "ten_percent": get("ten_percent", "memory", "rss_peak_during_mb"),
         },
-        "errors": {s: d["error"] for s, d in detail.items() if isinstance(d, dict) and "error" in d},
+        "errors": {
+            s: d["error"] for s, d in detail.items() if isinstance(d, dict) and "error" in d
+        },
     }
 
 
-def measure_dagster(n: int, root: str, args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
-    layout = Layout(n)
+def measure_dagster(
+    n: int, root: str, args: argparse.Namespace, notes: list[str]
+) -> dict[str, Any]:
     base = args.dagster_dir or os.path.join(root, "dagster")
     instance_dir = os.path.join(base, f"plan_scale_n{n}_instance")
     shutil.rmtree(instance_dir, ignore_errors=True)
@@ -1158,12 +1182,15 @@ def print_summary(result: dict[str, Any]) -> None:
         n, p = entry["n_per_asset"], entry.get("partlake", {})
         log(
             f"N={n}: partlake no-change make_plan {p.get('no_change_s')} s, quick check "
-            f"{p.get('quick_check_s')} s, sensor skip tick {p.get('sensor_skip_tick_s')} s, one old "
-            f"change {p.get('one_old_change_s')} s, 10% {p.get('ten_percent_s')} s, items "
+            f"{p.get('quick_check_s')} s, sensor skip tick {p.get('sensor_skip_tick_s')} s, "
+            f"one old change {p.get('one_old_change_s')} s, 10% {p.get('ten_percent_s')} s, items "
             f"{p.get('plan_items')}, peak RSS {p.get('peak_rss_mb')}"
         )
         for name, target in entry.get("targets", {}).items():
-            log(f"N={n}:   target {name}: {target['measured']} (target <= {target['target']}, met={target['met']})")
+            log(
+                f"N={n}:   target {name}: {target['measured']} "
+                f"(target <= {target['target']}, met={target['met']})"
+            )
         d = entry.get("dagster", {})
         for condition in CONDITIONS:
             c = d.get(condition, {})
@@ -1172,10 +1199,10 @@ def print_summary(result: dict[str, Any]) -> None:
                 continue
             if c:
                 log(
-                    f"N={n}: dagster {condition}: no-change {c['no_change']['seconds']} s, one old "
-                    f"{c['one_old_change']['seconds']} s requested {c['one_old_change']['requested']}, 10% "
-                    f"{c['ten_percent']['seconds']} s requested {c['ten_percent']['requested']}, peak "
-                    f"{c.get('peak_rss_mb')} MB"
+                    f"N={n}: dagster {condition}: no-change {c['no_change']['seconds']} s, "
+                    f"one old {c['one_old_change']['seconds']} s requested "
+                    f"{c['one_old_change']['requested']}, 10% {c['ten_percent']['seconds']} s "
+                    f"requested {c['ten_percent']['requested']}, peak {c.get('peak_rss_mb')} MB"
                 )
 
 
@@ -1196,7 +1223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where the SQLite Dagster instances live (default /dev/shm: no fsync per event)",
     )
     parser.add_argument(
-        "--report-budget", type=float, default=600.0,
+        "--report-budget",
+        type=float,
+        default=600.0,
         help="seconds the public API may take to report all materializations of one size; "
         "beyond it the rest is bulk-loaded",
     )
@@ -1218,7 +1247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     result: dict[str, Any] = {
         "benchmark": "benchmarks/plan_scale.py",
-        "command": " ".join([os.path.relpath(sys.executable, REPO), "benchmarks/plan_scale.py", *argv]),
+        "command": " ".join(
+            [os.path.relpath(sys.executable, REPO), "benchmarks/plan_scale.py", *argv]
+        ),
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": {
             "cpus": os.cpu_count(),

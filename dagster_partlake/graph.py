@@ -77,6 +77,9 @@ class LakeGraph:
         resources = resources if resources is not None else (defs.resources if defs else None)
         self.root = os.path.abspath(root or _io_manager_root(resources) or default_root())
         self.assets: dict[str, LakeAsset] = {}
+        self._plan_assets: list[PlanAsset] | None = None
+        # Per asset: (table version, partition states, records) of the last conversion.
+        self.converted: dict[str, tuple[int, dict[Key, PartitionState], dict[Key, Record]]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)
             if not (node.is_materializable or node.is_observable or node.is_external):
@@ -105,8 +108,13 @@ class LakeGraph:
                     p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: k.path)
                 ),
             )
+        self._has_dynamic = any(_is_dynamic(a.partitions_def) for a in self.assets.values())
 
     def plan_assets(self, dynamic_partitions_store: Any = None) -> list[PlanAsset]:
+        """The planner's view of the graph. Built once (its key maps memoize across plans)
+        unless a dynamic partitions definition makes the key sets change over time."""
+        if self._plan_assets is not None:
+            return self._plan_assets
         result = []
         for asset in self.assets.values():
             deps = tuple(
@@ -123,12 +131,27 @@ class LakeGraph:
                     partitioned=asset.partitions_def is not None,
                 )
             )
+        if not self._has_dynamic:
+            self._plan_assets = result
         return result
 
     def _dependency(self, child: LakeAsset, parent: LakeAsset, store: Any) -> Dependency:
         mapping = self.asset_graph.get_partition_mapping(child.key, parent.key)
         up, down = key_maps(parent.partitions_def, child.partitions_def, mapping, store)
-        return Dependency(parent.name, up, down)
+        identity = (
+            parent.partitions_def is not None
+            and parent.partitions_def == child.partitions_def
+            and isinstance(mapping, IdentityPartitionMapping)
+        )
+        return Dependency(parent.name, up, down, identity=identity)
+
+
+def _is_dynamic(partitions_def: PartitionsDefinition | None) -> bool:
+    from dagster import DynamicPartitionsDefinition
+
+    if isinstance(partitions_def, MultiPartitionsDefinition):
+        return any(_is_dynamic(d.partitions_def) for d in partitions_def.partitions_defs)
+    return isinstance(partitions_def, DynamicPartitionsDefinition)
 
 
 def _io_manager_root(resources: Mapping[str, Any] | None) -> str | None:
@@ -370,10 +393,22 @@ def gather_plan_input(
 ) -> tuple[PlanInput, dict[str, TableState | None]]:
     """Planner input for the whole graph, and the raw table states it was built from."""
     raw = {name: read_state(asset, cache) for name, asset in graph.assets.items()}
-    states = {name: to_partition_states(graph.assets[name], s) for name, s in raw.items()}
-    records = {
-        name: to_records(graph.assets[name], s)
-        for name, s in raw.items()
-        if not graph.assets[name].is_source
-    }
+    states: dict[str, dict[Key, PartitionState]] = {}
+    records: dict[str, dict[Key, Record]] = {}
+    for name, state in raw.items():
+        asset = graph.assets[name]
+        version = state.version if state is not None else -1
+        cached = graph.converted.get(name)
+        if cached is None or cached[0] != version:
+            # Converting values to keys and commits to records is the costly part of a plan at
+            # many partitions; a table whose version did not move keeps its conversion.
+            cached = (
+                version,
+                to_partition_states(asset, state),
+                {} if asset.is_source else to_records(asset, state),
+            )
+            graph.converted[name] = cached
+        states[name] = cached[1]
+        if not asset.is_source:
+            records[name] = cached[2]
     return PlanInput(graph.plan_assets(dynamic_partitions_store), states, records), raw

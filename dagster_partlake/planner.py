@@ -54,6 +54,7 @@ class Dependency:
     upstream: str
     upstream_keys: KeyMap  # downstream key -> the upstream keys it reads
     downstream_keys: KeyMap  # upstream key -> the downstream keys that read it
+    identity: bool = False  # both maps are k -> [k]; lets the planner skip the calls
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,10 @@ def plan(inputs: PlanInput) -> Plan:
     return Plan(tuple(items), tuple(a.name for a in order))
 
 
+def _mapped(dep: Dependency, key: Key) -> Iterable[Key]:
+    return (key,) if dep.identity else dep.upstream_keys(key)
+
+
 def _has_data(asset: str, key: Key, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> bool:
     return key in inputs.states.get(asset, {}) or key in stale.get(asset, ())
 
@@ -182,6 +187,9 @@ def _candidates(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key
         upstream_with_data = set(inputs.states.get(dep.upstream, {})) | stale.get(
             dep.upstream, set()
         )
+        if dep.identity:
+            keys.update(upstream_with_data)
+            continue
         for upstream_key in upstream_with_data:
             keys.update(dep.downstream_keys(upstream_key))
     return keys
@@ -198,9 +206,7 @@ def _judge(
     if record is None:
         because: list[str] = []
         for dep in asset.deps:
-            with_data = [
-                u for u in dep.upstream_keys(key) if _has_data(dep.upstream, u, inputs, stale)
-            ]
+            with_data = [u for u in _mapped(dep, key) if _has_data(dep.upstream, u, inputs, stale)]
             if not with_data:
                 return None
             because.extend(render_partition(dep.upstream, u) for u in with_data)
@@ -211,7 +217,7 @@ def _judge(
         consumed = record.consumed.get(dep.upstream, {})
         upstream_states = inputs.states.get(dep.upstream, {})
         upstream_stale = stale.get(dep.upstream, set())
-        for u in dep.upstream_keys(key):
+        for u in _mapped(dep, key):
             current = upstream_states.get(u)
             now = current.last_updated if current is not None else None
             if u in upstream_stale or now != consumed.get(u):

@@ -41,6 +41,7 @@ from dagster._core.storage.tags import (
 from dagster_partlake.batches import Batch, make_batches
 from dagster_partlake.delta.state import StateCache, folder_state
 from dagster_partlake.graph import LakeGraph
+from dagster_partlake.io_manager import default_root
 from dagster_partlake.lake import make_plan
 from dagster_partlake.planner import Key
 
@@ -52,8 +53,19 @@ IN_FLIGHT = [
     DagsterRunStatus.STARTED,
 ]
 
-# One state cache per sensor per process: the code server keeps it across ticks.
+# One state cache and graph per sensor per process: the code server keeps them across ticks, so
+# a tick re-reads and re-converts only the tables whose version moved.
 _caches: dict[str, StateCache] = {}
+_graphs: dict[tuple[str, str], tuple[Any, LakeGraph]] = {}
+
+
+def _graph(name: str, asset_graph: Any, root: str | None) -> LakeGraph:
+    resolved = os.path.abspath(root or default_root())
+    cached = _graphs.get((name, resolved))
+    if cached is None or cached[0] is not asset_graph:
+        cached = (asset_graph, LakeGraph(asset_graph=asset_graph, root=resolved, resources={}))
+        _graphs[(name, resolved)] = cached
+    return cached[1]
 
 
 def build_invalidation_sensor(
@@ -109,7 +121,7 @@ def evaluate(
 ) -> SensorResult | SkipReason:
     now = time.time()
     cursor = json.loads(context.cursor) if context.cursor else {}
-    graph = LakeGraph(asset_graph=context.repository_def.asset_graph, root=root, resources={})
+    graph = _graph(name, context.repository_def.asset_graph, root)
     versions: dict[str, int] = cursor.get("versions", {})
     failures: dict[str, list[float]] = cursor.get("failures", {})
     pending = cursor.get("pending", False)
