@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-fast check-java dev clean
+.PHONY: install demo test test-fast check-java dev clean bench-backfill bench-plan
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -53,6 +53,14 @@ test: install
 # Only the tests that need neither Spark nor a Dagster subprocess.
 test-fast: install
 	$(BIN)/python -m pytest -m "not spark and not dagster_cli and not cluster"
+
+# Benchmarks (not part of `make test`): JSON and PNG under benchmarks/out/.
+bench-backfill: check-java install
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m benchmarks.backfill $(BENCH_ARGS)
+
+bench-plan: install
+	$(BIN)/python benchmarks/plan_scale.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .partlake
