@@ -30,7 +30,14 @@ from dagster import (
 
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
 from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.io_manager import WHOLE_TABLE_ID, DeltaPartitionIOManager, default_root
+from dagster_partlake.io_manager import (
+    FORMAT_KEY,
+    PATH_KEY,
+    WHOLE_TABLE_ID,
+    DeltaPartitionIOManager,
+    default_root,
+    table_path,
+)
 from dagster_partlake.partitions import DimensionColumn, KeyCodec, dimension_columns
 from dagster_partlake.planner import (
     Dependency,
@@ -41,8 +48,6 @@ from dagster_partlake.planner import (
     Record,
 )
 
-FORMAT_KEY = "partlake/format"  # asset metadata: "delta" (default) or "folder" for sources
-PATH_KEY = "partlake/path"  # asset metadata: where a source lives, if not the default place
 
 
 @dataclass(frozen=True)
@@ -87,12 +92,7 @@ class LakeGraph:
             name = key.to_user_string()
             metadata = dict(node.metadata or {})
             is_folder = metadata.get(FORMAT_KEY) == "folder"
-            path = metadata.get(PATH_KEY)
-            path = (
-                os.path.join(self.root, str(path))
-                if path
-                else os.path.join(self.root, "warehouse", *key.path)
-            )
+            path = table_path(self.root, key, metadata.get(PATH_KEY))
             policy = node.backfill_policy
             self.assets[name] = LakeAsset(
                 key=key,

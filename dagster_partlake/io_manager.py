@@ -35,6 +35,8 @@ from dagster_partlake.partitions import (
 from dagster_partlake.resource import SparkResource
 
 SCHEMA_MODE_KEY = "schema_mode"
+FORMAT_KEY = "partlake/format"  # asset metadata: "delta" (default) or "folder" for sources
+PATH_KEY = "partlake/path"  # asset metadata: where a source lives, relative to the root
 # Partition id of an unpartitioned table (its commit conflict id and its key in records).
 WHOLE_TABLE_ID = "__all__"
 
@@ -48,8 +50,11 @@ def default_root() -> str:
     return os.environ.get("PARTLAKE_HOME") or ".partlake"
 
 
-def table_path(root: str, asset_key: AssetKey) -> str:
-    """Where the table of an asset lives: `<root>/warehouse/<asset key path>`."""
+def table_path(root: str, asset_key: AssetKey, path: str | None = None) -> str:
+    """Where the table of an asset lives: `<root>/warehouse/<asset key path>`, or `<root>/<path>`
+    for a source whose metadata `partlake/path` says so."""
+    if path:
+        return os.path.join(os.path.abspath(root), str(path))
     return os.path.join(os.path.abspath(root), "warehouse", *asset_key.path)
 
 
@@ -174,7 +179,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             context.upstream_output.definition_metadata if context.upstream_output else {}
         )
         columns = dimension_columns(partitions_def, upstream_metadata, asset_name=asset_name)
-        if upstream_metadata.get("partlake/format") == "folder":
+        if upstream_metadata.get(FORMAT_KEY) == "folder":
             return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
         snapshot = open_table(self.table_root(asset_key), table_name=asset_name)
         selection = selection_for_keys(columns, keys, snapshot.column_types, asset_name=asset_name)
@@ -210,9 +215,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         keys: list[str],
         metadata: Any,
     ) -> Any:
-        path = metadata.get("partlake/path")
-        base = os.path.abspath(self.root or default_root())
-        root = os.path.join(base, str(path)) if path else self.table_root(context.asset_key)
+        root = table_path(self.root or default_root(), context.asset_key, metadata.get(PATH_KEY))
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)

@@ -7,7 +7,6 @@ partition last changed. Assets read it through `DeltaPartitionIOManager` like an
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,8 +20,8 @@ from dagster import (
 )
 
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.graph import FORMAT_KEY, PATH_KEY, LakeAsset, read_state, to_partition_states
-from dagster_partlake.io_manager import default_root
+from dagster_partlake.graph import LakeAsset, read_state, to_partition_states
+from dagster_partlake.io_manager import FORMAT_KEY, PATH_KEY, default_root, table_path
 from dagster_partlake.partitions import dimension_columns
 
 _cache = StateCache()
@@ -69,10 +68,7 @@ def partlake_source(
         description=description,
     )
     def _observe() -> DataVersionsByPartition | DataVersion:
-        base = os.path.abspath(root or default_root())
-        location = (
-            os.path.join(base, path) if path else os.path.join(base, "warehouse", *asset_key.path)
-        )
+        location = table_path(root or default_root(), asset_key, path)
         asset = LakeAsset(
             key=asset_key,
             name=name,
