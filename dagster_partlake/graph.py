@@ -49,7 +49,6 @@ from dagster_partlake.planner import (
 )
 
 
-
 @dataclass(frozen=True)
 class LakeAsset:
     key: AssetKey
@@ -60,7 +59,6 @@ class LakeAsset:
     is_source: bool
     is_folder: bool
     code_version: str | None
-    single_run_backfill: bool
     parents: tuple[str, ...]
 
 
@@ -93,7 +91,6 @@ class LakeGraph:
             metadata = dict(node.metadata or {})
             is_folder = metadata.get(FORMAT_KEY) == "folder"
             path = table_path(self.root, key, metadata.get(PATH_KEY))
-            policy = node.backfill_policy
             self.assets[name] = LakeAsset(
                 key=key,
                 name=name,
@@ -103,7 +100,6 @@ class LakeGraph:
                 is_source=not node.is_materializable,
                 is_folder=is_folder,
                 code_version=node.code_version,
-                single_run_backfill=policy is not None and policy.max_partitions_per_run is None,
                 parents=tuple(
                     p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: k.path)
                 ),

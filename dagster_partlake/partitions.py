@@ -12,7 +12,6 @@ column it holds the key itself (e.g. '2024-01-02').
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -254,11 +253,6 @@ def describe_partitions(partitions_def: PartitionsDefinition) -> str:
     if isinstance(partitions_def, DynamicPartitionsDefinition):
         return f"dynamic partitions '{partitions_def.name}'"
     return type(partitions_def).__name__
-
-
-def all_keys_product(per_dimension: Sequence[Sequence[str]]) -> list[str]:
-    """Multi-partition keys for every combination, in Dagster's key order (for tests/tools)."""
-    return ["|".join(combo) for combo in itertools.product(*per_dimension)]
 
 
 class KeyCodec:

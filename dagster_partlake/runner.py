@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from dagster import AssetKey, DagsterInstance
+from dagster import DagsterInstance
 
 from dagster_partlake.batches import Batch, make_batches
 from dagster_partlake.delta.state import StateCache
@@ -164,7 +164,3 @@ def _rows_by_partition(graph: LakeGraph, batch: Batch, run_id: str) -> dict[tupl
                     rows[(name, None if key == WHOLE_TABLE_ID else key)] = int(n)
                 break
     return rows
-
-
-def asset_keys(names: Sequence[str]) -> list[AssetKey]:
-    return [AssetKey.from_user_string(n) for n in names]

@@ -78,7 +78,6 @@ def partlake_source(
             is_source=True,
             is_folder=folder,
             code_version=None,
-            single_run_backfill=False,
             parents=(),
         )
         states = to_partition_states(asset, read_state(asset, _cache))

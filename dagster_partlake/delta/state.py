@@ -69,11 +69,6 @@ class StateCache:
         self._tables[root] = (table, state)
         return state
 
-    def version_moved(self, root: str) -> bool:
-        """True when the table changed since the last sync (or was never synced)."""
-        cached = self._tables.get(os.path.abspath(root))
-        return cached is None or _has_commit(os.path.abspath(root), cached[1].version + 1)
-
 
 def _has_commit(root: str, version: int) -> bool:
     return os.path.exists(os.path.join(root, "_delta_log", f"{version:020d}.json"))
