@@ -180,40 +180,26 @@ def main(argv: list[str] | None = None) -> None:
 
         naive_lake, naive_env = lake_copy(work, "naive", golden)
         sample_days = [dt.date(2024, 1, 1) + dt.timedelta(days=d) for d in range(args.naive_sample)]
-        daily_times = []
-        for day in sample_days:
-            key = f"{day.isoformat()}|{regions[0]}"
-            t, _ = timed(
-                [
-                    DAGSTER,
-                    "asset",
-                    "materialize",
-                    "-m",
-                    MODULE,
-                    "--select",
-                    "clean_events,daily_region_stats",
-                    "--partition",
-                    key,
-                ],
-                naive_env,
-                f"naive dagster asset materialize {key}",
-            )
-            daily_times.append(t)
-        monthly_time, _ = timed(
-            [
+
+        def naive(select: str, key: str) -> float:
+            command = [
                 DAGSTER,
                 "asset",
                 "materialize",
                 "-m",
                 MODULE,
                 "--select",
-                "monthly_region_stats",
+                select,
                 "--partition",
-                f"2024-01|{regions[0]}",
-            ],
-            naive_env,
-            "naive dagster asset materialize 2024-01 monthly",
-        )
+                key,
+            ]
+            return timed(command, naive_env, f"naive dagster asset materialize {key}")[0]
+
+        daily_times = [
+            naive("clean_events,daily_region_stats", f"{day.isoformat()}|{regions[0]}")
+            for day in sample_days
+        ]
+        monthly_time = naive("monthly_region_stats", f"2024-01|{regions[0]}")
         per_daily = sum(daily_times) / len(daily_times)
         seconds["naive_extrapolated"] = (
             per_daily * daily_partitions + monthly_time * monthly_partitions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +70,20 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def run_partlake(
+    *args: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """The real `partlake` CLI (`python -m dagster_partlake.cli`) in a subprocess, from the repo."""
+    return subprocess.run(
+        [sys.executable, "-m", "dagster_partlake.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def delta_rows(path: str | Path, columns: list[str] | None = None) -> list[tuple]:

@@ -9,19 +9,16 @@ import datetime as dt
 import hashlib
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dagster_partlake.spark_server import start_standalone, status, stop
-from tests.conftest import REPO_ROOT, delta_rows, subprocess_env
+from tests.conftest import delta_rows, run_partlake, subprocess_env
 
 pytestmark = pytest.mark.cluster
 
 TABLES = ["clean_events", "daily_region_stats", "monthly_region_stats"]
-PARTLAKE = [sys.executable, "-m", "dagster_partlake.cli"]
 
 
 def free_port() -> int:
@@ -47,13 +44,8 @@ def fresh_lake(tmp_path: Path, name: str) -> tuple[Path, dict[str, str]]:
 
 
 def refresh(env: dict[str, str], **extra: str) -> str:
-    proc = subprocess.run(
-        [*PARTLAKE, "run", "-m", "definitions", "--max-parallel", "2"],
-        cwd=REPO_ROOT,
-        env={**env, **extra},
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc = run_partlake(
+        "run", "-m", "definitions", "--max-parallel", "2", env={**env, **extra}, timeout=900
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 failed" in proc.stdout
@@ -91,49 +83,30 @@ def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> N
     connect_lake, connect_env = fresh_lake(tmp_path, "connect")
     port = free_port()
     servers = str(tmp_path / "servers")
-    started = subprocess.run(
-        [
-            *PARTLAKE,
-            "spark",
-            "start",
-            "--port",
-            str(port),
-            "--master",
-            "local[2]",
-            "--driver-memory",
-            "1g",
-            "--root",
-            servers,
-        ],
-        cwd=REPO_ROOT,
+    started = run_partlake(
+        "spark",
+        "start",
+        "--port",
+        str(port),
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "1g",
+        "--root",
+        servers,
         env=connect_env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     try:
         assert started.returncode == 0, started.stderr[-3000:]
         assert f"sc://127.0.0.1:{port}" in started.stdout
-        running = subprocess.run(
-            [*PARTLAKE, "spark", "status", "--root", servers],
-            cwd=REPO_ROOT,
-            env=connect_env,
-            capture_output=True,
-            text=True,
-        )
+        running = run_partlake("spark", "status", "--root", servers, env=connect_env)
         assert running.returncode == 0 and running.stdout.startswith("running: pid ")
         pid = status(servers).pid
         out = refresh(connect_env, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
         assert out.count("[OK]") == 24  # 9 clean + 9 daily + 6 monthly
     finally:
-        stopped = subprocess.run(
-            [*PARTLAKE, "spark", "stop", "--root", servers],
-            cwd=REPO_ROOT,
-            env=connect_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        stopped = run_partlake("spark", "stop", "--root", servers, env=connect_env, timeout=120)
     assert stopped.stdout.strip() == "Spark Connect server stopped."
     assert pid is not None and not os.path.exists(f"/proc/{pid}/status") or _zombie(pid)
     assert fingerprint(connect_lake) == expected

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from dagster_partlake.graph import LakeGraph
 from dagster_partlake.lake import make_plan
 from dagster_partlake.runner import run_plan
 from dagster_partlake.sensor import SENSOR_TAG, build_invalidation_sensor
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.conftest import run_partlake, subprocess_env
 
 pytestmark = pytest.mark.spark
 
@@ -163,15 +162,7 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     env = subprocess_env(
         PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1"
     )
-    partlake = [sys.executable, "-m", "dagster_partlake.cli"]
-    plan = subprocess.run(
-        [*partlake, "plan", "-m", "definitions", "--json"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    plan = run_partlake("plan", "-m", "definitions", "--json", env=env, timeout=120)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert json.loads(plan.stdout) == [
         {
@@ -193,25 +184,13 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
             "because": ["daily_region_stats[2024-01-02|eu]"],
         },
     ]
-    text = subprocess.run(
-        [*partlake, "plan", "-m", "definitions", "--select", "clean_events"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    text = run_partlake(
+        "plan", "-m", "definitions", "--select", "clean_events", env=env, timeout=120
     )
     assert "clean_events: 1 stale (upstream_changed 1)" in text.stdout
     assert "monthly_region_stats" not in text.stdout
 
-    first = subprocess.run(
-        [*partlake, "run", "-m", "definitions"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    first = run_partlake("run", "-m", "definitions", env=env, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     lines = [line for line in first.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == 3
@@ -224,24 +203,10 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
         "JAVA_HOME": str(tmp_path / "no-java"),
         "PATH": str(Path(sys.executable).parent),
     }
-    second = subprocess.run(
-        [*partlake, "run", "-m", "definitions"],
-        cwd=REPO_ROOT,
-        env=no_java,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    second = run_partlake("run", "-m", "definitions", env=no_java, timeout=120)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.strip() == "Everything is fresh: nothing to run."
 
-    bad = subprocess.run(
-        [*partlake, "plan", "-m", "definitions", "--select", "nope"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = run_partlake("plan", "-m", "definitions", "--select", "nope", env=env, timeout=120)
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1].startswith("Error: unknown asset(s) nope; the code")
