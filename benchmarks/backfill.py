@@ -209,8 +209,9 @@ def main(argv: list[str] | None = None) -> None:
             "seconds_per_daily_partition": round(per_daily, 2),
             "seconds_per_monthly_partition": round(monthly_time, 2),
             "method": (
-                f"timed {len(daily_times)} daily partitions (clean_events + daily_region_stats in one "
-                "`dagster asset materialize` each) and 1 monthly partition, then extrapolated to "
+                f"timed {len(daily_times)} daily partitions (clean_events + daily_region_stats in "
+                "one `dagster asset materialize` each) and 1 monthly partition, then "
+                "extrapolated to "
                 f"{daily_partitions} daily and {monthly_partitions} monthly partitions"
             ),
         }

@@ -1,4 +1,4 @@
-"""dagster_partlake: partition-aware incremental lakehouse assets on Dagster, Spark and Delta Lake."""
+"""dagster_partlake: partition-aware incremental lakehouse assets on Dagster, Spark, Delta."""
 
 from dagster_partlake.errors import (
     CommitConflictError,

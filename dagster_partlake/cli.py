@@ -49,14 +49,18 @@ def main() -> None:
 @_boundary
 def plan_command(module: str, select: str | None, as_json: bool) -> None:
     """Show which asset partitions are stale and why, without running anything."""
-    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.delta.state import StateCache, default_persist_dir
     from dagster_partlake.graph import LakeGraph
     from dagster_partlake.lake import load_definitions, make_plan
     from dagster_partlake.render import plan_json, plan_text
 
     graph = LakeGraph(load_definitions(module))
+    store = _instance(False) if graph.has_dynamic_partitions else None
     result = make_plan(
-        graph, StateCache(), select=_selection(select), dynamic_partitions_store=_instance(False)
+        graph,
+        StateCache(default_persist_dir()),
+        select=_selection(select),
+        dynamic_partitions_store=store,
     )
     click.echo(
         plan_json(result.plan) if as_json else plan_text(result.plan, seconds=result.seconds)
@@ -76,25 +80,30 @@ def plan_command(module: str, select: str | None, as_json: bool) -> None:
 @_boundary
 def run_command(module: str, select: str | None, max_parallel: int) -> None:
     """Run every stale asset partition (and nothing else) as Dagster runs."""
-    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.delta.state import StateCache, default_persist_dir
     from dagster_partlake.graph import LakeGraph
     from dagster_partlake.lake import load_definitions, make_plan
     from dagster_partlake.render import outcome_line
     from dagster_partlake.runner import run_plan
 
+    _require_dagster_home()
     graph = LakeGraph(load_definitions(module))
-    instance = _instance(True)
+    # Opening the instance costs about a second of imports: a no-op run does without it.
+    instance = _instance(True) if graph.has_dynamic_partitions else None
     selection = _selection(select)
-    first = make_plan(graph, StateCache(), select=selection, dynamic_partitions_store=instance)
+    cache = StateCache(default_persist_dir())
+    first = make_plan(graph, cache, select=selection, dynamic_partitions_store=instance)
     if not first.plan:
         click.echo("Everything is fresh: nothing to run.")
         return
+    instance = instance or _instance(True)
     click.echo(f"Running {len(first.plan.items)} stale asset partition(s)...")
     outcomes = run_plan(
         graph,
         instance,
         select=selection,
         max_parallel=max_parallel,
+        cache=cache,
         on_outcome=lambda o: click.echo(
             outcome_line(o.ok, o.asset, o.partition, o.reason, o.rows, o.ms, o.error)
         ),
@@ -158,16 +167,21 @@ def spark_status(root: str | None) -> None:
         sys.exit(3)
 
 
+def _require_dagster_home() -> None:
+    if not os.environ.get("DAGSTER_HOME"):
+        raise PartlakeError(
+            "DAGSTER_HOME is not set, so runs would not be recorded anywhere; set it to the "
+            "Dagster instance directory (make demo uses .partlake/dagster)."
+        )
+
+
 def _instance(required: bool) -> Any:
     from dagster import DagsterInstance
 
     if os.environ.get("DAGSTER_HOME"):
         return DagsterInstance.get()
     if required:
-        raise PartlakeError(
-            "DAGSTER_HOME is not set, so runs would not be recorded anywhere; set it to the "
-            "Dagster instance directory (make demo uses .partlake/dagster)."
-        )
+        _require_dagster_home()
     return None
 
 

@@ -104,7 +104,10 @@ class LakeGraph:
                     p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: k.path)
                 ),
             )
-        self._has_dynamic = any(_is_dynamic(a.partitions_def) for a in self.assets.values())
+        # Dynamic partition keys live in the Dagster instance, so planning needs it only then.
+        self.has_dynamic_partitions = any(
+            _is_dynamic(a.partitions_def) for a in self.assets.values()
+        )
 
     def plan_assets(self, dynamic_partitions_store: Any = None) -> list[PlanAsset]:
         """The planner's view of the graph. Built once (its key maps memoize across plans)
@@ -127,7 +130,7 @@ class LakeGraph:
                     partitioned=asset.partitions_def is not None,
                 )
             )
-        if not self._has_dynamic:
+        if not self.has_dynamic_partitions:
             self._plan_assets = result
         return result
 
@@ -340,8 +343,9 @@ def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key,
     if len(order) != len(asset.columns):
         raise PartlakeConfigError(
             f"table of asset {asset.name} at {asset.path} is partitioned by "
-            f"({', '.join(state.partition_by) or 'nothing'}), but the asset's partitions are stored "
-            f"in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or the table."
+            f"({', '.join(state.partition_by) or 'nothing'}), but the asset's partitions are "
+            f"stored in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or "
+            "the table."
         )
     codec = KeyCodec(asset.columns, state.column_types)
     result: dict[Key, PartitionState] = {}

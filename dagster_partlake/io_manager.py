@@ -106,7 +106,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         if not isinstance(obj, DataFrame):
             raise PartlakeError(
                 f"asset {asset_name} returned {type(obj).__name__}; DeltaPartitionIOManager "
-                "stores Spark DataFrames, so return one (spark.createDataFrame(...) for local data)."
+                "stores Spark DataFrames, so return one (spark.createDataFrame(...) for local "
+                "data)."
             )
         partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
         keys = _output_partition_keys(context) if partitions_def is not None else []

@@ -51,7 +51,9 @@ class SparkResource(LazyPySparkResource):
 
     spark_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="Same as spark_conf (the name dagster-pyspark uses); spark_conf wins on clashes.",
+        description=(
+            "Same as spark_conf (the name dagster-pyspark uses); spark_conf wins on clashes."
+        ),
     )
     master: str = Field(
         default="local[*]",

@@ -47,9 +47,10 @@ def run_plan(
     max_parallel: int = 1,
     on_outcome: Callable[[Outcome], None] = lambda _o: None,
     max_rounds: int = 50,
+    cache: StateCache | None = None,
 ) -> list[Outcome]:
     """Run every stale partition of the selected assets (and nothing fresh)."""
-    cache = StateCache()
+    cache = cache or StateCache()
     outcomes: list[Outcome] = []
     failed: dict[str, set[Key]] = {}
     assert graph.defs is not None, "partlake run needs the code location's Definitions"

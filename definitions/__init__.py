@@ -8,8 +8,17 @@ from dagster import BetaWarning, Definitions, in_process_executor
 # BackfillPolicy is beta in Dagster 1.13; the example relies on it knowingly.
 warnings.filterwarnings("ignore", category=BetaWarning)
 
-from dagster_partlake import DeltaPartitionIOManager, SparkResource, build_invalidation_sensor
-from definitions.assets import clean_events, daily_region_stats, monthly_region_stats, raw_events  # noqa: E402
+from dagster_partlake import (  # noqa: E402
+    DeltaPartitionIOManager,
+    SparkResource,
+    build_invalidation_sensor,
+)
+from definitions.assets import (  # noqa: E402
+    clean_events,
+    daily_region_stats,
+    monthly_region_stats,
+    raw_events,
+)
 
 # Local Spark by default; PARTLAKE_SPARK_REMOTE=sc://127.0.0.1:15002 (see `partlake spark start`)
 # or PARTLAKE_SPARK_MASTER=spark://127.0.0.1:7077 share one Spark between all runs.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,6 +153,17 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     assert [r.partition_key for r in again] == ["2024-01-01|us"]
 
 
+NO_OP_PROBE = """
+import sys
+from dagster_partlake.cli import main
+try:
+    main(["run", "-m", "definitions"])
+except SystemExit:
+    pass
+print("loaded:", sorted(m for m in ("pyarrow", "sqlalchemy") if m in sys.modules))
+"""
+
+
 def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path) -> None:
     from definitions.ingest import write_partition
 
@@ -160,7 +172,10 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     home.mkdir()
     (home / "dagster.yaml").touch()
     env = subprocess_env(
-        PARTLAKE_HOME=str(lake), DAGSTER_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1"
+        PARTLAKE_HOME=str(lake),
+        DAGSTER_HOME=str(home),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PARTLAKE_CACHE_DIR=str(tmp_path / "state-cache"),
     )
     plan = run_partlake("plan", "-m", "definitions", "--json", env=env, timeout=120)
     assert plan.returncode == 0, plan.stderr[-3000:]
@@ -206,6 +221,28 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     second = run_partlake("run", "-m", "definitions", env=no_java, timeout=120)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.strip() == "Everything is fresh: nothing to run."
+    # ...nor open the Dagster instance's storage, nor read a table: the table states persisted
+    # by the first run (stamped with their latest commit) are enough.
+    probe = subprocess.run(
+        [sys.executable, "-c", NO_OP_PROBE],
+        cwd=Path(__file__).parent.parent,
+        env=no_java,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert probe.stdout.splitlines() == ["Everything is fresh: nothing to run.", "loaded: []"]
+
+    # A new commit to the source after all that is seen by the next process.
+    write_partition(dt.date(2024, 1, 1), "us", 120, seed=4, root=str(lake))
+    replan = run_partlake("plan", "-m", "definitions", "--json", env=env, timeout=120)
+    assert replan.returncode == 0, replan.stderr[-3000:]
+    assert {(i["asset"], i["partition"]) for i in json.loads(replan.stdout)} == {
+        ("clean_events", "2024-01-01|us"),
+        ("daily_region_stats", "2024-01-01|us"),
+        ("monthly_region_stats", "2024-01|us"),
+    }
 
     bad = run_partlake("plan", "-m", "definitions", "--select", "nope", env=env, timeout=120)
     assert bad.returncode == 1

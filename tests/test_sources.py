@@ -37,13 +37,12 @@ def test_delta_source_is_observed_with_one_data_version_per_partition(lake: Path
     raw = partlake_source("raw_events", partitions_def=daily_region, root=str(lake))
     result = observe([raw], instance=instance)
     assert result.success
-    observations = {
-        e.event_specific_data.asset_observation.partition: e.event_specific_data.asset_observation.tags[
-            "dagster/data_version"
-        ]
+    observed = [
+        e.event_specific_data.asset_observation
         for e in result.all_events
         if e.event_type_value == "ASSET_OBSERVATION"
-    }
+    ]
+    observations = {o.partition: o.tags["dagster/data_version"] for o in observed}
     assert set(observations) == {"2024-01-02|eu", "2024-01-03|us"}
     state = StateCache().sync(str(lake / "warehouse" / "raw_events"))
     assert observations["2024-01-02|eu"] == str(state.last_updated[("2024-01-02", "eu")])

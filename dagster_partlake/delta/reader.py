@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from deltalake import DeltaTable
 
 from dagster_partlake.delta.schema import arrow_to_spark, delta_types
@@ -26,6 +25,7 @@ from dagster_partlake.delta.table import (
 from dagster_partlake.errors import PartlakeConfigError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from deltalake import Schema as DeltaSchema
 
 from dagster_partlake.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql.types import StructType
 
 
@@ -24,6 +24,8 @@ def spark_to_arrow(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow = to_arrow_schema(schema, timezone="UTC")
+    import pyarrow as pa
+
     return pa.schema([field.with_nullable(True) for field in arrow])
 
 
@@ -83,6 +85,8 @@ def merge_for_write(
             "Make the asset return the table's columns and types, or write to a new table."
         )
     by_name = {field.name: field for field in incoming}
+    import pyarrow as pa
+
     return pa.schema([*table, *(by_name[name].with_nullable(True) for name in added)])
 
 

@@ -66,7 +66,7 @@ class Box:
 
 @dataclass(frozen=True)
 class PartitionSelection:
-    """A union of boxes; `everything()` selects the whole table (unpartitioned or all partitions)."""
+    """A union of boxes; `everything()` selects a whole table (unpartitioned or all partitions)."""
 
     boxes: tuple[Box, ...] | None
 

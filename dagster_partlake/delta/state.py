@@ -4,7 +4,9 @@ For a Delta table, one pass over the live files of the latest version (delta-rs 
 path, partition values, modification time) gives, per partition, lastUpdated = the newest
 modification time of its files. Our writer sets that time to the commit time. The result is
 cached per process by table version; `StateCache.sync` first checks whether the commit after the
-cached version exists (one `stat`), so a table that did not move costs next to nothing.
+cached version exists (one `stat`), so a table that did not move costs next to nothing. A
+`StateCache(persist_dir=...)` also keeps each state on disk, stamped with the latest commit file,
+so a new process (`partlake run` with nothing to do) skips opening the table.
 
 Commits made by dagster_partlake carry a `partlake` entry in their commit info (what was written
 and what was read); `TableState.commits` lists them, oldest first, for the planner's records.
@@ -16,14 +18,14 @@ partition is the newest file modification time, found by a walk on every sync.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from dagster_partlake.delta.schema import delta_types
@@ -48,13 +50,18 @@ class TableState:
 class StateCache:
     """Per-process cache of `TableState`s, refreshed only when a table's version moved."""
 
-    def __init__(self) -> None:
-        self._tables: dict[str, tuple[DeltaTable, TableState]] = {}
+    def __init__(self, persist_dir: str | None = None) -> None:
+        self._tables: dict[str, tuple[DeltaTable | None, TableState]] = {}
+        self._persist_dir = persist_dir
 
     def sync(self, root: str, *, with_commits: bool = True) -> TableState | None:
         """The current state of the Delta table at `root`, or None if there is no table."""
         root = os.path.abspath(root)
         cached = self._tables.get(root)
+        if cached is None and self._persist_dir is not None:
+            persisted = _load_state(self._persist_dir, root, with_commits=with_commits)
+            if persisted is not None:
+                cached = self._tables[root] = (None, persisted)
         if cached is not None and not _has_commit(root, cached[1].version + 1):
             return cached[1]
         if cached is None:
@@ -64,10 +71,90 @@ class StateCache:
             previous: TableState | None = None
         else:
             table, previous = cached
-            table.update_incremental()
+            if table is None:
+                table = DeltaTable(root)
+            else:
+                table.update_incremental()
         state = _read_state(root, table, previous, with_commits=with_commits)
         self._tables[root] = (table, state)
+        if self._persist_dir is not None:
+            _save_state(self._persist_dir, state, with_commits=with_commits)
         return state
+
+
+def default_persist_dir() -> str:
+    """Where command-line processes keep table states: `$PARTLAKE_CACHE_DIR`, else the user's
+    cache folder."""
+    explicit = os.environ.get("PARTLAKE_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dagster_partlake", "state")
+
+
+def _stamp(root: str, version: int) -> list[int] | None:
+    # A table deleted and re-created at the same path repeats version numbers: the commit file's
+    # size and modification time tell the two apart.
+    try:
+        stat = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+    except FileNotFoundError:
+        return None
+    return [version, stat.st_size, stat.st_mtime_ns]
+
+
+def _state_file(persist_dir: str, root: str) -> str:
+    return os.path.join(persist_dir, hashlib.sha1(root.encode()).hexdigest() + ".json")
+
+
+def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableState | None:
+    """The persisted state of `root`, if the commit it was read at is still in the log as it was
+    (`sync` then reads only the commits after it)."""
+    try:
+        with open(_state_file(persist_dir, root), encoding="utf-8") as state_file:
+            data = json.load(state_file)
+    except (OSError, ValueError):
+        return None  # no cache, or a damaged one: read the table
+    if (
+        data.get("root") != root
+        or data.get("stamp") != _stamp(root, int(data.get("version", -1)))
+        or (with_commits and not data.get("with_commits"))
+    ):
+        return None
+    return TableState(
+        root=root,
+        version=int(data["version"]),
+        partition_by=tuple(data["partition_by"]),
+        column_types=data["column_types"],
+        last_updated={tuple(v): int(t) for v, t in data["last_updated"]},
+        touched_in={tuple(v): int(n) for v, n in data["touched_in"]},
+        commits=tuple(data["commits"]),
+    )
+
+
+def _save_state(persist_dir: str, state: TableState, *, with_commits: bool) -> None:
+    stamp = _stamp(state.root, state.version)
+    if stamp is None:
+        return
+    data = {
+        "root": state.root,
+        "stamp": stamp,
+        "with_commits": with_commits,
+        "version": state.version,
+        "partition_by": list(state.partition_by),
+        "column_types": state.column_types,
+        "last_updated": [[list(v), t] for v, t in state.last_updated.items()],
+        "touched_in": [[list(v), n] for v, n in state.touched_in.items()],
+        "commits": list(state.commits),
+    }
+    try:
+        os.makedirs(persist_dir, exist_ok=True)
+        # Write then rename: a concurrent reader sees the old file or the new one, never half.
+        handle, temp = tempfile.mkstemp(dir=persist_dir, suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as state_file:
+            json.dump(data, state_file)
+        os.replace(temp, _state_file(persist_dir, state.root))
+    except OSError:
+        pass  # the cache is an optimization: a read-only home only costs the next process time
 
 
 def _has_commit(root: str, version: int) -> bool:
@@ -79,6 +166,10 @@ def _read_state(
 ) -> TableState:
     version = table.version()
     partition_by = tuple(table.metadata().partition_columns)
+    # Imported here: a process whose states all come from the persisted cache never needs it.
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     actions = pa.table(table.get_add_actions(flatten=True))
     last_updated: dict[Values, int] = {}
     if actions.num_rows:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-import pyarrow as pa
 from deltalake import DeltaTable
 
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,16 @@ def load_table(root: str) -> DeltaTable:
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:
+    import pyarrow as pa
+
     return pa.schema(table.schema().to_arrow())
 
 
 def live_files(table: DeltaTable, selection: PartitionSelection) -> list[LiveFile]:
     """The files of the loaded version whose partition values lie in `selection`."""
     partition_by = table.metadata().partition_columns
+    import pyarrow as pa
+
     actions = pa.table(table.get_add_actions(flatten=True))
     columns = {name: actions.column(name).to_pylist() for name in actions.column_names}
     files = []

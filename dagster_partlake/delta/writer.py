@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
@@ -63,6 +61,7 @@ from dagster_partlake.delta.table import (
 from dagster_partlake.errors import CommitConflictError, PartitionMismatchError, SchemaMismatchError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 STAGING_DIR = "_partlake_staging"
@@ -174,6 +173,8 @@ def stage_partitions(
             f"(columns: {', '.join(incoming.names)}); add them to the returned DataFrame or map "
             "the partition dimension to an existing column with metadata 'partition_expr'."
         )
+    import pyarrow as pa
+
     schema = pa.schema(
         [incoming.field(c) for c in incoming.names if c not in partition_by]
         + [incoming.field(c) for c in partition_by]
@@ -381,6 +382,8 @@ def _spark_write_parquet(df: DataFrame, path: str, partition_by: Sequence[str]) 
 
 
 def _collect_staged_files(staging_dir: str, partition_by: Sequence[str]) -> list[StagedFile]:
+    import pyarrow.parquet as pq
+
     files = []
     for directory, subdirs, names in os.walk(staging_dir):
         subdirs[:] = [d for d in subdirs if not d.startswith(("_", "."))]

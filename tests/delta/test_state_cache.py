@@ -1,0 +1,77 @@
+"""The persisted partition-state cache: right after changes, re-creations and damage."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from dagster_partlake.delta.state import StateCache, TableState
+
+
+def write(table: Path, day: str, n: int, mode: str = "append") -> None:
+    data = pa.table({"day": [day] * n, "v": list(range(n))})
+    if mode == "overwrite":
+        write_deltalake(
+            str(table), data, partition_by=["day"], mode="overwrite", predicate=f"day = '{day}'"
+        )
+    else:
+        write_deltalake(str(table), data, partition_by=["day"], mode="append")
+
+
+def fresh(table: Path) -> TableState:
+    state = StateCache().sync(str(table))
+    assert state is not None
+    return state
+
+
+def same(a: TableState | None, b: TableState) -> None:
+    assert a is not None
+    assert dataclasses.asdict(a) == dataclasses.asdict(b)
+
+
+def test_a_new_process_gets_the_state_from_disk_and_follows_new_commits(tmp_path: Path) -> None:
+    table, cache_dir = tmp_path / "t", str(tmp_path / "cache")
+    write(table, "2024-01-01", 3)
+    write(table, "2024-01-02", 2)
+    first = StateCache(cache_dir).sync(str(table))
+    same(first, fresh(table))
+    assert len(list(Path(cache_dir).glob("*.json"))) == 1
+
+    # Another process, nothing changed: the same state without reading the table.
+    same(StateCache(cache_dir).sync(str(table)), fresh(table))
+
+    # The table moves on: the persisted state is the starting point, the result is exact.
+    write(table, "2024-01-02", 5, mode="overwrite")
+    moved = StateCache(cache_dir).sync(str(table))
+    same(moved, fresh(table))
+    assert moved is not None and first is not None and moved.version == first.version + 1
+
+
+def test_a_table_recreated_at_the_same_path_is_not_mistaken_for_the_old_one(
+    tmp_path: Path,
+) -> None:
+    table, cache_dir = tmp_path / "t", str(tmp_path / "cache")
+    write(table, "2024-01-01", 3)
+    old = StateCache(cache_dir).sync(str(table))
+    shutil.rmtree(table)
+    write(table, "2024-02-01", 3)  # version 0 again, a commit file of the same size
+    new = StateCache(cache_dir).sync(str(table))
+    assert old is not None and new is not None and new.version == old.version == 0
+    assert set(new.last_updated) == {("2024-02-01",)}
+    same(new, fresh(table))
+
+
+def test_a_damaged_or_missing_cache_only_costs_a_read(tmp_path: Path) -> None:
+    table, cache_dir = tmp_path / "t", tmp_path / "cache"
+    write(table, "2024-01-01", 3)
+    StateCache(str(cache_dir)).sync(str(table))
+    for cached in cache_dir.glob("*.json"):
+        cached.write_text('{"root": ')
+    same(StateCache(str(cache_dir)).sync(str(table)), fresh(table))
+    shutil.rmtree(cache_dir)
+    same(StateCache(str(cache_dir)).sync(str(table)), fresh(table))
+    assert StateCache(str(cache_dir)).sync(str(tmp_path / "missing")) is None
