@@ -73,18 +73,21 @@ def plan_command(module: str, select: str | None, as_json: bool) -> None:
 @click.option(
     "--max-parallel",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Runs executed at the same time.",
+    default=None,
+    help=(
+        "Runs executed at the same time (default: the limit of the assets' Dagster pool on the "
+        "instance, else 1). Every step also claims a pool slot, shared with all other runs."
+    ),
 )
 @_boundary
-def run_command(module: str, select: str | None, max_parallel: int) -> None:
+def run_command(module: str, select: str | None, max_parallel: int | None) -> None:
     """Run every stale asset partition (and nothing else) as Dagster runs."""
     from dagster_partlake.delta.state import StateCache, default_persist_dir
     from dagster_partlake.graph import LakeGraph
     from dagster_partlake.lake import load_definitions, make_plan
+    from dagster_partlake.parallel import parallelism
     from dagster_partlake.render import outcome_line
-    from dagster_partlake.runner import run_plan
+    from dagster_partlake.runner import run_plan, selected_pools
 
     _require_dagster_home()
     graph = LakeGraph(load_definitions(module))
@@ -97,12 +100,15 @@ def run_command(module: str, select: str | None, max_parallel: int) -> None:
         click.echo("Everything is fresh: nothing to run.")
         return
     instance = instance or _instance(True)
+    stale_assets = sorted({item.asset for item in first.plan.items})
+    workers = parallelism(instance, selected_pools(graph, stale_assets), max_parallel)
     click.echo(f"Running {len(first.plan.items)} stale asset partition(s)...")
+    click.echo(f"Executing {workers.describe()}.")
     outcomes = run_plan(
         graph,
         instance,
         select=selection,
-        max_parallel=max_parallel,
+        max_parallel=workers.runs,
         cache=cache,
         on_outcome=lambda o: click.echo(
             outcome_line(o.ok, o.asset, o.partition, o.reason, o.rows, o.ms, o.error)

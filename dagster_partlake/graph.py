@@ -60,6 +60,7 @@ class LakeAsset:
     is_folder: bool
     code_version: str | None
     parents: tuple[str, ...]
+    pools: frozenset[str] = frozenset()  # Dagster concurrency pools of its steps
 
 
 class LakeGraph:
@@ -103,6 +104,7 @@ class LakeGraph:
                 parents=tuple(
                     p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: k.path)
                 ),
+                pools=frozenset(node.pools or ()) if node.is_materializable else frozenset(),
             )
         # Dynamic partition keys live in the Dagster instance, so planning needs it only then.
         self.has_dynamic_partitions = any(

@@ -4,14 +4,17 @@ Each batch (`dagster_partlake.batches`) is one run of the code location's asset 
 this process so every run shares one Spark session; runs are recorded in the Dagster instance
 and show up in the UI. After each round the state is synced and the plan recomputed, so
 deferred downstream partitions run once their upstream partitions are written. Up to
-`max_parallel` runs of a round execute at once, each in its own thread.
+`max_parallel` runs of a round execute at once, each in its own thread (by default as many as the
+assets' Dagster pool allows, see `dagster_partlake.parallel`); every step still claims a pool slot
+from the instance, so runs launched elsewhere (the sensor's, the UI's) share the same limit.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +26,7 @@ from dagster_partlake.delta.table import commit_info, log_versions
 from dagster_partlake.graph import LakeGraph
 from dagster_partlake.io_manager import WHOLE_TABLE_ID
 from dagster_partlake.lake import make_plan
+from dagster_partlake.parallel import parallelism
 from dagster_partlake.planner import Key
 from dagster_partlake.resource import SparkResource, running_session
 
@@ -44,13 +48,18 @@ def run_plan(
     instance: DagsterInstance,
     *,
     select: Sequence[str] | None = None,
-    max_parallel: int = 1,
+    max_parallel: int | None = None,
     on_outcome: Callable[[Outcome], None] = lambda _o: None,
     max_rounds: int = 50,
     cache: StateCache | None = None,
 ) -> list[Outcome]:
-    """Run every stale partition of the selected assets (and nothing fresh)."""
+    """Run every stale partition of the selected assets (and nothing fresh).
+
+    Args:
+        max_parallel: runs executed at once; None for the limit of the assets' Dagster pool.
+    """
     cache = cache or StateCache()
+    workers = parallelism(instance, selected_pools(graph, select), max_parallel).runs
     outcomes: list[Outcome] = []
     failed: dict[str, set[Key]] = {}
     assert graph.defs is not None, "partlake run needs the code location's Definitions"
@@ -71,7 +80,7 @@ def run_plan(
             if not session_started:
                 # One session for every run of this process; the runs' resources reuse it.
                 session_started = _start_shared_session(graph)
-            with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
+            with _handlers_resolved_once(instance), ThreadPoolExecutor(workers) as pool:
                 for batch_outcomes in pool.map(
                     lambda b: _execute(job, instance, graph, b), batches
                 ):
@@ -86,6 +95,30 @@ def run_plan(
             if session is not None:
                 session.stop()
     return outcomes
+
+
+def selected_pools(graph: LakeGraph, select: Sequence[str] | None = None) -> set[str]:
+    """Dagster pools of the selected assets (all assets when `select` is None)."""
+    names = select or list(graph.assets)
+    return {pool for name in names for pool in graph.assets[name].pools}
+
+
+@contextmanager
+def _handlers_resolved_once(instance: DagsterInstance) -> Iterator[None]:
+    """Give every run the instance's `python_logs` handlers resolved once, up front.
+
+    Dagster resolves them with `logging.config.dictConfig` at the start of each run, and
+    dictConfig closes every logging handler of the process while holding logging's module lock.
+    With runs in threads that deadlocked (seen with an instance that has any settings): one
+    thread in dictConfig waiting for the event-log handler of a running run, whose thread held
+    that handler while waiting for the module lock.
+    """
+    handlers = instance.get_yaml_python_handlers()
+    setattr(instance, "get_yaml_python_handlers", lambda: handlers)  # noqa: B010 - per instance
+    try:
+        yield
+    finally:
+        vars(instance).pop("get_yaml_python_handlers", None)
 
 
 def _start_shared_session(graph: LakeGraph) -> bool:

@@ -19,6 +19,7 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dagster_partlake.parallel import POOL
 from dagster_partlake.sources import partlake_source
 from definitions.partitions import daily_region, monthly_region
 
@@ -65,6 +66,9 @@ def build_lakehouse(
     )
     common = {
         "backfill_policy": BackfillPolicy.single_run(),
+        # Every step claims a slot of this Dagster pool: the instance's limit for it caps
+        # partition runs from the sensor, the UI and `partlake run` together.
+        "pool": POOL,
         "code_version": "1",
         "group_name": "lakehouse",
     }

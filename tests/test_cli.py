@@ -13,8 +13,13 @@ from pathlib import Path
 import pytest
 import requests
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
+from dagster._core.instance.config import PoolGranularity
 from dagster._core.instance.ref import InstanceRef
 
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.graph import LakeGraph
+from dagster_partlake.parallel import POOL, Parallelism, parallelism
+from dagster_partlake.runner import selected_pools
 from tests.conftest import REPO_ROOT, delta_rows, subprocess_env
 
 pytestmark = pytest.mark.dagster_cli
@@ -147,7 +152,7 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
     assert proc.returncode is not None
 
 
-def test_demo_instance_limits_concurrent_sensor_runs(tmp_path: Path) -> None:
+def test_demo_instance_limits_parallel_runs(tmp_path: Path) -> None:
     import shutil
 
     from dagster._core.run_coordinator import QueuedRunCoordinator
@@ -161,3 +166,16 @@ def test_demo_instance_limits_concurrent_sensor_runs(tmp_path: Path) -> None:
     assert [dict(limit) for limit in config.tag_concurrency_limits] == [
         {"key": "partlake/sensor", "limit": 2}
     ]
+    # The run queue holds runs whose pool is full, and every step claims a slot of the pool.
+    assert config.should_block_op_concurrency_limited_runs
+    pools = instance.get_concurrency_config().pool_config
+    assert pools.pool_granularity == PoolGranularity.OP
+    from definitions import defs
+
+    graph = LakeGraph(defs)
+    assert selected_pools(graph) == {POOL}
+    assert parallelism(instance, selected_pools(graph), None) == Parallelism(2, {POOL: 2})
+    assert parallelism(instance, selected_pools(graph), 3).runs == 3
+    instance.event_log_storage.set_concurrency_slots(POOL, 0)
+    with pytest.raises(PartlakeConfigError, match="dagster instance concurrency set partlake"):
+        parallelism(instance, selected_pools(graph), None)

@@ -207,6 +207,8 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
 
     first = run_partlake("run", "-m", "definitions", env=env, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
+    # This instance sets no pool limit: one run at a time.
+    assert "Executing up to 1 run(s) at a time (no Dagster pool limit applies)." in first.stdout
     lines = [line for line in first.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == 3
     assert lines[0].startswith("[OK] clean_events 2024-01-02|eu (upstream_changed, ")
