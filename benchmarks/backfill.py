@@ -15,8 +15,12 @@ its own fresh copy of the same source table:
 - naive: one `dagster asset materialize` per daily partition (clean_events + daily_region_stats),
   sequential, each starting its own local Spark, timed on `naive_sample` partitions and one
   monthly partition and extrapolated to the whole workload (said so in the output);
-- noop: `partlake run` again with nothing changed;
-- refresh: rewrite one source partition, then `partlake run` until everything is fresh.
+- noop: `partlake run` again with nothing changed (local and shared);
+- refresh: rewrite one source partition, then `partlake run` until everything is fresh (local:
+  includes starting and warming up a JVM; shared: on the Connect server, warm from the backfill);
+- scattered_refresh: rewrite up to 8 source partitions that no partition range joins (one run
+  each), then `partlake run --max-parallel 1` vs `partlake run` (as many runs at once as the
+  Dagster pool `partlake` allows: 2 in scripts/dagster.yaml), on the Connect server.
 
 Prints JSON (and writes it to --out) and a PNG bar chart (--png). Wall-clock seconds throughout.
 """
@@ -141,9 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         from definitions.ingest import write_partition
 
         refresh_day = dt.date(2024, 1, 1) + dt.timedelta(days=min(45, args.days - 1))
-        write_partition(
-            refresh_day, regions[min(3, len(regions) - 1)], args.rows, seed=1, root=str(lake)
-        )
+        refresh_region = regions[min(3, len(regions) - 1)]
+        write_partition(refresh_day, refresh_region, args.rows, seed=1, root=str(lake))
         seconds["refresh"], out = timed(
             [*PARTLAKE, "run", "-m", MODULE], env, "partlake run (refresh)"
         )
@@ -158,10 +161,33 @@ def main(argv: list[str] | None = None) -> None:
         result["connect_server_start_s"] = round(time.perf_counter() - started, 1)
         try:
             shared_env["PARTLAKE_SPARK_REMOTE"] = info.url
-            seconds["partlake_shared"], out = timed(
-                [*PARTLAKE, "run", "-m", MODULE], shared_env, "partlake run (Spark Connect)"
-            )
+            run = [*PARTLAKE, "run", "-m", MODULE]
+            seconds["partlake_shared"], out = timed(run, shared_env, "partlake run (Spark Connect)")
             assert ok_lines(out) == 2 * daily_partitions + monthly_partitions
+            seconds["noop_shared"], out = timed(run, shared_env, "partlake run (no-op, Connect)")
+            assert "Everything is fresh" in out
+            write_partition(refresh_day, refresh_region, args.rows, seed=1, root=str(shared_lake))
+            seconds["refresh_shared"], out = timed(
+                run, shared_env, "partlake run (refresh, Connect)"
+            )
+            assert ok_lines(out) == 3, out[-2000:]
+
+            # Scattered changes: one run per partition, so the runs can go in parallel.
+            scattered = [
+                (dt.date(2024, 1, 1) + dt.timedelta(days=2 * i), regions[i % len(regions)])
+                for i in range(min(8, (args.days + 1) // 2))
+            ]
+            for label, seed, extra in [("serial", 2, ["--max-parallel", "1"]), ("pool", 3, [])]:
+                for day, region in scattered:
+                    write_partition(day, region, args.rows, seed=seed, root=str(shared_lake))
+                seconds[f"scattered_refresh_{label}"], out = timed(
+                    [*run, *extra], shared_env, f"partlake run (scattered refresh, {label})"
+                )
+                assert ok_lines(out) >= 2 * len(scattered), out[-2000:]
+                result[f"scattered_refresh_{label}_parallelism"] = next(
+                    line for line in out.splitlines() if line.startswith("Executing ")
+                )
+            result["scattered_partitions"] = len(scattered)
         finally:
             stop(server_root, "connect")
 
@@ -227,7 +253,14 @@ def main(argv: list[str] | None = None) -> None:
                 seconds["naive_extrapolated"] / seconds["partlake_shared"], 1
             ),
             "refresh_over_full_backfill": round(seconds["refresh"] / seconds["partlake_local"], 3),
+            "refresh_shared_over_full_backfill_shared": round(
+                seconds["refresh_shared"] / seconds["partlake_shared"], 3
+            ),
             "noop_seconds": round(seconds["noop"], 1),
+            "noop_shared_seconds": round(seconds["noop_shared"], 1),
+            "scattered_refresh_serial_over_pool": round(
+                seconds["scattered_refresh_serial"] / seconds["scattered_refresh_pool"], 2
+            ),
             "best_partlake_over_floor": round(best / seconds["floor"], 2),
         }
         result["targets"] = {
@@ -264,10 +297,22 @@ def _chart(result: dict, path: str) -> None:
         print("matplotlib is not installed (pip install -e '.[bench]'): no PNG", file=sys.stderr)
         return
     seconds = result["seconds"]
-    labels = ["floor", "partlake_local", "partlake_shared", "refresh", "noop", "naive_extrapolated"]
+    labels = [
+        "floor",
+        "partlake_local",
+        "partlake_shared",
+        "refresh",
+        "refresh_shared",
+        "scattered_refresh_serial",
+        "scattered_refresh_pool",
+        "noop",
+        "noop_shared",
+        "naive_extrapolated",
+    ]
     values = [seconds[k] for k in labels]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    bars = ax.bar(labels, values, color=["#888", "#2b7", "#2a9", "#49c", "#49c", "#c54"])
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    colors = ["#888", "#2b7", "#2a9", "#49c", "#49c", "#97c", "#97c", "#4ac", "#4ac", "#c54"]
+    bars = ax.bar(labels, values, color=colors)
     ax.set_yscale("log")
     ax.set_ylabel("seconds (log scale)")
     w = result["workload"]
