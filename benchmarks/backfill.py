@@ -82,7 +82,10 @@ def timed(command: list[str], env: dict[str, str], label: str) -> tuple[float, s
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    if proc.returncode != 0:
+    finished = (
+        proc.stdout.startswith("Everything is fresh") or " refreshed, 0 failed." in proc.stdout
+    )
+    if proc.returncode != 0 or (command[:3] == PARTLAKE and "run" in command and not finished):
         raise SystemExit(
             f"{label} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )

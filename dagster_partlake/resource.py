@@ -8,6 +8,7 @@ a Spark Connect `remote`, and stopping the session it created at teardown.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from dagster import InitResourceContext
@@ -135,6 +136,10 @@ def running_session() -> Any:
     if default is not None and getattr(default, "_sc", None) is not None:
         if getattr(default._sc, "_jsc", None) is not None:
             return default
+    # A Spark Connect client's active session is per thread too; its default is process-wide.
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    if connect is not None:
+        return connect.SparkSession._get_default_session()
     return None
 
 

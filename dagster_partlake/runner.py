@@ -80,7 +80,7 @@ def run_plan(
             if not session_started:
                 # One session for every run of this process; the runs' resources reuse it.
                 session_started = _start_shared_session(graph)
-            with _handlers_resolved_once(instance), ThreadPoolExecutor(workers) as pool:
+            with _safe_for_threads(instance, workers), ThreadPoolExecutor(workers) as pool:
                 for batch_outcomes in pool.map(
                     lambda b: _execute(job, instance, graph, b), batches
                 ):
@@ -104,21 +104,34 @@ def selected_pools(graph: LakeGraph, select: Sequence[str] | None = None) -> set
 
 
 @contextmanager
-def _handlers_resolved_once(instance: DagsterInstance) -> Iterator[None]:
-    """Give every run the instance's `python_logs` handlers resolved once, up front.
+def _safe_for_threads(instance: DagsterInstance, workers: int) -> Iterator[None]:
+    """Make the instance safe for runs executing in threads of this process.
 
-    Dagster resolves them with `logging.config.dictConfig` at the start of each run, and
-    dictConfig closes every logging handler of the process while holding logging's module lock.
-    With runs in threads that deadlocked (seen with an instance that has any settings): one
-    thread in dictConfig waiting for the event-log handler of a running run, whose thread held
-    that handler while waiting for the module lock.
+    Two things Dagster does at the start of every run assume one run per process:
+    - it resolves the instance's `python_logs` handlers with `logging.config.dictConfig`, which
+      closes every logging handler of the process under logging's module lock; two runs starting
+      in threads deadlocked (one in dictConfig waiting for the event-log handler of a running run,
+      whose thread held it while waiting for the module lock). Every run gets the handlers
+      resolved once, up front.
+    - its compute log manager captures stdout/stderr by pointing the process's file descriptors 1
+      and 2 at the run's log files; with runs in threads one run restored another's redirection
+      and the command's own output went into a log file. Runs in threads capture no raw
+      stdout/stderr (their Dagster events and logs are recorded as usual).
     """
+    if workers <= 1:
+        yield
+        return
+    from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
+
     handlers = instance.get_yaml_python_handlers()
     setattr(instance, "get_yaml_python_handlers", lambda: handlers)  # noqa: B010 - per instance
+    capture = instance._compute_log_manager  # noqa: SLF001 - no public setter
+    instance._compute_log_manager = NoOpComputeLogManager()  # noqa: SLF001
     try:
         yield
     finally:
         vars(instance).pop("get_yaml_python_handlers", None)
+        instance._compute_log_manager = capture  # noqa: SLF001
 
 
 def _start_shared_session(graph: LakeGraph) -> bool:

@@ -9,15 +9,18 @@ import datetime as dt
 import hashlib
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from dagster_partlake.spark_server import start_standalone, status, stop
-from tests.conftest import delta_rows, run_partlake, subprocess_env
+from tests.conftest import REPO_ROOT, delta_rows, run_partlake, subprocess_env
 
 pytestmark = pytest.mark.cluster
 
+DAGSTER = str(Path(sys.executable).parent / "dagster")
 TABLES = ["clean_events", "daily_region_stats", "monthly_region_stats"]
 
 
@@ -27,13 +30,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def fresh_lake(tmp_path: Path, name: str) -> tuple[Path, dict[str, str]]:
+def fresh_lake(
+    tmp_path: Path, name: str, dagster_yaml: str = "telemetry:\n  enabled: false\n"
+) -> tuple[Path, dict[str, str]]:
     from definitions.ingest import write_partition
 
     lake = tmp_path / name
     home = lake / "dagster"
     home.mkdir(parents=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (home / "dagster.yaml").write_text(dagster_yaml)
     for day in ["2024-01-30", "2024-01-31", "2024-02-01"]:
         for region in ["eu", "us", "apac"]:
             write_partition(dt.date.fromisoformat(day), region, 300, root=str(lake))
@@ -43,10 +48,8 @@ def fresh_lake(tmp_path: Path, name: str) -> tuple[Path, dict[str, str]]:
     return lake, env
 
 
-def refresh(env: dict[str, str], **extra: str) -> str:
-    proc = run_partlake(
-        "run", "-m", "definitions", "--max-parallel", "2", env={**env, **extra}, timeout=900
-    )
+def refresh(env: dict[str, str], *options: str, **extra: str) -> str:
+    proc = run_partlake("run", "-m", "definitions", *options, env={**env, **extra}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 failed" in proc.stdout
     return proc.stdout
@@ -74,13 +77,15 @@ def fingerprint(lake: Path) -> dict[str, dict[tuple, tuple[int, str]]]:
 
 def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> None:
     local_lake, local_env = fresh_lake(tmp_path, "local")
-    refresh(local_env)
+    refresh(local_env, "--max-parallel", "2")
     expected = fingerprint(local_lake)
     assert sum(n for n, _ in expected["clean_events"].values()) > 0
     assert len(expected["monthly_region_stats"]) == 6  # Jan and Feb x 3 regions
 
-    # Spark Connect, through the documented command.
-    connect_lake, connect_env = fresh_lake(tmp_path, "connect")
+    # Spark Connect, through the documented command, with the demo instance (pool limit 2).
+    connect_lake, connect_env = fresh_lake(
+        tmp_path, "connect", (REPO_ROOT / "scripts" / "dagster.yaml").read_text()
+    )
     port = free_port()
     servers = str(tmp_path / "servers")
     started = run_partlake(
@@ -103,8 +108,36 @@ def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> N
         running = run_partlake("spark", "status", "--root", servers, env=connect_env)
         assert running.returncode == 0 and running.stdout.startswith("running: pid ")
         pid = status(servers).pid
-        out = refresh(connect_env, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
+        # With a shared Spark configured, no run starts a JVM: Java is made unreachable for them.
+        no_java = {
+            **connect_env,
+            "JAVA_HOME": str(tmp_path / "no-java"),
+            "PATH": str(Path(sys.executable).parent),
+        }
+        out = refresh(no_java, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
         assert out.count("[OK]") == 24  # 9 clean + 9 daily + 6 monthly
+        assert "Executing up to 2 run(s) at a time; Dagster pool partlake (limit 2)" in out
+        # ...nor does a run started by Dagster's own CLI. (Rewrites use the original seed: the
+        # data stay the same, only their lastUpdated moves, so the tables still match `expected`.)
+        from definitions.ingest import write_partition
+
+        write_partition(dt.date(2024, 1, 31), "us", 300, root=str(connect_lake))
+        materialize = subprocess.run(
+            [DAGSTER, "asset", "materialize", "-m", "definitions", "--select", "clean_events"]
+            + ["--partition", "2024-01-31|us"],
+            cwd=REPO_ROOT,
+            env={**no_java, "PARTLAKE_SPARK_REMOTE": f"sc://127.0.0.1:{port}"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert materialize.returncode == 0, materialize.stderr[-3000:]
+        # Scattered changes: several runs at once (pool limit 2) in threads, on one Connect session.
+        for day, region in [("2024-01-30", "eu"), ("2024-02-01", "eu"), ("2024-01-30", "apac")]:
+            write_partition(dt.date.fromisoformat(day), region, 300, root=str(connect_lake))
+        out = refresh(no_java, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
+        assert out.count("[OK]") == 3 * 2 + 1 + 4  # 3 x (clean + daily), daily 31|us, 4 monthly
+        assert out.rstrip().endswith("11 asset partition(s) refreshed, 0 failed.")
     finally:
         stopped = run_partlake("spark", "stop", "--root", servers, env=connect_env, timeout=120)
     assert stopped.stdout.strip() == "Spark Connect server stopped."
