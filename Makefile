@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-fast check-java dev clean bench-backfill bench-plan
+.PHONY: install demo test test-fast lint check-java dev clean bench-backfill bench-plan
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -47,8 +47,12 @@ dev: install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-test: install
+test: install lint
 	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Only the tests that need neither Spark nor a Dagster subprocess.
 test-fast: install
