@@ -124,8 +124,11 @@ def make_batches(
     for members, items in groups:
         leader = members[0]
         keys = sorted({i.partition for i in items if i.asset == leader}, key=lambda k: k or "")
+        by_key: dict[Key, list[StalePartition]] = {}
+        for item in items:
+            by_key.setdefault(item.partition, []).append(item)
         for chunk in _chunks(keys, partitions_defs.get(leader), policies.get(leader)):
-            chunk_items = tuple(i for i in items if i.partition in set(chunk.keys))
+            chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
             ready.append(Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items))
     return BatchPlan(tuple(ready), tuple(deferred))
 
@@ -144,47 +147,94 @@ def _chunks(
     if policy is None:
         return [_Chunk((k,), None) for k in keys]
     limit = policy.max_partitions_per_run
+    grid = _Grid(partitions_def)
     chunks: list[_Chunk] = []
-    for box in partition_boxes(partitions_def, [k for k in keys if k is not None]):
+    for box in _boxes(grid, [k for k in keys if k is not None]):
         for start in range(0, len(box), limit or len(box)):
             part = box[start : start + (limit or len(box))]
             if len(part) == 1:
                 chunks.append(_Chunk((part[0],), None))
-            elif _is_box(partitions_def, part):
+            elif grid.is_box(part):
                 chunks.append(_Chunk(tuple(part), (part[0], part[-1])))
             else:
                 chunks.extend(_Chunk((k,), None) for k in part)
     return chunks
 
 
+class _Grid:
+    """Partition keys as coordinates: per dimension (alphabetical, as in multi keys), the key's
+    position in that dimension's key order. Lets range questions be answered without building
+    Dagster's partition key objects, which costs seconds at tens of thousands of keys."""
+
+    def __init__(self, partitions_def: PartitionsDefinition) -> None:
+        if isinstance(partitions_def, MultiPartitionsDefinition):
+            dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
+        else:
+            dims = {"": partitions_def}
+        self.names = sorted(dims)
+        self.multi = isinstance(partitions_def, MultiPartitionsDefinition)
+        self.time_axis = next(
+            (
+                i
+                for i, n in enumerate(self.names)
+                if isinstance(dims[n], TimeWindowPartitionsDefinition)
+            ),
+            None,
+        )
+        self.position = [
+            {k: i for i, k in enumerate(dims[n].get_partition_keys())} for n in self.names
+        ]
+
+    def coords(self, key: str) -> tuple[int, ...]:
+        """Position per dimension; -1 where the value is not a partition of that dimension."""
+        values = key.split("|") if self.multi else [key]
+        if len(values) != len(self.names):
+            return (-1,) * len(self.names)
+        return tuple(p.get(v, -1) for p, v in zip(self.position, values, strict=True))
+
+    def is_box(self, keys: Sequence[str]) -> bool:
+        """True when the Dagster partition range keys[0]...keys[-1] contains exactly `keys`
+        (for multi-partitions that range is the product of each dimension's range)."""
+        if not keys:
+            return False
+        coords = [self.coords(k) for k in keys]
+        size = 1
+        for axis in range(len(self.names)):
+            seen = {c[axis] for c in coords}
+            low, high = min(seen), max(seen)
+            if low < 0 or len(seen) != high - low + 1:
+                return False
+            if coords[0][axis] != low or coords[-1][axis] != high:
+                return False
+            size *= high - low + 1
+        return len(set(keys)) == len(keys) == size
+
+
 def partition_boxes(partitions_def: PartitionsDefinition, keys: Sequence[str]) -> list[list[str]]:
     """Split keys into groups that are each exactly one Dagster partition range."""
-    wanted = list(dict.fromkeys(keys))
-    if not isinstance(partitions_def, MultiPartitionsDefinition):
-        index = {k: i for i, k in enumerate(partitions_def.get_partition_keys())}
-        return _runs(sorted(wanted, key=lambda k: index.get(k, -1)), lambda k: index.get(k, -1))
-    names = sorted(d.name for d in partitions_def.partitions_defs)
-    dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
-    time_dim = next((n for n in names if isinstance(dims[n], TimeWindowPartitionsDefinition)), None)
-    position = {n: {k: i for i, k in enumerate(dims[n].get_partition_keys())} for n in names}
+    return _boxes(_Grid(partitions_def), keys)
 
-    def split(key: str) -> dict[str, str]:
-        return dict(zip(names, key.split("|"), strict=True))
+
+def _boxes(grid: _Grid, keys: Sequence[str]) -> list[list[str]]:
+    wanted = list(dict.fromkeys(keys))
+    coords = {k: grid.coords(k) for k in wanted}
+    axis = grid.time_axis
 
     def rest(key: str) -> tuple[int, ...]:
-        values = split(key)
-        return tuple(position[n].get(values[n], -1) for n in names if n != time_dim)
+        return tuple(c for i, c in enumerate(coords[key]) if i != axis)
 
     def when(key: str) -> int:
-        return position[time_dim].get(split(key)[time_dim], -1) if time_dim else 0
+        return coords[key][axis] if axis is not None else 0
 
+    if not grid.multi:
+        return _runs(sorted(wanted, key=lambda k: coords[k][0]), lambda k: coords[k][0])
     ordered = sorted(wanted, key=lambda k: (rest(k), when(k)))
-    if _is_box(partitions_def, ordered):
+    if grid.is_box(ordered):
         return [sorted(wanted, key=lambda k: (when(k), rest(k)))]
     boxes: list[list[str]] = []
     for _, group in itertools.groupby(ordered, key=rest):
         members = list(group)
-        boxes.extend(_runs(members, when) if time_dim else [[k] for k in members])
+        boxes.extend(_runs(members, when) if axis is not None else [[k] for k in members])
     return boxes
 
 
@@ -197,17 +247,3 @@ def _runs(keys: list[str], position: Callable[[str], int]) -> list[list[str]]:
         else:
             runs.append([key])
     return runs
-
-
-def _is_box(partitions_def: PartitionsDefinition, keys: Sequence[str]) -> bool:
-    """True when the range first..last of `keys` contains exactly `keys`."""
-    if not keys:
-        return False
-    from dagster import PartitionKeyRange
-
-    first, last = keys[0], keys[-1]
-    try:
-        covered = partitions_def.get_partition_keys_in_range(PartitionKeyRange(first, last))
-    except Exception:
-        return False
-    return set(covered) == set(keys)

@@ -65,6 +65,7 @@ def plan_command(module: str, select: str | None, as_json: bool) -> None:
     click.echo(
         plan_json(result.plan) if as_json else plan_text(result.plan, seconds=result.seconds)
     )
+    _fail_on_unreadable(result.plan)
 
 
 @main.command("run")
@@ -97,7 +98,9 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     cache = StateCache(default_persist_dir())
     first = make_plan(graph, cache, select=selection, dynamic_partitions_store=instance)
     if not first.plan:
-        click.echo("Everything is fresh: nothing to run.")
+        if not first.plan.unreadable:
+            click.echo("Everything is fresh: nothing to run.")
+        _fail_on_unreadable(first.plan)
         return
     instance = instance or _instance(True)
     stale_assets = sorted({item.asset for item in first.plan.items})
@@ -116,6 +119,10 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     )
     failed = [o for o in outcomes if not o.ok]
     click.echo(f"{len(outcomes) - len(failed)} asset partition(s) refreshed, {len(failed)} failed.")
+    # The tables that were unreadable when the runs ended (a repair meanwhile clears them).
+    _fail_on_unreadable(
+        make_plan(graph, cache, select=selection, dynamic_partitions_store=instance).plan
+    )
     if failed:
         sys.exit(1)
 
@@ -171,6 +178,15 @@ def spark_status(root: str | None) -> None:
     else:
         click.echo("not running")
         sys.exit(3)
+
+
+def _fail_on_unreadable(plan: Any) -> None:
+    """Print every unreadable table's error (the rest of the plan was shown or run) and exit 1."""
+    if not plan.unreadable:
+        return
+    for table in plan.unreadable:
+        click.echo(f"Error: {table.message}", err=True)
+    sys.exit(1)
 
 
 def _require_dagster_home() -> None:

@@ -26,3 +26,7 @@ class PartitionMismatchError(PartlakeError):
 
 class CommitConflictError(PartlakeError):
     """A Delta commit kept conflicting with concurrent writers after all retries."""
+
+
+class TableUnreadableError(PartlakeError):
+    """A table's Delta log cannot be read (a damaged or missing commit file)."""

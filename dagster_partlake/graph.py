@@ -9,6 +9,7 @@ any other mapping goes through Dagster's own `PartitionMapping` API, memoized pe
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,7 +30,7 @@ from dagster import (
 )
 
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
-from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
 from dagster_partlake.io_manager import (
     FORMAT_KEY,
     PATH_KEY,
@@ -82,6 +83,7 @@ class LakeGraph:
         self.root = os.path.abspath(root or _io_manager_root(resources) or default_root())
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
+        self._root_keys: dict[str, tuple[str, list[Key]]] = {}
         # Per asset: (table version, partition states, records) of the last conversion.
         self.converted: dict[str, tuple[int, dict[Key, PartitionState], dict[Key, Record]]] = {}
         for key in self.asset_graph.get_all_asset_keys():
@@ -136,6 +138,31 @@ class LakeGraph:
             self._plan_assets = result
         return result
 
+    def root_partition_keys(self, dynamic_partitions_store: Any = None) -> dict[str, list[Key]]:
+        """Partitions that exist now of the managed assets without upstream assets: each is due
+        until written. Recomputed only when the newest partition moved (a new time window
+        began, a dynamic partition was added)."""
+        result: dict[str, list[Key]] = {}
+        for asset in self.assets.values():
+            if asset.is_source or asset.parents or asset.partitions_def is None:
+                continue
+            horizon = partitions_horizon(asset.partitions_def, dynamic_partitions_store)
+            cached = self._root_keys.get(asset.name)
+            if cached is None or cached[0] != horizon:
+                cached = (horizon, _all_keys(asset.partitions_def, dynamic_partitions_store))
+                self._root_keys[asset.name] = cached
+            result[asset.name] = cached[1]
+        return result
+
+    def horizon(self, dynamic_partitions_store: Any = None) -> dict[str, str]:
+        """Per root managed asset, what moves when it gains partitions (see
+        `partitions_horizon`); the sensor keeps it in its cursor."""
+        return {
+            asset.name: partitions_horizon(asset.partitions_def, dynamic_partitions_store)
+            for asset in self.assets.values()
+            if not asset.is_source and not asset.parents and asset.partitions_def is not None
+        }
+
     def _dependency(self, child: LakeAsset, parent: LakeAsset, store: Any) -> Dependency:
         mapping = self.asset_graph.get_partition_mapping(child.key, parent.key)
         up, down = key_maps(parent.partitions_def, child.partitions_def, mapping, store)
@@ -153,6 +180,27 @@ def _is_dynamic(partitions_def: PartitionsDefinition | None) -> bool:
     if isinstance(partitions_def, MultiPartitionsDefinition):
         return any(_is_dynamic(d.partitions_def) for d in partitions_def.partitions_defs)
     return isinstance(partitions_def, DynamicPartitionsDefinition)
+
+
+def partitions_horizon(partitions_def: PartitionsDefinition, store: Any = None) -> str:
+    """A short text that changes whenever the set of existing partitions grows: the newest time
+    window of each time dimension and the dynamic keys of each dynamic dimension."""
+    from dagster import DynamicPartitionsDefinition
+
+    dims = (
+        [d.partitions_def for d in partitions_def.partitions_defs]
+        if isinstance(partitions_def, MultiPartitionsDefinition)
+        else [partitions_def]
+    )
+    parts = []
+    for dim in dims:
+        if isinstance(dim, TimeWindowPartitionsDefinition):
+            parts.append(dim.get_last_partition_key() or "")
+        elif isinstance(dim, DynamicPartitionsDefinition):
+            keys = _all_keys(dim, store) if store is not None or dim.name is None else []
+            digest = hashlib.sha1("\n".join(keys).encode()).hexdigest()[:12]
+            parts.append(f"{len(keys)}:{digest}")
+    return "|".join(parts)
 
 
 def _io_manager_root(resources: Mapping[str, Any] | None) -> str | None:
@@ -188,7 +236,13 @@ def _all_keys(partitions_def: PartitionsDefinition, store: Any) -> list[Key]:
     from dagster._core.definitions.partitions.context import partition_loading_context
 
     with partition_loading_context(dynamic_partitions_store=store):
-        return list(partitions_def.get_partition_keys())
+        if not isinstance(partitions_def, MultiPartitionsDefinition):
+            return list(partitions_def.get_partition_keys())
+        # The product of the dimensions' keys, joined like Dagster's multi keys (alphabetical
+        # dimension order), without building a MultiPartitionKey object per key.
+        dims = sorted(partitions_def.partitions_defs, key=lambda d: d.name)
+        per_dim = [d.partitions_def.get_partition_keys() for d in dims]
+        return ["|".join(combo) for combo in itertools.product(*per_dim)]
 
 
 OneToMany = Callable[[str], list[str]]
@@ -327,9 +381,14 @@ def _dagster_maps(
 
 
 def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
+    """The asset's table (or folder) state now.
+
+    Raises:
+        TableUnreadableError: the table's Delta log cannot be read.
+    """
     if asset.is_folder:
         return folder_state(asset.path, [c.column for c in asset.columns])
-    return cache.sync(asset.path, with_commits=not asset.is_source)
+    return cache.sync(asset.path, with_commits=not asset.is_source, name=asset.name)
 
 
 def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key, PartitionState]:
@@ -393,8 +452,15 @@ def _key(raw: str) -> Key:
 def gather_plan_input(
     graph: LakeGraph, cache: StateCache, *, dynamic_partitions_store: Any = None
 ) -> tuple[PlanInput, dict[str, TableState | None]]:
-    """Planner input for the whole graph, and the raw table states it was built from."""
-    raw = {name: read_state(asset, cache) for name, asset in graph.assets.items()}
+    """Planner input for the whole graph, and the raw table states it was built from (tables
+    that could not be read are left out of both and named in `PlanInput.unreadable`)."""
+    raw: dict[str, TableState | None] = {}
+    unreadable: dict[str, str] = {}
+    for name, asset in graph.assets.items():
+        try:
+            raw[name] = read_state(asset, cache)
+        except TableUnreadableError as error:
+            unreadable[name] = str(error)
     states: dict[str, dict[Key, PartitionState]] = {}
     records: dict[str, dict[Key, Record]] = {}
     for name, state in raw.items():
@@ -413,4 +479,11 @@ def gather_plan_input(
         states[name] = cached[1]
         if not asset.is_source:
             records[name] = cached[2]
-    return PlanInput(graph.plan_assets(dynamic_partitions_store), states, records), raw
+    plan_input = PlanInput(
+        graph.plan_assets(dynamic_partitions_store),
+        states,
+        records,
+        partition_keys=graph.root_partition_keys(dynamic_partitions_store),
+        unreadable=unreadable,
+    )
+    return plan_input, raw

@@ -18,8 +18,9 @@ The rule (one topological pass, upstream first). `data(X)` = partitions of X tha
 are stale themselves (they will have data after the plan runs). For a managed asset A:
 
 - candidates: partitions of A with a record or with data, and every partition mapped from a
-  partition in `data(U)` of an upstream U. An asset with no dependencies: only the former (plus
-  the single partition of an unpartitioned asset).
+  partition in `data(U)` of an upstream U. An asset with no dependencies: the former plus every
+  partition that exists now (`partition_keys`; the single partition of an unpartitioned asset),
+  so each is `missing` until written.
 - `missing`: no record, and every dependency has at least one mapped upstream partition in
   `data(U)` (a monthly partition is due as soon as any of its days exists; an empty future is
   never due). because = those upstream partitions.
@@ -32,7 +33,8 @@ are stale themselves (they will have data after the plan runs). For a managed as
   For all three reasons, because = those changed upstream partitions (so a `code_changed`
   partition whose inputs also changed lists them; with unchanged inputs it is empty).
 Sources (assets written by other systems) are never stale; their states feed their dependents.
-Nothing fresh is ever listed.
+Nothing fresh is ever listed. An asset whose table could not be read (`unreadable`) and every
+asset downstream of it are not judged at all: the plan lists them in `Plan.unreadable` instead.
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ class PlanInput:
     assets: Sequence[PlanAsset]
     states: Mapping[str, Mapping[Key, PartitionState]]
     records: Mapping[str, Mapping[Key, Record]]
+    # The partitions that exist now of managed assets without upstream assets (time windows up
+    # to the current one, static keys, registered dynamic keys): each is due until written.
+    partition_keys: Mapping[str, Sequence[Key]] = field(default_factory=dict)
+    # Tables whose state could not be read: asset -> the error message.
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,11 +111,21 @@ class StalePartition:
 
 
 @dataclass(frozen=True)
+class UnreadableTable:
+    """A table whose state could not be read, and the assets not planned because of it."""
+
+    asset: str
+    message: str
+    held: tuple[str, ...]  # the asset itself (if managed) and every managed asset downstream
+
+
+@dataclass(frozen=True)
 class Plan:
     """Stale asset partitions in dependency order (upstream assets first)."""
 
     items: tuple[StalePartition, ...]
     asset_order: tuple[str, ...]
+    unreadable: tuple[UnreadableTable, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -125,7 +142,11 @@ class Plan:
 
     def select(self, assets: Iterable[str]) -> Plan:
         wanted = set(assets)
-        return Plan(tuple(i for i in self.items if i.asset in wanted), self.asset_order)
+        return Plan(
+            tuple(i for i in self.items if i.asset in wanted),
+            self.asset_order,
+            tuple(u for u in self.unreadable if wanted & {u.asset, *u.held}),
+        )
 
 
 def render_partition(asset: str, key: Key) -> str:
@@ -154,8 +175,17 @@ def plan(inputs: PlanInput) -> Plan:
     order = topological_order(inputs.assets)
     stale: dict[str, set[Key]] = {}
     items: list[StalePartition] = []
+    # An unreadable table and everything downstream of it are neither stale nor fresh: nothing
+    # is judged (so nothing runs) there until its state can be read again.
+    held_by: dict[str, set[str]] = {}
     for asset in order:
         stale[asset.name] = set()
+        causes = {asset.name} if asset.name in inputs.unreadable else set()
+        for dep in asset.deps:
+            causes |= held_by.get(dep.upstream, set())
+        if causes:
+            held_by[asset.name] = causes
+            continue
         if asset.is_source:
             continue
         states = inputs.states.get(asset.name, {})
@@ -165,7 +195,18 @@ def plan(inputs: PlanInput) -> Plan:
             if item is not None:
                 items.append(item)
                 stale[asset.name].add(key)
-    return Plan(tuple(items), tuple(a.name for a in order))
+    sources = {a.name for a in order if a.is_source}
+    unreadable = tuple(
+        UnreadableTable(
+            name,
+            inputs.unreadable[name],
+            tuple(
+                a.name for a in order if name in held_by.get(a.name, ()) and a.name not in sources
+            ),
+        )
+        for name in sorted(inputs.unreadable)
+    )
+    return Plan(tuple(items), tuple(a.name for a in order), unreadable)
 
 
 def _mapped(dep: Dependency, key: Key) -> Iterable[Key]:
@@ -182,6 +223,7 @@ def _candidates(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key
     if not asset.deps:
         if not asset.partitioned:
             keys.add(None)
+        keys.update(inputs.partition_keys.get(asset.name, ()))
         return keys
     for dep in asset.deps:
         upstream_with_data = set(inputs.states.get(dep.upstream, {})) | stale.get(

@@ -15,7 +15,10 @@ def plan_json(plan: Plan) -> str:
 
 
 def plan_text(plan: Plan, *, seconds: float | None = None) -> str:
+    held = _held_text(plan)
     if not plan:
+        if held:
+            return "No stale asset partition among the assets that could be planned." + held
         return "Everything is fresh: no asset partition needs to run."
     grouped = plan.by_asset()
     took = f" (planned in {seconds * 1000:.0f} ms)" if seconds is not None else ""
@@ -38,7 +41,15 @@ def plan_text(plan: Plan, *, seconds: float | None = None) -> str:
             lines.append(f"  {item.partition or '-':<{width}}  {item.reason:<16}{because}{more}")
         if len(items) > MAX_LISTED:
             lines.append(f"  ... and {len(items) - MAX_LISTED} more (see --json)")
-    return "\n".join(lines)
+    return "\n".join(lines) + held
+
+
+def _held_text(plan: Plan) -> str:
+    lines = [
+        f"\nNot planned until the table of {u.asset} can be read: {', '.join(u.held) or '-'}"
+        for u in plan.unreadable
+    ]
+    return "\n" + "\n".join(lines) if lines else ""
 
 
 def outcome_line(

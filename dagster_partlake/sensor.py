@@ -9,7 +9,10 @@ before downstream, partitions of one asset batched as its backfill policy allows
 tags `partlake/sensor`, `partlake/reasons` and `partlake/partitions`, visible in the UI.
 
 A partition whose run failed is retried after `retry_base_seconds * 2**(failures-1)` (capped at
-`retry_max_seconds`), not every tick.
+`retry_max_seconds`), not every tick. At most `max_runs_in_flight` of its runs are queued or
+running at once. A table whose Delta log cannot be read holds back itself and its downstream
+closure (nothing is requested there); the tick logs the error, and fails with it when it has
+nothing else to request, so the UI shows it until the log is repaired.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dagster import (
+    AssetSelection,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -40,6 +44,7 @@ from dagster._core.storage.tags import (
 
 from dagster_partlake.batches import Batch, make_batches
 from dagster_partlake.delta.state import StateCache, folder_state
+from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.graph import LakeGraph
 from dagster_partlake.io_manager import default_root
 from dagster_partlake.lake import make_plan
@@ -75,6 +80,7 @@ def build_invalidation_sensor(
     minimum_interval_seconds: int = 30,
     retry_base_seconds: int = 60,
     retry_max_seconds: int = 3600,
+    max_runs_in_flight: int = 20,
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
 ) -> SensorDefinition:
     """A sensor that keeps every partitioned Delta asset of the code location fresh.
@@ -85,6 +91,8 @@ def build_invalidation_sensor(
         minimum_interval_seconds: time between ticks.
         retry_base_seconds: wait before retrying a failed partition; doubles per failure.
         retry_max_seconds: longest wait between retries.
+        max_runs_in_flight: most runs of this sensor queued or running at once; further batches
+            (e.g. the years of partitions of a new asset) are requested as those finish.
         default_status: whether the sensor starts running when the code location loads.
 
     Example:
@@ -92,11 +100,16 @@ def build_invalidation_sensor(
 
             defs = Definitions(assets=[...], sensors=[build_invalidation_sensor()], ...)
     """
+    if max_runs_in_flight < 1:
+        raise ValueError(f"max_runs_in_flight must be at least 1, got {max_runs_in_flight}")
 
+    # The daemon refuses run requests from a sensor without a target; an asset selection makes
+    # Dagster run each request's assets in the code location's asset job.
     @sensor(
         name=name,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
+        asset_selection=AssetSelection.all(),
         description="Requests runs for the asset partitions that are out of date (partlake).",
     )
     def _invalidation(context: SensorEvaluationContext) -> SensorResult | SkipReason:
@@ -106,6 +119,7 @@ def build_invalidation_sensor(
             root=root,
             retry_base_seconds=retry_base_seconds,
             retry_max_seconds=retry_max_seconds,
+            max_runs_in_flight=max_runs_in_flight,
         )
 
     return _invalidation
@@ -118,37 +132,60 @@ def evaluate(
     root: str | None,
     retry_base_seconds: int,
     retry_max_seconds: int,
+    max_runs_in_flight: int = 20,
 ) -> SensorResult | SkipReason:
+    """One tick of the sensor (see the module docstring).
+
+    Raises:
+        TableUnreadableError: a table cannot be read and nothing else can be requested, so the
+            tick fails with its message (with requests, the message is logged on the tick).
+    """
     now = time.time()
     cursor = json.loads(context.cursor) if context.cursor else {}
     graph = _graph(name, context.repository_def.asset_graph, root)
+    instance = context.instance
     versions: dict[str, int] = cursor.get("versions", {})
     failures: dict[str, list[float]] = cursor.get("failures", {})
     pending = cursor.get("pending", False)
+    horizon = graph.horizon(instance)
     retry_due = any(retry_at <= now for _, retry_at in failures.values())
-    if versions and not pending and not retry_due and not _moved(graph, versions):
+    if (
+        versions
+        and not pending
+        and not retry_due
+        and horizon == cursor.get("horizon", {})
+        and not _moved(graph, versions)
+    ):
         return SkipReason("No new commits in any table since the last tick: nothing to plan.")
 
-    instance = context.instance
     in_flight = instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: name}, statuses=IN_FLIGHT))
-    checked_at = cursor.get("checked_at", 0.0)
-    failed_runs = instance.get_runs(
+    # Failed runs are counted once: those updated after the newest failure already counted.
+    counted_until = float(cursor.get("failures_seen_until", cursor.get("checked_at", 0.0)))
+    failed_records = instance.get_run_records(
         filters=RunsFilter(
             tags={SENSOR_TAG: name},
             statuses=[DagsterRunStatus.FAILURE],
-            updated_after=_utc(checked_at) if checked_at else None,
+            updated_after=_utc(counted_until) if counted_until else None,
         )
     )
-    for run in failed_runs:
-        for asset, key in _run_partitions(graph, run):
+    for record in failed_records:
+        updated = record.update_timestamp.timestamp()
+        if updated <= counted_until:
+            continue
+        for asset, key in _run_partitions(graph, record.dagster_run):
             count = int(failures.get(_fkey(asset, key), [0, 0])[0]) + 1
             wait = min(retry_max_seconds, retry_base_seconds * 2 ** (count - 1))
             failures[_fkey(asset, key)] = [count, now + wait]
+    newest_failure = max(
+        (r.update_timestamp.timestamp() for r in failed_records), default=counted_until
+    )
 
     cache = _caches.setdefault(name, StateCache())
     result = make_plan(graph, cache, dynamic_partitions_store=instance)
     stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
-    failures = {k: v for k, v in failures.items() if k in stale}  # fresh again: forget
+    held = {a for u in result.plan.unreadable for a in u.held}
+    # Fresh again: forget. Held behind an unreadable table: keep, it was neither judged nor run.
+    failures = {k: v for k, v in failures.items() if k in stale or _unfkey(k)[0] in held}
     blocked: dict[str, set[Key]] = {}
     for run in in_flight:
         for asset, key in _run_partitions(graph, run):
@@ -164,16 +201,24 @@ def evaluate(
         result.plan, result.inputs.assets, partitions_defs, policies, blocked=blocked
     )
     new_versions = {n: s.version for n, s in result.states.items() if s is not None}
-    requests = [_request(graph, batch, name, new_versions) for batch in batches.ready]
+    room = max(0, max_runs_in_flight - len(in_flight))
+    requests = [_request(graph, batch, name, new_versions) for batch in batches.ready[:room]]
     new_cursor = json.dumps(
         {
             "versions": new_versions,
+            "horizon": horizon,
             "failures": failures,
-            "pending": bool(requests or in_flight or batches.deferred),
+            "pending": bool(requests or in_flight or batches.deferred or batches.ready[room:]),
             "checked_at": now,
+            "failures_seen_until": newest_failure,
         }
     )
+    errors = [u.message for u in result.plan.unreadable]
+    for message in errors:
+        context.log.error(message)
     if not requests:
+        if errors:
+            raise TableUnreadableError(" ".join(errors))
         waiting = len(result.plan.items)
         reason = (
             f"{waiting} stale asset partition(s) wait for running or backing-off runs."

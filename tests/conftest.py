@@ -63,6 +63,42 @@ def lake(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture
+def example(spark, lake: Path, instance, monkeypatch):
+    """The example code location over a fresh lake, fully materialized."""
+    monkeypatch.setenv("PARTLAKE_HOME", str(lake))
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.lake import make_plan
+    from dagster_partlake.runner import run_plan
+    from definitions import defs
+    from definitions.ingest import write_partition
+
+    for date in ["2024-01-01", "2024-01-02"]:
+        for region in ["eu", "us"]:
+            write_partition(dt.date.fromisoformat(date), region, 200, root=str(lake))
+    graph = LakeGraph(defs)
+    outcomes = run_plan(graph, instance)
+    assert outcomes and all(o.ok for o in outcomes)
+    assert not make_plan(graph, StateCache()).plan
+    return defs, graph
+
+
+def sensor_tick(defs, instance, sensor, cursor):
+    """One tick validated as the daemon validates it (`evaluate_tick`: a sensor without a target
+    fails here too): (run requests, new cursor, skip message)."""
+    from dagster import build_sensor_context
+
+    context = build_sensor_context(
+        instance=instance,
+        instance_ref=instance.get_ref(),  # as under the daemon: dynamic partitions resolve
+        repository_def=defs.get_repository_def(),
+        cursor=cursor,
+    )
+    data = sensor.evaluate_tick(context)
+    return list(data.run_requests or []), data.cursor or cursor, data.skip_message
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(

@@ -9,14 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import SensorResult, SkipReason, build_sensor_context
 
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.graph import LakeGraph
 from dagster_partlake.lake import make_plan
-from dagster_partlake.runner import run_plan
 from dagster_partlake.sensor import SENSOR_TAG, build_invalidation_sensor
-from tests.conftest import run_partlake, subprocess_env
+from tests.conftest import run_partlake, sensor_tick, subprocess_env
 
 pytestmark = pytest.mark.spark
 
@@ -27,33 +24,7 @@ EXPECTED = {
 }
 
 
-@pytest.fixture
-def example(spark, lake: Path, instance, monkeypatch):
-    """The example code location over a fresh lake, fully materialized."""
-    monkeypatch.setenv("PARTLAKE_HOME", str(lake))
-    from definitions import defs
-    from definitions.ingest import write_partition
-
-    for date in ["2024-01-01", "2024-01-02"]:
-        for region in ["eu", "us"]:
-            write_partition(dt.date.fromisoformat(date), region, 200, root=str(lake))
-    graph = LakeGraph(defs)
-    outcomes = run_plan(graph, instance)
-    assert outcomes and all(o.ok for o in outcomes)
-    assert not make_plan(graph, StateCache()).plan
-    return defs, graph
-
-
-def tick(defs, instance, sensor, cursor):
-    context = build_sensor_context(
-        instance=instance, repository_def=defs.get_repository_def(), cursor=cursor
-    )
-    result = sensor(context)
-    if isinstance(result, SkipReason):
-        return [], cursor, result.skip_message
-    assert isinstance(result, SensorResult)
-    skip = result.skip_reason.skip_message if result.skip_reason else None
-    return list(result.run_requests or []), result.cursor, skip
+tick = sensor_tick
 
 
 def execute(defs, instance, request) -> None:

@@ -78,6 +78,7 @@ class World:
     code: dict[str, str | None]
     states: dict[str, dict[Key, PartitionState]] = field(default_factory=dict)
     records: dict[str, dict[Key, Record]] = field(default_factory=dict)
+    unreadable: set[str] = field(default_factory=set)  # tables whose log cannot be read
     clock: int = 0
 
     def tick(self) -> int:
@@ -114,7 +115,21 @@ class World:
             )
             for s in self.specs.values()
         ]
-        return PlanInput(assets, copy.deepcopy(self.states), copy.deepcopy(self.records))
+        # As the gatherer does: an unreadable table contributes no state and no records.
+        readable = {n: v for n, v in self.states.items() if n not in self.unreadable}
+        records = {n: v for n, v in self.records.items() if n not in self.unreadable}
+        roots = {
+            s.name: UNIVERSE[s.scheme]
+            for s in self.specs.values()
+            if not s.is_source and not s.deps and s.scheme != "none"
+        }
+        return PlanInput(
+            assets,
+            copy.deepcopy(readable),
+            copy.deepcopy(records),
+            partition_keys=roots,
+            unreadable={n: f"{n} is unreadable" for n in self.unreadable},
+        )
 
     def dependency(self, name: str, dep: str) -> Dependency:
         down_universe = UNIVERSE[self.specs[name].scheme]
@@ -132,9 +147,23 @@ def render(asset: str, key: Key) -> str:
     return asset if key is None else f"{asset}[{key}]"
 
 
+def held(world: World) -> dict[str, set[str]]:
+    """Per unreadable table, the managed assets it holds back: itself and all downstream."""
+
+    def depends_on(name: str, table: str) -> bool:
+        return name == table or any(depends_on(d, table) for d in world.specs[name].deps)
+
+    return {
+        table: {n for n, s in world.specs.items() if not s.is_source and depends_on(n, table)}
+        for table in world.unreadable
+    }
+
+
 def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
-    """Every stale (asset, key) of the whole key universe, with (reason, because)."""
+    """Every stale (asset, key) of the whole key universe, with (reason, because); assets held
+    back by an unreadable table are never judged."""
     states, records = world.states, world.records
+    not_judged = set().union(*held(world).values())
 
     def last_updated(asset: str, key: Key) -> int | None:
         state = states.get(asset, {}).get(key)
@@ -146,19 +175,15 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
     @cache
     def verdict(asset: str, key: Key) -> Verdict | None:
         spec = world.specs[asset]
-        if spec.is_source:  # sources are never stale
+        if spec.is_source or asset in not_judged:  # sources are never stale
             return None
         record = records.get(asset, {}).get(key)
         mapped = {d: world.reads_of(asset, d, key) for d in spec.deps}
         if record is None:
             with_data = {d: [u for u in us if has_data(d, u)] for d, us in mapped.items()}
-            # Candidate: has data, or is mapped from data of some upstream (or a no-deps
-            # unpartitioned asset). A key with neither is never judged.
-            candidate = (
-                key in states.get(asset, {})
-                or any(with_data.values())
-                or (not spec.deps and spec.scheme == "none")
-            )
+            # Candidate: has data, or is mapped from data of some upstream, or belongs to an
+            # asset without dependencies (every partition that exists is due until written).
+            candidate = key in states.get(asset, {}) or any(with_data.values()) or not spec.deps
             if not (candidate and all(with_data.values())):
                 return None
             return "missing", tuple(sorted(render(d, u) for d, us in with_data.items() for u in us))
@@ -199,12 +224,18 @@ Event = tuple[str, int, int]
 KINDS = (
     "source_edit", "source_edit", "source_delete", "write", "write_stale", "write_stale",
     "write_stale", "write_plan_prefix", "failed_write", "code_change", "code_change", "oob_edit",
-    "oob_edit", "oob_delete",
+    "oob_edit", "oob_delete", "damage", "repair",
 )  # fmt: skip
 
 
 def apply(world: World, event: Event) -> None:
     kind, i, j = event
+    if kind == "damage":  # any table's log becomes unreadable (data and records stay)
+        world.unreadable.add(list(world.specs)[i % len(world.specs)])
+        return
+    if kind == "repair":
+        world.unreadable.discard(list(world.specs)[i % len(world.specs)])
+        return
     sources = [s for s in world.specs.values() if s.is_source]
     managed = [s for s in world.specs.values() if not s.is_source]
     pool = sources if kind.startswith("source") else managed
@@ -242,8 +273,14 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[Event]]:
         if i < n_sources:
             specs.append(Spec(names[i], draw(st.sampled_from(SOURCE_SCHEMES)), (), True))
             continue
-        ups = draw(st.lists(st.sampled_from(list(specs)), min_size=1, max_size=min(2, i),
+        # A managed asset without upstream assets produces its own data (e.g. from an API).
+        min_ups = draw(st.sampled_from([0, 1, 1, 1]))
+        ups = draw(st.lists(st.sampled_from(list(specs)), min_size=min_ups, max_size=min(2, i),
                             unique_by=lambda s: s.name))  # fmt: skip
+        if not ups:
+            scheme = draw(st.sampled_from(SOURCE_SCHEMES))
+            specs.append(Spec(names[i], scheme, (), False))
+            continue
         partitioned = sorted(set.intersection(*(FEEDS[u.scheme] for u in ups)) - {"none"})
         scheme = draw(st.sampled_from([*partitioned, *partitioned, "none"]))  # favour partitioned
         specs.append(Spec(names[i], scheme, tuple(u.name for u in ups), False))
@@ -265,6 +302,7 @@ def check_shape(result: Plan, world: World) -> None:
 
 
 def compare(result: Plan, world: World) -> None:
+    assert {u.asset: set(u.held) for u in result.unreadable} == held(world)
     expected = oracle(world)
     got = {(i.asset, i.partition): (i.reason, i.because) for i in result.items}
     # Complete and minimal: nothing fresh listed, nothing stale missed, same reasons.
@@ -296,6 +334,11 @@ def test_running_the_whole_plan_leaves_nothing_stale(case: tuple[World, list[Eve
     after = plan(world.plan_input())
     assert after.items == (), (first.items, after.items)
     assert oracle(world) == {}
+    # Repaired tables: what they held back is judged again, and one more plan settles it.
+    world.unreadable.clear()
+    for item in plan(world.plan_input()).items:
+        world.write(item.asset, item.partition)
+    assert plan(world.plan_input()).items == ()
 
 
 def test_oracle_sanity() -> None:

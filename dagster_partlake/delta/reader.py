@@ -59,6 +59,7 @@ def open_table(root: str, *, table_name: str | None = None) -> TableSnapshot:
 
     Raises:
         PartlakeConfigError: there is no Delta table at `root`.
+        TableUnreadableError: its log cannot be read.
     """
     root = os.path.abspath(root)
     name = table_name or os.path.basename(root)
@@ -67,7 +68,7 @@ def open_table(root: str, *, table_name: str | None = None) -> TableSnapshot:
             f"there is no Delta table for {name} at {root}; materialize it first (or, for a "
             "source, run the system that writes it)."
         )
-    table = load_table(root)
+    table = load_table(root, table_name=name)
     return TableSnapshot(root, name, table, arrow_schema(table))
 
 

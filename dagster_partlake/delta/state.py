@@ -27,9 +27,17 @@ from typing import Any
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from dagster_partlake.delta.schema import delta_types
-from dagster_partlake.delta.table import arrow_schema, commit_info, log_versions, table_exists
+from dagster_partlake.delta.table import (
+    arrow_schema,
+    commit_info,
+    log_versions,
+    table_exists,
+    unreadable,
+)
+from dagster_partlake.errors import TableUnreadableError
 
 Values = tuple[str | None, ...]
 
@@ -54,9 +62,27 @@ class StateCache:
         self._tables: dict[str, tuple[DeltaTable | None, TableState]] = {}
         self._persist_dir = persist_dir
 
-    def sync(self, root: str, *, with_commits: bool = True) -> TableState | None:
-        """The current state of the Delta table at `root`, or None if there is no table."""
+    def sync(
+        self, root: str, *, with_commits: bool = True, name: str | None = None
+    ) -> TableState | None:
+        """The current state of the Delta table at `root`, or None if there is no table.
+
+        Raises:
+            TableUnreadableError: the table's log cannot be read (`name` is used in the message).
+        """
         root = os.path.abspath(root)
+        try:
+            return self._sync(root, with_commits=with_commits)
+        except DeltaError as error:
+            self._tables.pop(root, None)  # reload from scratch once it is repaired
+            raise unreadable(root, error, table_name=name) from error
+        except TableUnreadableError as error:
+            self._tables.pop(root, None)
+            if name is None:
+                raise
+            raise unreadable(root, error, table_name=name) from error
+
+    def _sync(self, root: str, *, with_commits: bool) -> TableState | None:
         cached = self._tables.get(root)
         if cached is None and self._persist_dir is not None:
             persisted = _load_state(self._persist_dir, root, with_commits=with_commits)

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
+from dagster_partlake.errors import TableUnreadableError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,8 +39,78 @@ def table_exists(root: str) -> bool:
     return os.path.isdir(os.path.join(root, "_delta_log")) and DeltaTable.is_deltatable(root)
 
 
-def load_table(root: str) -> DeltaTable:
-    return DeltaTable(root)
+def load_table(root: str, *, table_name: str | None = None) -> DeltaTable:
+    """The latest version of the Delta table at `root`.
+
+    Raises:
+        TableUnreadableError: the log cannot be read (a damaged or missing commit file).
+    """
+    try:
+        return DeltaTable(root)
+    except DeltaError as error:
+        raise unreadable(root, error, table_name=table_name) from error
+
+
+def unreadable(
+    root: str, error: BaseException, *, table_name: str | None = None
+) -> TableUnreadableError:
+    """The error to raise for a table whose log delta-rs (or we) could not read: names the
+    table, its path, the commit file at fault where one can be found, and the way out."""
+    name = table_name or os.path.basename(os.path.abspath(root))
+    damage = log_damage(root)
+    if damage is None:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        damage = f"delta-rs says: {first_line}"
+    return TableUnreadableError(
+        f"the Delta log of {name} at {os.path.abspath(root)} cannot be read: {damage}. Restore "
+        "the file from a backup (if it is the newest commit and its writer was interrupted, "
+        "moving it out of _delta_log discards that commit); until the log is readable, partlake "
+        f"plans and writes nothing that depends on {name}."
+    )
+
+
+def log_damage(root: str) -> str | None:
+    """What is wrong with the log's JSON commits after the last checkpoint, or None if they all
+    parse and follow each other without a gap (the ones a reader has to read)."""
+    log = os.path.join(root, "_delta_log")
+    first = _last_checkpoint(log) + 1
+    versions = [v for v in log_versions(root) if v >= first]
+    for previous, version in zip(versions, versions[1:], strict=False):
+        if version != previous + 1:
+            return (
+                f"commit {previous + 1} is missing (the log jumps from {_commit_name(previous)} "
+                f"to {_commit_name(version)})"
+            )
+    for version in versions:
+        path = os.path.join(log, _commit_name(version))
+        try:
+            with open(path, encoding="utf-8") as log_file:
+                lines = log_file.read().splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            return f"commit file _delta_log/{_commit_name(version)} cannot be read ({error})"
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError as error:
+                return (
+                    f"commit file _delta_log/{_commit_name(version)} is damaged "
+                    f"(line {number}: {error})"
+                )
+    return None
+
+
+def _last_checkpoint(log: str) -> int:
+    try:
+        with open(os.path.join(log, "_last_checkpoint"), encoding="utf-8") as checkpoint:
+            return int(json.load(checkpoint)["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1
+
+
+def _commit_name(version: int) -> str:
+    return f"{version:020d}.json"
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:
@@ -86,9 +158,12 @@ def log_versions(root: str) -> list[int]:
 
 def commit_info(root: str, version: int) -> dict[str, Any]:
     """The commitInfo action of one commit, read from its JSON file ({} if it has none)."""
-    path = os.path.join(root, "_delta_log", f"{version:020d}.json")
-    with open(path, encoding="utf-8") as log_file:
-        for line in log_file:
-            if line.startswith('{"commitInfo"'):
-                return dict(json.loads(line)["commitInfo"])
+    path = os.path.join(root, "_delta_log", _commit_name(version))
+    try:
+        with open(path, encoding="utf-8") as log_file:
+            for line in log_file:
+                if line.startswith('{"commitInfo"'):
+                    return dict(json.loads(line)["commitInfo"])
+    except ValueError as error:  # a damaged commit file
+        raise unreadable(root, error) from error
     return {}

@@ -55,8 +55,10 @@ from dagster_partlake.delta.table import (
     commit_info,
     live_files,
     load_table,
+    log_damage,
     log_versions,
     table_exists,
+    unreadable,
 )
 from dagster_partlake.errors import CommitConflictError, PartitionMismatchError, SchemaMismatchError
 
@@ -180,7 +182,7 @@ def stage_partitions(
         + [incoming.field(c) for c in partition_by]
     )
     if table_exists(root):
-        table = load_table(root)
+        table = load_table(root, table_name=name)
         existing_partition_by = tuple(table.metadata().partition_columns)
         if existing_partition_by != tuple(partition_by):
             raise SchemaMismatchError(
@@ -259,7 +261,7 @@ def commit_staged(
         )
         try:
             _ensure_table(staged, delta_schema)
-            table = load_table(staged.root)
+            table = load_table(staged.root, table_name=staged.table_name)
             _add_new_columns(table, staged.schema)
             old = live_files(table, staged.selection)
             removes = [
@@ -282,6 +284,8 @@ def commit_staged(
             removed = len(removes)
         except (CommitFailedError, DeltaError) as error:
             if not _is_conflict(error, staged.root):
+                if log_damage(staged.root) is not None:
+                    raise unreadable(staged.root, error, table_name=staged.table_name) from error
                 raise
             last_error = error
             # Jitter spreads the retries of writers that collided at the same moment.

@@ -1,0 +1,148 @@
+"""A damaged Delta log: one clear error, and only the broken table's downstream closure waits."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey
+from deltalake import DeltaTable
+
+from dagster_partlake.delta.state import StateCache
+from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.lake import make_plan
+from dagster_partlake.runner import run_plan
+from dagster_partlake.sensor import build_invalidation_sensor
+from tests.conftest import run_partlake, sensor_tick, subprocess_env
+
+pytestmark = pytest.mark.spark
+
+
+def damage_newest_commit(table: Path) -> tuple[Path, bytes]:
+    """Truncate the newest commit file in the middle of a record (as a dying copy would)."""
+    newest = max((table / "_delta_log").glob("*.json"))
+    original = newest.read_bytes()
+    newest.write_bytes(original[: len(original) // 2])
+    return newest, original
+
+
+def log_files(table: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((table / "_delta_log").iterdir())}
+
+
+def test_damaged_table_holds_back_its_closure_and_says_what_to_do(
+    example, lake: Path, instance, tmp_path: Path
+) -> None:
+    defs, graph = example
+    from definitions.ingest import write_partition
+
+    warehouse = lake / "warehouse"
+    daily = warehouse / "daily_region_stats"
+    commit, original = damage_newest_commit(daily)
+    write_partition(dt.date(2024, 1, 1), "us", 200, seed=5, root=str(lake))
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").touch()
+    env = subprocess_env(
+        PARTLAKE_HOME=str(lake),
+        DAGSTER_HOME=str(home),
+        PARTLAKE_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    expected_error = (
+        f"Error: the Delta log of daily_region_stats at {daily} cannot be read: commit file "
+        f"_delta_log/{commit.name} is damaged (line "
+    )
+    text = run_partlake("plan", "-m", "definitions", env=env, timeout=120)
+    assert text.returncode == 1
+    assert "Traceback" not in text.stderr and "Kernel error" not in text.stderr
+    errors = text.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith(expected_error), text.stderr
+    assert "Restore the file from a backup" in errors[0]
+    assert "nothing that depends on daily_region_stats" in errors[0]
+    assert "clean_events: 1 stale (upstream_changed 1)" in text.stdout
+    assert text.stdout.rstrip().endswith(
+        "Not planned until the table of daily_region_stats can be read: daily_region_stats, "
+        "monthly_region_stats"
+    )
+    as_json = run_partlake("plan", "-m", "definitions", "--json", env=env, timeout=120)
+    assert as_json.returncode == 1 and as_json.stderr.startswith(expected_error)
+    assert json.loads(as_json.stdout) == [
+        {
+            "asset": "clean_events",
+            "partition": "2024-01-01|us",
+            "reason": "upstream_changed",
+            "because": ["raw_events[2024-01-01|us]"],
+        }
+    ]
+
+    # The sensor refreshes what does not depend on the broken table, and nothing else.
+    sensor = build_invalidation_sensor("inv", minimum_interval_seconds=1)
+    requests, cursor, _ = sensor_tick(defs, instance, sensor, None)
+    assert [
+        (r.partition_key, [a.to_user_string() for a in r.asset_selection]) for r in requests
+    ] == [("2024-01-01|us", ["clean_events"])]
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.execute_in_process(
+        instance=instance,
+        asset_selection=requests[0].asset_selection,
+        partition_key=requests[0].partition_key,
+        tags=requests[0].tags,
+    ).success
+    # With nothing else to request, the tick fails with the same message (shown in the UI).
+    with pytest.raises(Exception) as failed_tick:
+        sensor_tick(defs, instance, sensor, cursor)
+    assert expected_error[len("Error: ") :] in _messages(failed_tick.value)
+
+    # Materializing the downstream by hand fails with the message and writes nothing.
+    broken_log = log_files(daily)
+    monthly_version = DeltaTable(str(warehouse / "monthly_region_stats")).version()
+    result = job.execute_in_process(
+        instance=instance,
+        asset_selection=[AssetKey("monthly_region_stats")],
+        partition_key="2024-01|us",
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert expected_error[len("Error: ") :] in _messages(failure)
+    assert DeltaTable(str(warehouse / "monthly_region_stats")).version() == monthly_version
+    assert log_files(daily) == broken_log
+
+    # Repaired: what was held back is planned again (the new clean_events partition changed
+    # underneath it) and refreshed.
+    commit.write_bytes(original)
+    plan = make_plan(graph, StateCache()).plan
+    assert not plan.unreadable
+    assert {(i.asset, i.partition, i.reason) for i in plan.items} == {
+        ("daily_region_stats", "2024-01-01|us", "upstream_changed"),
+        ("monthly_region_stats", "2024-01|us", "upstream_changed"),
+    }
+    outcomes = run_plan(graph, instance)
+    assert outcomes and all(o.ok for o in outcomes)
+    assert not make_plan(graph, StateCache()).plan
+
+
+def _messages(error: object) -> str:
+    """Every message in an exception chain (or a Dagster SerializableErrorInfo chain)."""
+    parts = []
+    while error is not None:
+        parts.append(str(getattr(error, "message", "")) or str(error))
+        error = getattr(error, "cause", None) or getattr(error, "__cause__", None)
+    return "\n".join(parts)
+
+
+def test_a_missing_commit_is_named(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from dagster_partlake.delta.table import load_table
+
+    path = tmp_path / "t"
+    for i in range(4):
+        write_deltalake(str(path), pa.table({"a": [i]}), mode="append")
+    (path / "_delta_log" / f"{2:020d}.json").unlink()
+    with pytest.raises(TableUnreadableError, match=r"commit 2 is missing \(the log jumps from "):
+        load_table(str(path), table_name="t")
