@@ -51,6 +51,7 @@ from dagster_partlake.lake import make_plan
 from dagster_partlake.planner import Key
 
 SENSOR_TAG = "partlake/sensor"
+ATTEMPT_TAG = "partlake/attempt"  # on retries: 2 for the first retry of a failed partition
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -202,7 +203,10 @@ def evaluate(
     )
     new_versions = {n: s.version for n, s in result.states.items() if s is not None}
     room = max(0, max_runs_in_flight - len(in_flight))
-    requests = [_request(graph, batch, name, new_versions) for batch in batches.ready[:room]]
+    requests = [
+        _request(graph, batch, name, new_versions, _attempt(batch, failures))
+        for batch in batches.ready[:room]
+    ]
     new_cursor = json.dumps(
         {
             "versions": new_versions,
@@ -245,14 +249,28 @@ def _moved(graph: LakeGraph, versions: Mapping[str, int]) -> bool:
     return False
 
 
-def _request(graph: LakeGraph, batch: Batch, name: str, versions: Mapping[str, int]) -> RunRequest:
+def _attempt(batch: Batch, failures: Mapping[str, list[float]]) -> int:
+    """How many times the batch's partitions have failed so far (0 on a first request)."""
+    counts = [failures.get(_fkey(i.asset, i.partition), [0, 0])[0] for i in batch.items]
+    return int(max(counts, default=0))
+
+
+def _request(
+    graph: LakeGraph, batch: Batch, name: str, versions: Mapping[str, int], attempt: int
+) -> RunRequest:
     tags = {SENSOR_TAG: name, **batch.run_tags()}
+    if attempt:
+        tags[ATTEMPT_TAG] = str(attempt + 1)
     kwargs: dict[str, Any] = {}
     if batch.partition_key is not None:
         kwargs["partition_key"] = batch.partition_key
-    # Same batch against the same table versions = same request; new commits give a new key.
+    # Same batch against the same table versions = same request (Dagster skips a run key it has
+    # seen); new commits give a new key, and so does a retry after a failure, which Dagster
+    # would otherwise skip as already requested.
     digest = hashlib.sha1(
-        json.dumps([batch.assets, batch.keys, sorted(versions.items())], default=str).encode()
+        json.dumps(
+            [batch.assets, batch.keys, sorted(versions.items()), attempt], default=str
+        ).encode()
     ).hexdigest()[:16]
     return RunRequest(
         run_key=f"{name}:{digest}",

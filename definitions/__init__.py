@@ -29,7 +29,13 @@ spark = SparkResource(
 
 defs = Definitions(
     assets=[raw_events, clean_events, daily_region_stats, monthly_region_stats],
-    sensors=[build_invalidation_sensor(minimum_interval_seconds=30)],
+    # The intervals are environment knobs so a demo or a test can tick faster than production.
+    sensors=[
+        build_invalidation_sensor(
+            minimum_interval_seconds=int(os.environ.get("PARTLAKE_SENSOR_INTERVAL_SECONDS", "30")),
+            retry_base_seconds=int(os.environ.get("PARTLAKE_SENSOR_RETRY_SECONDS", "60")),
+        )
+    ],
     resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
     # One process per run, so a run starts at most one local Spark; Spark parallelises inside.
     executor=in_process_executor,

@@ -122,6 +122,9 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     eager = build_invalidation_sensor("inv", retry_base_seconds=0)
     again, _, _ = tick(defs, instance, eager, before_failure)
     assert [r.partition_key for r in again] == ["2024-01-01|us"]
+    # A retry needs a run key of its own: the daemon skips a run key it has already seen.
+    assert again[0].run_key != requests[0].run_key
+    assert again[0].tags["partlake/attempt"] == "2"
 
 
 NO_OP_PROBE = """

@@ -1,0 +1,262 @@
+"""Real servers for end-to-end tests: `dagster dev` (webserver + daemon) and PostgreSQL.
+
+Each listens on 127.0.0.1 only, on a free port, and is stopped by its PID (process group) when
+the context manager exits, whatever happened inside.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+
+from tests.conftest import REPO_ROOT, run_partlake
+
+BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(
+    check: Callable[[], T | None], *, timeout: float, interval: float = 2.0, what: str
+) -> T:
+    """Call `check` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _own_session_default_signals() -> None:
+    # A process started from a script may inherit ignored SIGINT/SIGTERM (GOTCHAS: `dagster dev`
+    # then outlives its parent); restore the defaults and give it its own process group.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setsid()
+
+
+def _stop_group(proc: subprocess.Popen[Any], grace: float = 30) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class DagsterDev:
+    """A running `dagster dev` on the example code location."""
+
+    port: int
+    env: dict[str, str]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        reply = requests.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=30
+        )
+        reply.raise_for_status()
+        body = reply.json()
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def dagster(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """The real `dagster` CLI against the same instance and workspace."""
+        return subprocess.run(
+            [str(BIN / "dagster"), *args],
+            cwd=REPO_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def stale(self) -> list[dict[str, Any]]:
+        """`partlake plan --json` as a user would run it next to the server."""
+        import json
+
+        plan = run_partlake("plan", "-m", "definitions", "--json", env=self.env, timeout=180)
+        assert plan.returncode == 0, plan.stderr[-3000:]
+        return json.loads(plan.stdout)
+
+
+@contextmanager
+def dagster_dev(env: dict[str, str], log: Path, *, timeout: float = 240) -> Iterator[DagsterDev]:
+    """`dagster dev -w workspace.yaml` (webserver, daemon, code server) on a free port."""
+    port = free_port()
+    handle = open(log, "w")  # noqa: SIM115 - closed below, after the process group is gone
+    proc = subprocess.Popen(
+        [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_own_session_default_signals,
+    )
+    server = DagsterDev(port, env, log)
+    try:
+
+        def loaded() -> bool:
+            assert proc.poll() is None, log.read_text()[-4000:]
+            try:
+                data = server.graphql("{ assetNodes { id } }")
+            except (requests.RequestException, AssertionError, ValueError, KeyError):
+                return False
+            return bool(data["assetNodes"])
+
+        wait_until(loaded, timeout=timeout, what=f"dagster dev on port {port} (log {log})")
+        yield server
+    finally:
+        _stop_group(proc)
+        handle.close()
+
+
+def initdb_path() -> str:
+    """Debian's PostgreSQL server binaries (package `postgresql`), newest major version."""
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4])
+    )
+    if not found:
+        raise AssertionError(
+            "PostgreSQL server binaries are missing: install Debian's `postgresql` package "
+            "(scripts/install_test_deps.sh does, and .ci/run calls it)."
+        )
+    return found[-1]
+
+
+@dataclass(frozen=True)
+class Postgres:
+    port: int
+    user: str
+    db: str
+
+    def dagster_yaml(self) -> str:
+        """The `storage:` section of a Dagster instance on this server."""
+        return (
+            "storage:\n"
+            "  postgres:\n"
+            "    postgres_db:\n"
+            "      hostname: 127.0.0.1\n"
+            f"      port: {self.port}\n"
+            f"      username: {self.user}\n"
+            "      password: unused-with-trust-auth\n"
+            f"      db_name: {self.db}\n"
+            # SQLAlchemy 2.1 defaults to the psycopg 3 driver; dagster-postgres installs
+            # psycopg2.
+            "      scheme: postgresql+psycopg2\n"
+        )
+
+
+@contextmanager
+def postgres_server() -> Iterator[Postgres]:
+    """A throwaway PostgreSQL cluster in a temporary directory, on 127.0.0.1 and a free port.
+
+    PostgreSQL refuses to run as root, so as root the cluster belongs to the `postgres` user.
+    """
+    initdb = initdb_path()
+    bindir = os.path.dirname(initdb)
+    base = tempfile.mkdtemp(prefix="partlake-pg-")
+    data = os.path.join(base, "data")
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        owner = pwd.getpwnam("postgres")
+        os.chmod(base, 0o755)
+        os.mkdir(data, 0o700)
+        os.chown(data, owner.pw_uid, owner.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    log = os.path.join(data, "server.log")
+    pid_file = os.path.join(data, "postmaster.pid")
+    server = Postgres(port=port, user="dagster", db="dagster")
+    try:
+        subprocess.run(
+            [*as_user, initdb, "-D", data, "-U", server.user, "-A", "trust", "--no-sync"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        options = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off"
+        subprocess.run(
+            [
+                *as_user,
+                os.path.join(bindir, "pg_ctl"),
+                "-D",
+                data,
+                "-o",
+                options,
+                "-l",
+                log,
+                "-w",
+                "start",
+            ],  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run(
+            [
+                os.path.join(bindir, "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                server.user,
+                server.db,
+            ],  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        yield server
+    finally:
+        _stop_postgres(pid_file)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop_postgres(pid_file: str) -> None:
+    try:
+        with open(pid_file, encoding="utf-8") as handle:
+            pid = int(handle.readline())
+    except (OSError, ValueError):
+        return
+    os.kill(pid, signal.SIGINT)  # "fast" shutdown: disconnect clients, stop
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)

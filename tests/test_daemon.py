@@ -1,0 +1,247 @@
+"""The invalidation sensor under the real Dagster daemon (`dagster dev`), on SQLite and PostgreSQL.
+
+A user's path: write source data, `dagster dev -w workspace.yaml`, `dagster sensor start ...`,
+let the daemon's runs fill the lake, rewrite one source partition, and wait until
+`partlake plan --json` is empty again. What the daemon did is then read back through the
+webserver's GraphQL API, as the UI reads it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT, subprocess_env
+from tests.servers import DagsterDev, dagster_dev, postgres_server, wait_until
+
+pytestmark = [pytest.mark.dagster_cli, pytest.mark.daemon]
+
+SENSOR = "partlake_invalidation"
+TICK_SECONDS = 5
+RETRY_SECONDS = 20
+CLOSURE = {
+    ("clean_events", "2024-01-02|us"),
+    ("daily_region_stats", "2024-01-02|us"),
+    ("monthly_region_stats", "2024-01|us"),
+}
+SENSOR_SELECTOR = {
+    "repositoryName": "__repository__",
+    "repositoryLocationName": "definitions",
+    "sensorName": SENSOR,
+}
+TICKS = """
+query Ticks($sel: SensorSelector!) {
+  sensorOrError(sensorSelector: $sel) {
+    ... on Sensor { sensorState { status ticks(limit: 500) {
+      timestamp status runIds skipReason error { message } } } }
+  }
+}
+"""
+RUNS = """
+query Runs($tag: String!) {
+  runsOrError(filter: {tags: [{key: "partlake/sensor", value: $tag}]}) {
+    ... on Runs { results {
+      runId status creationTime startTime endTime
+      tags { key value } assetSelection { path } } }
+  }
+}
+"""
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """A demo lake kept fresh by the daemon, right after one source rewrite was refreshed."""
+
+    dev: DagsterDev
+    lake: Path
+    rewritten_at: float
+    fill_seconds: float
+    refresh_seconds: float
+
+
+def ingest(env: dict[str, str], *args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "definitions.ingest", "--rows", "200", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+@contextmanager
+def refreshed_demo(tmp: Path, label: str, storage_yaml: str = "") -> Iterator[Refreshed]:
+    """`dagster dev` on a fresh demo instance; the sensor, turned on with the Dagster CLI, fills
+    the lake; then one source partition is rewritten and the daemon refreshes it."""
+    home = tmp / "dagster_home"
+    home.mkdir()
+    config = (REPO_ROOT / "scripts" / "dagster.yaml").read_text()
+    (home / "dagster.yaml").write_text(config + "\n" + storage_yaml)
+    env = subprocess_env(
+        DAGSTER_HOME=str(home),
+        PARTLAKE_HOME=str(tmp / "lake"),
+        PARTLAKE_CACHE_DIR=str(tmp / "state-cache"),
+        PARTLAKE_SENSOR_INTERVAL_SECONDS=str(TICK_SECONDS),
+        PARTLAKE_SENSOR_RETRY_SECONDS=str(RETRY_SECONDS),
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    ingest(env, "--date", "2024-01-01", "--date", "2024-01-02", "--region", "eu", "--region", "us")
+    with dagster_dev(env, tmp / "dagster_dev.log") as dev:
+        started = time.monotonic()
+        turned_on = dev.dagster("sensor", "start", "-w", "workspace.yaml", SENSOR)
+        assert turned_on.returncode == 0, turned_on.stderr[-3000:]
+        wait_until(lambda: dev.stale() == [], timeout=480, what="the daemon to fill the lake")
+        fill_seconds = time.monotonic() - started
+
+        rewritten_at = time.time()
+        ingest(env, "--date", "2024-01-02", "--region", "us", "--seed", "7")
+        assert {(i["asset"], i["partition"]) for i in dev.stale()} == CLOSURE
+        wait_until(lambda: dev.stale() == [], timeout=360, what="the daemon to refresh")
+        refresh_seconds = time.time() - rewritten_at
+        print(
+            f"daemon ({label}): "
+            f"filled the empty lake in {fill_seconds:.0f} s; source rewrite -> everything "
+            f"fresh in {refresh_seconds:.0f} s"
+        )
+        yield Refreshed(dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds)
+
+
+def ticks(dev: DagsterDev) -> list[dict[str, Any]]:
+    state = dev.graphql(TICKS, sel=SENSOR_SELECTOR)["sensorOrError"]["sensorState"]
+    assert state["status"] == "RUNNING"
+    return sorted(state["ticks"], key=lambda t: t["timestamp"])
+
+
+def sensor_runs(dev: DagsterDev) -> list[dict[str, Any]]:
+    runs = dev.graphql(RUNS, tag=SENSOR)["runsOrError"]["results"]
+    for run in runs:
+        run["tags"] = {t["key"]: t["value"] for t in run["tags"]}
+        run["assets"] = ["/".join(a["path"]) for a in run["assetSelection"]]
+    return sorted(runs, key=lambda r: r["creationTime"])
+
+
+def covered(run: dict[str, Any]) -> set[tuple[str, str]]:
+    keys = run["tags"]["partlake/partitions"].split(", ")
+    return {(asset, key) for asset in run["assets"] for key in keys}
+
+
+def check_refresh(refreshed: Refreshed) -> None:
+    """The daemon's own runs did exactly the closure; its ticks list them; later ticks are idle."""
+    dev = refreshed.dev
+    runs = [r for r in sensor_runs(dev) if r["creationTime"] >= refreshed.rewritten_at]
+    assert runs, "the daemon requested no run after the rewrite"
+    assert all(r["status"] == "SUCCESS" for r in runs), runs
+    assert set().union(*(covered(r) for r in runs)) == CLOSURE
+    assert sum(len(covered(r)) for r in runs) == len(CLOSURE)  # nothing requested twice
+    assert all(r["tags"]["partlake/reasons"] == "upstream_changed" for r in runs)
+    assert all(r["tags"]["partlake/sensor"] == SENSOR for r in runs)
+    after = [t for t in ticks(dev) if t["timestamp"] >= refreshed.rewritten_at]
+    requested = [run_id for t in after for run_id in t["runIds"]]
+    assert sorted(requested) == sorted(r["runId"] for r in runs)
+    assert all(t["status"] == "SUCCESS" for t in after if t["runIds"])
+
+    # Fresh: the next ticks request nothing (and no tick failed meanwhile).
+    done = max(r["endTime"] for r in runs)
+    idle = wait_until(
+        lambda: [t for t in ticks(dev) if t["timestamp"] > done + 1][1:] or None,
+        timeout=60,
+        interval=TICK_SECONDS,
+        what="two sensor ticks after the refresh",
+    )
+    assert all(t["status"] == "SKIPPED" and not t["runIds"] for t in idle), idle
+    assert all(t["status"] != "FAILURE" for t in ticks(dev)), [
+        t["error"] for t in ticks(dev) if t["error"]
+    ]
+
+
+class TestSqliteInstance:
+    """The demo instance as `make dev` runs it (SQLite storage, the example's dagster.yaml)."""
+
+    @pytest.fixture(scope="class")
+    def refreshed(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refreshed]:
+        with refreshed_demo(tmp_path_factory.mktemp("daemon-sqlite"), "sqlite") as demo:
+            yield demo
+
+    def test_sensor_refreshes_exactly_the_closure_under_the_daemon(
+        self, refreshed: Refreshed
+    ) -> None:
+        check_refresh(refreshed)
+
+    def test_failing_partition_is_retried_with_back_off_not_every_tick(
+        self, refreshed: Refreshed
+    ) -> None:
+        """A source file goes missing under a new commit: the run of its partition fails, and
+        the daemon retries after RETRY_SECONDS, then after twice that, with ticks between."""
+        from deltalake import DeltaTable
+
+        dev, lake = refreshed.dev, refreshed.lake
+        ingest(dev.env, "--date", "2024-01-01", "--region", "eu", "--seed", "9")
+        raw = lake / "warehouse" / "raw_events"
+        for path in DeltaTable(str(raw)).file_uris(
+            partition_filters=[("date", "=", "2024-01-01"), ("region", "=", "eu")]
+        ):
+            Path(path.removeprefix("file://")).unlink()
+        broke_at = time.time()
+
+        def attempts(count: int) -> list[dict[str, Any]] | None:
+            mine = [
+                r
+                for r in sensor_runs(dev)
+                if r["creationTime"] >= broke_at and ("clean_events", "2024-01-01|eu") in covered(r)
+            ]
+            finished = [r for r in mine if r["status"] in ("FAILURE", "SUCCESS")]
+            return mine if len(finished) >= count else None
+
+        first, second = wait_until(
+            lambda: attempts(2),
+            timeout=300,
+            interval=3,
+            what="two attempts of the broken partition",
+        )[:2]
+        assert first["status"] == second["status"] == "FAILURE"
+        assert "partlake/attempt" not in first["tags"]
+        assert second["tags"]["partlake/attempt"] == "2"
+        waited = second["creationTime"] - first["endTime"]
+        assert waited >= RETRY_SECONDS - 1, f"retried {waited:.1f} s after the failure"
+        between = [
+            t for t in ticks(dev) if first["endTime"] < t["timestamp"] < second["creationTime"] - 1
+        ]
+        assert len(between) >= 2, between
+        assert all(not t["runIds"] and "backing-off" in (t["skipReason"] or "") for t in between)
+
+        # The next retry waits twice as long: none within 1.75 x RETRY_SECONDS of the failure.
+        quiet_until = second["endTime"] + 1.75 * RETRY_SECONDS
+        time.sleep(max(0.0, quiet_until - time.time()))
+        third = [r for r in attempts(2) or [] if r["creationTime"] > second["creationTime"]]
+        assert third == [], third
+        print(
+            f"daemon back-off: attempt 2 came {waited:.0f} s after attempt 1 failed; "
+            f"no attempt 3 within {1.75 * RETRY_SECONDS:.0f} s of attempt 2's failure"
+        )
+
+
+class TestPostgresInstance:
+    """The same daemon flow on a Dagster instance stored in PostgreSQL (started by the test)."""
+
+    @pytest.fixture(scope="class")
+    def refreshed(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refreshed]:
+        with postgres_server() as postgres:
+            tmp = tmp_path_factory.mktemp("daemon-postgres")
+            with refreshed_demo(tmp, "postgres", postgres.dagster_yaml()) as demo:
+                yield demo
+
+    def test_sensor_refreshes_exactly_the_closure_under_the_daemon(
+        self, refreshed: Refreshed
+    ) -> None:
+        storage = (refreshed.dev.env["DAGSTER_HOME"], "dagster.yaml")
+        assert "postgres_db" in Path(*storage).read_text()
+        check_refresh(refreshed)
