@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-fast lint check-java dev clean bench-backfill bench-plan
+.PHONY: install demo test test-fast lint check-java test-deps dev clean bench-backfill bench-plan screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -22,6 +22,10 @@ install: $(VENV)/.installed
 
 check-java:
 	@scripts/check_java.sh
+
+# Debian's chromium and postgresql for the end-to-end tests (CI runs this too).
+test-deps:
+	@scripts/install_test_deps.sh
 
 demo: check-java install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
@@ -65,6 +69,11 @@ bench-backfill: check-java install
 
 bench-plan: install
 	$(BIN)/python benchmarks/plan_scale.py $(BENCH_ARGS)
+
+# The README's screenshots of the Dagster UI (docs/*.png), taken by the browser test.
+screenshots: check-java install
+	PARTLAKE_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q tests/test_daemon.py \
+		-k "TestSqliteInstance and (closure or browser)"
 
 clean:
 	rm -rf .partlake

@@ -6,6 +6,7 @@ from dagster_partlake.errors import (
     PartlakeConfigError,
     PartlakeError,
     SchemaMismatchError,
+    TableUnreadableError,
 )
 from dagster_partlake.io_manager import DeltaPartitionIOManager, table_path
 from dagster_partlake.parallel import POOL
@@ -25,6 +26,7 @@ __all__ = [
     "SchemaMismatchError",
     "SparkResource",
     "StalePartition",
+    "TableUnreadableError",
     "build_invalidation_sensor",
     "partlake_source",
     "plan",

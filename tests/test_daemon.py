@@ -8,6 +8,9 @@ webserver's GraphQL API, as the UI reads it.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +28,17 @@ from tests.servers import DagsterDev, dagster_dev, postgres_server, wait_until
 pytestmark = [pytest.mark.dagster_cli, pytest.mark.daemon]
 
 SENSOR = "partlake_invalidation"
+# As the machine's notes say Debian's chromium must run headless here as root: no sandbox, no
+# GPU, and no background networking (this network refuses it, many connections at a time).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 TICK_SECONDS = 5
 RETRY_SECONDS = 20
 CLOSURE = {
@@ -115,6 +129,15 @@ def refreshed_demo(tmp: Path, label: str, storage_yaml: str = "") -> Iterator[Re
         yield Refreshed(dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds)
 
 
+def chromium() -> str:
+    path = shutil.which("chromium")
+    assert path, (
+        "Debian's chromium is missing (Playwright's own browser download is not reachable "
+        "here): run scripts/install_test_deps.sh"
+    )
+    return path
+
+
 def ticks(dev: DagsterDev) -> list[dict[str, Any]]:
     state = dev.graphql(TICKS, sel=SENSOR_SELECTOR)["sensorOrError"]["sensorState"]
     assert state["status"] == "RUNNING"
@@ -175,6 +198,65 @@ class TestSqliteInstance:
         self, refreshed: Refreshed
     ) -> None:
         check_refresh(refreshed)
+
+    @pytest.mark.browser
+    def test_the_ui_in_a_real_browser_shows_the_graph_partitions_ticks_and_tags(
+        self, refreshed: Refreshed, tmp_path: Path
+    ) -> None:
+        """Playwright driving Debian's chromium through the pages a user checks after a refresh.
+        Screenshots go to $PARTLAKE_SCREENSHOTS (`make screenshots`: docs/), else tmp_path."""
+        from playwright.sync_api import expect, sync_playwright
+
+        dev = refreshed.dev
+        out = Path(os.environ.get("PARTLAKE_SCREENSHOTS") or tmp_path)
+        out.mkdir(parents=True, exist_ok=True)
+        refresh_runs = [r for r in sensor_runs(dev) if r["creationTime"] >= refreshed.rewritten_at]
+        run = next(r for r in refresh_runs if "clean_events" in r["assets"])
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(60_000)
+
+            # The asset graph: four assets, three edges. A fresh instance first greets the
+            # user with a dialog over every page; dismiss it as a user would.
+            page.goto(f"{dev.url}/locations/definitions/asset-groups/lakehouse")
+            page.get_by_role("button", name="Skip").click()
+            expect(page.get_by_text("Join the Dagster community")).to_be_hidden()
+            for name in [
+                "raw_events",
+                "clean_events",
+                "daily_region_stats",
+                "monthly_region_stats",
+            ]:
+                expect(page.get_by_text(name, exact=True).first).to_be_visible()
+            expect(page.locator('svg path[stroke="var(--color-lineage-edge)"]')).to_have_count(3)
+            page.screenshot(path=out / "ui-asset-graph.png")
+
+            # clean_events' partitions: the four written by the daemon's runs.
+            page.goto(f"{dev.url}/assets/clean_events?view=partitions")
+            expect(page.get_by_text("Materialized (4)")).to_be_visible()
+            page.get_by_text(re.compile(r"^Missing \(\d+\)$")).click()  # show only written ones
+            for day in ["2024-01-01", "2024-01-02"]:
+                expect(page.get_by_text(day, exact=True).first).to_be_visible()
+            page.screenshot(path=out / "ui-partitions.png")
+
+            # The sensor's ticks that requested runs.
+            page.goto(f"{dev.url}/locations/definitions/sensors/{SENSOR}")
+            page.get_by_text("All ticks").click()
+            page.get_by_text("Requested", exact=True).click()
+            expect(page.get_by_text(re.compile(r"^\d+ runs? requested$")).first).to_be_visible()
+            page.screenshot(path=out / "ui-sensor-ticks.png")
+
+            # A run the sensor requested, with its partlake tags.
+            page.goto(f"{dev.url}/runs/{run['runId']}")
+            expect(page.get_by_text("partlake_invalidation").first).to_be_visible()
+            page.get_by_text("View tags and config").click()
+            for key in ["partlake/reasons", "partlake/partitions", "partlake/sensor"]:
+                tag = f"{key}: {run['tags'][key]}"  # the dialog shows each tag as key: value
+                expect(page.get_by_text(tag).first).to_be_visible()
+            page.wait_for_timeout(1000)  # the dialog fades in; let it finish before the picture
+            page.screenshot(path=out / "ui-run-tags.png")
+            browser.close()
 
     def test_failing_partition_is_retried_with_back_off_not_every_tick(
         self, refreshed: Refreshed
