@@ -12,7 +12,7 @@ plus psutil RSS sampled every 5 ms in a background thread during the timed call)
 
 partlake (`make_plan` with a warm `StateCache`, synced once before timing):
   no_change       make_plan when nothing moved, and the sensor's quick check (one `stat` of
-                  `_delta_log/<version+1>.json` per table: `dagster_partlake.sensor._moved`)
+                  `_delta_log/<version+1>.json` and a stat per table: `dagster_partlake.sensor._moved`)
   sensor_tick     the real sensor (`build_invalidation_sensor`): first tick, then skip ticks
   one_old_change  one src partition from the first week rewritten (new file + remove, one commit)
   ten_percent     10% of src partitions rewritten in one commit
@@ -536,7 +536,7 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
     def quick_check(current: dict[str, int], repeats: int = 200) -> tuple[bool, float]:
         begun = time.perf_counter()
         for _ in range(repeats):
-            moved = _moved(graph, current)
+            moved = _moved(graph, cache, current)
         return moved, (time.perf_counter() - begun) / repeats
 
     if scenario == "no_change":
@@ -1268,8 +1268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rss_peak_during_mb": "psutil RSS sampled every 5 ms by a thread during the timed call",
             "timing": "time.perf_counter around make_plan / the sensor call / "
             "evaluate_automation_conditions; no_change = median of repeats",
-            "quick_check_s": "mean of dagster_partlake.sensor._moved (one os.path.exists of "
-            "_delta_log/<version+1>.json per table) over 200 calls",
+            "quick_check_s": "mean of dagster_partlake.sensor._moved (per table, an "
+            "os.path.exists of _delta_log/<version+1>.json and a stat of <version>.json) over "
+            "200 calls",
             "source_change": "a child process commits to src with delta-rs: a new hard-linked "
             "file per changed partition (modification_time = now) + RemoveAction of the old one",
             "ten_percent_repair": "before the 10% case, the one-old-change partition is made "

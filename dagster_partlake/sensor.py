@@ -150,12 +150,13 @@ def evaluate(
     pending = cursor.get("pending", False)
     horizon = graph.horizon(instance)
     retry_due = any(retry_at <= now for _, retry_at in failures.values())
+    cache = _caches.setdefault(name, StateCache())
     if (
         versions
         and not pending
         and not retry_due
         and horizon == cursor.get("horizon", {})
-        and not _moved(graph, versions)
+        and not _moved(graph, cache, versions)
     ):
         return SkipReason("No new commits in any table since the last tick: nothing to plan.")
 
@@ -181,7 +182,6 @@ def evaluate(
         (r.update_timestamp.timestamp() for r in failed_records), default=counted_until
     )
 
-    cache = _caches.setdefault(name, StateCache())
     result = make_plan(graph, cache, dynamic_partitions_store=instance)
     stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
     held = {a for u in result.plan.unreadable for a in u.held}
@@ -233,7 +233,7 @@ def evaluate(
     return SensorResult(run_requests=requests, cursor=new_cursor)
 
 
-def _moved(graph: LakeGraph, versions: Mapping[str, int]) -> bool:
+def _moved(graph: LakeGraph, cache: StateCache, versions: Mapping[str, int]) -> bool:
     for name, asset in graph.assets.items():
         if asset.is_folder:
             state = folder_state(asset.path, [c.column for c in asset.columns])
@@ -244,7 +244,7 @@ def _moved(graph: LakeGraph, versions: Mapping[str, int]) -> bool:
         if version is None:
             if os.path.isdir(os.path.join(asset.path, "_delta_log")):
                 return True
-        elif os.path.exists(os.path.join(asset.path, "_delta_log", f"{version + 1:020d}.json")):
+        elif cache.moved(asset.path, version):
             return True
     return False
 

@@ -260,3 +260,19 @@ def _stop_postgres(pid_file: str) -> None:
             return
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
+
+
+@contextmanager
+def spark_connect(root: Path, env: dict[str, str]) -> Iterator[str]:
+    """A shared Spark Connect server started with `partlake spark start` (as a user would),
+    stopped with `partlake spark stop`; yields its `sc://` URL."""
+    port = free_port()
+    started = run_partlake(
+        "spark", "start", "--port", str(port), "--master", "local[2]", "--driver-memory", "1g",
+        "--root", str(root), env=env, timeout=300,
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        run_partlake("spark", "stop", "--root", str(root), env=env, timeout=120)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO_ROOT, subprocess_env
-from tests.servers import DagsterDev, dagster_dev, postgres_server, wait_until
+from tests.servers import DagsterDev, dagster_dev, postgres_server, spark_connect, wait_until
 
 pytestmark = [pytest.mark.dagster_cli, pytest.mark.daemon]
 
@@ -55,7 +55,8 @@ TICKS = """
 query Ticks($sel: SensorSelector!) {
   sensorOrError(sensorSelector: $sel) {
     ... on Sensor { sensorState { status ticks(limit: 500) {
-      timestamp status runIds skipReason error { message } } } }
+      timestamp status runIds skipReason error { message causes { message } }
+      logEvents { events { message level } } } } }
   }
 }
 """
@@ -93,7 +94,9 @@ def ingest(env: dict[str, str], *args: str) -> None:
 
 
 @contextmanager
-def refreshed_demo(tmp: Path, label: str, storage_yaml: str = "") -> Iterator[Refreshed]:
+def refreshed_demo(
+    tmp: Path, label: str, storage_yaml: str = "", spark_remote: str | None = None
+) -> Iterator[Refreshed]:
     """`dagster dev` on a fresh demo instance; the sensor, turned on with the Dagster CLI, fills
     the lake; then one source partition is rewritten and the daemon refreshes it."""
     home = tmp / "dagster_home"
@@ -107,6 +110,7 @@ def refreshed_demo(tmp: Path, label: str, storage_yaml: str = "") -> Iterator[Re
         PARTLAKE_SENSOR_INTERVAL_SECONDS=str(TICK_SECONDS),
         PARTLAKE_SENSOR_RETRY_SECONDS=str(RETRY_SECONDS),
         SPARK_LOCAL_IP="127.0.0.1",
+        **({"PARTLAKE_SPARK_REMOTE": spark_remote} if spark_remote else {}),
     )
     ingest(env, "--date", "2024-01-01", "--date", "2024-01-02", "--region", "eu", "--region", "us")
     with dagster_dev(env, tmp / "dagster_dev.log") as dev:
@@ -258,6 +262,59 @@ class TestSqliteInstance:
             page.screenshot(path=out / "ui-run-tags.png")
             browser.close()
 
+    def test_damaged_table_fails_ticks_with_its_message_and_holds_back_its_closure(
+        self, refreshed: Refreshed
+    ) -> None:
+        """A truncated commit file in daily_region_stats: the daemon still refreshes
+        clean_events, its ticks then fail with the message, nothing downstream runs until the
+        file is restored, and then the closure is refreshed."""
+        dev, lake = refreshed.dev, refreshed.lake
+        daily_log = lake / "warehouse" / "daily_region_stats" / "_delta_log"
+        newest = max(daily_log.glob("*.json"))
+        original = newest.read_bytes()
+        newest.write_bytes(original[: len(original) // 2])
+        damaged_at = time.time()
+        ingest(dev.env, "--date", "2024-01-02", "--region", "eu", "--seed", "8")
+
+        def finished_since(moment: float) -> list[dict[str, Any]]:
+            return [
+                r
+                for r in sensor_runs(dev)
+                if r["creationTime"] >= moment and r["status"] in ("SUCCESS", "FAILURE")
+            ]
+
+        def failed_ticks() -> list[dict[str, Any]] | None:
+            failed = [
+                t for t in ticks(dev) if t["timestamp"] > damaged_at and t["status"] == "FAILURE"
+            ]
+            return failed or None
+
+        [run] = wait_until(
+            lambda: finished_since(damaged_at), timeout=180, what="the clean_events refresh"
+        )
+        assert run["status"] == "SUCCESS"
+        assert covered(run) == {("clean_events", "2024-01-02|eu")}
+        failed = wait_until(failed_ticks, timeout=60, what="a tick failing with the message")
+        expected = f"the Delta log of daily_region_stats at {daily_log.parent} cannot be read"
+        for tick in failed:
+            messages = [tick["error"]["message"], *(c["message"] for c in tick["error"]["causes"])]
+            assert any(expected in m and newest.name in m for m in messages), tick["error"]
+        requesting = [t for t in ticks(dev) if run["runId"] in t["runIds"]]
+        logged = [e["message"] for t in requesting for e in t["logEvents"]["events"]]
+        assert any(expected in m for m in logged), logged
+        time.sleep(2 * TICK_SECONDS)
+        assert [r for r in sensor_runs(dev) if r["creationTime"] >= damaged_at] == [run]
+        assert newest.read_bytes() == original[: len(original) // 2]  # nobody wrote there
+
+        newest.write_bytes(original)
+        repaired_at = time.time()
+        wait_until(lambda: dev.stale() == [], timeout=300, what="the refresh after the repair")
+        assert set().union(*(covered(r) for r in finished_since(repaired_at))) == {
+            ("daily_region_stats", "2024-01-02|eu"),
+            ("monthly_region_stats", "2024-01|eu"),
+        }
+        assert all(r["status"] == "SUCCESS" for r in finished_since(repaired_at))
+
     def test_failing_partition_is_retried_with_back_off_not_every_tick(
         self, refreshed: Refreshed
     ) -> None:
@@ -312,13 +369,16 @@ class TestSqliteInstance:
 
 
 class TestPostgresInstance:
-    """The same daemon flow on a Dagster instance stored in PostgreSQL (started by the test)."""
+    """The same daemon flow as a team runs it beyond one machine: the Dagster instance in
+    PostgreSQL and one shared Spark Connect server for every run (both started by the test)."""
 
     @pytest.fixture(scope="class")
     def refreshed(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refreshed]:
-        with postgres_server() as postgres:
-            tmp = tmp_path_factory.mktemp("daemon-postgres")
-            with refreshed_demo(tmp, "postgres", postgres.dagster_yaml()) as demo:
+        tmp = tmp_path_factory.mktemp("daemon-postgres")
+        env = subprocess_env(SPARK_LOCAL_IP="127.0.0.1")
+        with postgres_server() as postgres, spark_connect(tmp / "spark", env) as remote:
+            label = "postgres + Spark Connect"
+            with refreshed_demo(tmp, label, postgres.dagster_yaml(), remote) as demo:
                 yield demo
 
     def test_sensor_refreshes_exactly_the_closure_under_the_daemon(

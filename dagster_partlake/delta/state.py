@@ -3,8 +3,9 @@
 For a Delta table, one pass over the live files of the latest version (delta-rs add actions:
 path, partition values, modification time) gives, per partition, lastUpdated = the newest
 modification time of its files. Our writer sets that time to the commit time. The result is
-cached per process by table version; `StateCache.sync` first checks whether the commit after the
-cached version exists (one `stat`), so a table that did not move costs next to nothing. A
+cached per process by table version; `StateCache.sync` first checks that the commit it was read at
+is unchanged and whether the commit after it exists (two `stat`s), so a table that did not move
+costs next to nothing, and a table re-created at the same path or a damaged commit is read anew. A
 `StateCache(persist_dir=...)` also keeps each state on disk, stamped with the latest commit file,
 so a new process (`partlake run` with nothing to do) skips opening the table.
 
@@ -60,6 +61,8 @@ class StateCache:
 
     def __init__(self, persist_dir: str | None = None) -> None:
         self._tables: dict[str, tuple[DeltaTable | None, TableState]] = {}
+        # The commit file each cached state was read at (version, size, mtime).
+        self._stamps: dict[str, list[int] | None] = {}
         self._persist_dir = persist_dir
 
     def sync(
@@ -82,12 +85,27 @@ class StateCache:
                 raise
             raise unreadable(root, error, table_name=name) from error
 
+    def moved(self, root: str, version: int) -> bool:
+        """Whether the table at `root` may differ from its state at `version` as this cache
+        holds it: not cached at that version, a commit after it, or its commit file changed."""
+        root = os.path.abspath(root)
+        cached = self._tables.get(root)
+        if cached is None or cached[1].version != version:
+            return True
+        return _has_commit(root, version + 1) or _stamp(root, version) != self._stamps.get(root)
+
     def _sync(self, root: str, *, with_commits: bool) -> TableState | None:
         cached = self._tables.get(root)
+        if cached is not None and _stamp(root, cached[1].version) != self._stamps.get(root):
+            # The commit it was read at changed or vanished: the table was re-created at the same
+            # path, or that commit file was damaged. Read it again from scratch.
+            cached = None
+            del self._tables[root]
         if cached is None and self._persist_dir is not None:
             persisted = _load_state(self._persist_dir, root, with_commits=with_commits)
             if persisted is not None:
                 cached = self._tables[root] = (None, persisted)
+                self._stamps[root] = _stamp(root, persisted.version)
         if cached is not None and not _has_commit(root, cached[1].version + 1):
             return cached[1]
         if cached is None:
@@ -103,6 +121,7 @@ class StateCache:
                 table.update_incremental()
         state = _read_state(root, table, previous, with_commits=with_commits)
         self._tables[root] = (table, state)
+        self._stamps[root] = _stamp(root, state.version)
         if self._persist_dir is not None:
             _save_state(self._persist_dir, state, with_commits=with_commits)
         return state

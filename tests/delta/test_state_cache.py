@@ -75,3 +75,26 @@ def test_a_damaged_or_missing_cache_only_costs_a_read(tmp_path: Path) -> None:
     shutil.rmtree(cache_dir)
     same(StateCache(str(cache_dir)).sync(str(table)), fresh(table))
     assert StateCache(str(cache_dir)).sync(str(tmp_path / "missing")) is None
+
+
+def test_a_long_lived_cache_sees_a_recreated_table_and_a_damaged_commit(tmp_path: Path) -> None:
+    """As in the sensor's code server: one StateCache kept across ticks."""
+    import pytest
+
+    from dagster_partlake.errors import TableUnreadableError
+
+    table = tmp_path / "t"
+    write(table, "2024-01-01", 3)
+    cache = StateCache()
+    assert set(cache.sync(str(table)).last_updated) == {("2024-01-01",)}
+    shutil.rmtree(table)
+    write(table, "2024-02-01", 3)  # version 0 again
+    same(cache.sync(str(table)), fresh(table))
+
+    newest = table / "_delta_log" / f"{0:020d}.json"
+    original = newest.read_bytes()
+    newest.write_bytes(original[: len(original) // 2])
+    with pytest.raises(TableUnreadableError, match=f"commit file _delta_log/{newest.name} is dam"):
+        cache.sync(str(table), name="t")
+    newest.write_bytes(original)
+    same(cache.sync(str(table)), fresh(table))
