@@ -11,8 +11,9 @@ so each case has its own peak memory (`resource.getrusage(RUSAGE_SELF).ru_maxrss
 plus psutil RSS sampled every 5 ms in a background thread during the timed call):
 
 partlake (`make_plan` with a warm `StateCache`, synced once before timing):
-  no_change       make_plan when nothing moved, and the sensor's quick check (one `stat` of
-                  `_delta_log/<version+1>.json` and a stat per table: `dagster_partlake.sensor._moved`)
+  no_change       make_plan when nothing moved, and the sensor's quick check (per table, one
+                  `stat` of `_delta_log/<version+1>.json` and one of `<version>.json`:
+                  `dagster_partlake.sensor._moved`)
   sensor_tick     the real sensor (`build_invalidation_sensor`): first tick, then skip ticks
   one_old_change  one src partition from the first week rewritten (new file + remove, one commit)
   ten_percent     10% of src partitions rewritten in one commit
