@@ -1,5 +1,10 @@
-"""dagster_partlake: partition-aware incremental lakehouse assets on Dagster, Spark, Delta."""
+"""dagster_partlake: partition-aware incremental lakehouse assets on Dagster, Spark, Delta.
 
+The public names are those in `__all__`; `dagster_partlake.delta` is the Dagster-free storage
+adapter (its own `__all__`). Every other module is internal: its names may change.
+"""
+
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.errors import (
     CommitConflictError,
     PartitionMismatchError,
@@ -8,21 +13,26 @@ from dagster_partlake.errors import (
     SchemaMismatchError,
     TableUnreadableError,
 )
-from dagster_partlake.io_manager import DeltaPartitionIOManager, table_path
+from dagster_partlake.io_manager import DeltaPartitionIOManager
+from dagster_partlake.layout import table_path
 from dagster_partlake.parallel import POOL
 from dagster_partlake.planner import Plan, StalePartition, plan
 from dagster_partlake.resource import SparkResource
+from dagster_partlake.runs import PlannedRun, RunPlan, plan_runs
 from dagster_partlake.sensor import build_invalidation_sensor
 from dagster_partlake.sources import partlake_source
 
 __all__ = [
     "POOL",
     "CommitConflictError",
+    "CommitRecord",
     "DeltaPartitionIOManager",
     "PartitionMismatchError",
     "PartlakeConfigError",
     "PartlakeError",
     "Plan",
+    "PlannedRun",
+    "RunPlan",
     "SchemaMismatchError",
     "SparkResource",
     "StalePartition",
@@ -30,5 +40,6 @@ __all__ = [
     "build_invalidation_sensor",
     "partlake_source",
     "plan",
+    "plan_runs",
     "table_path",
 ]

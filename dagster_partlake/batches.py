@@ -1,12 +1,17 @@
-"""Turn a plan into run-sized batches: which assets and partitions go into one Dagster run.
+"""One round of batching: which stale partitions can run now, grouped into Dagster runs.
+
+`dagster_partlake.runs.plan_runs` calls this round after round to turn a whole plan into runs.
 
 A batch is one Dagster run: a list of assets sharing a partitions definition, and either one
 partition key or one partition range (a box for multi-partitions). An asset whose backfill policy
 is `single_run()` gets all its stale partitions in as few ranges as they allow; with
-`multi_run(n)` ranges of at most n partitions; without a policy, one partition per run. A
-downstream asset joins its upstream's batch when it has the same partitions definition and the
-same stale keys (Dagster then runs both steps in order in one run); otherwise it waits until its
-stale upstream partitions are written (`deferred`), so upstream always runs before downstream.
+`multi_run(n)` ranges of at most n partitions; without a policy, one partition per run.
+Per stale partition: if every upstream partition it reads is fresh, it runs now; if it reads
+partitions written in this round, it joins their run when that run can write it too (same
+partitions definition and policy, the same keys; Dagster then runs both steps in order),
+otherwise it waits for the next round (`deferred`), as does every partition that reads a blocked
+or deferred one. So upstream always runs before downstream, and a partition that keeps failing
+holds back only what reads it.
 """
 
 from __future__ import annotations
@@ -21,15 +26,9 @@ from dagster import (
     PartitionsDefinition,
     TimeWindowPartitionsDefinition,
 )
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
+from dagster_partlake.partitions import key_values
 from dagster_partlake.planner import Key, Plan, PlanAsset, StalePartition
-
-REASONS_TAG = "partlake/reasons"
-PARTITIONS_TAG = "partlake/partitions"
 
 
 @dataclass(frozen=True)
@@ -38,24 +37,6 @@ class Batch:
     keys: tuple[Key, ...]  # every partition key the run covers, in order
     partition_range: tuple[str, str] | None  # (start, end) when the run is a range
     items: tuple[StalePartition, ...]
-
-    @property
-    def partition_key(self) -> str | None:
-        """The run's single partition key (None for a range or an unpartitioned run)."""
-        return self.keys[0] if self.partition_range is None and self.keys else None
-
-    def run_tags(self) -> dict[str, str]:
-        """Tags of the batch's run: the partition range, and why and what, for the UI."""
-        shown = [k for k in self.keys if k is not None]
-        tags = {
-            REASONS_TAG: ", ".join(sorted({i.reason for i in self.items})),
-            PARTITIONS_TAG: ", ".join(shown[:10])
-            + (f" (+{len(shown) - 10})" if len(shown) > 10 else ""),
-        }
-        if self.partition_range is not None:
-            tags[ASSET_PARTITION_RANGE_START_TAG] = self.partition_range[0]
-            tags[ASSET_PARTITION_RANGE_END_TAG] = self.partition_range[1]
-        return tags
 
 
 @dataclass(frozen=True)
@@ -71,6 +52,7 @@ def make_batches(
     policies: Mapping[str, BackfillPolicy | None],
     *,
     blocked: Mapping[str, set[Key]] | None = None,
+    units: Mapping[str, Sequence[str]] | None = None,
 ) -> BatchPlan:
     """Batches that can run now, and the stale partitions that must wait.
 
@@ -81,49 +63,77 @@ def make_batches(
         policies: backfill policy per asset.
         blocked: partitions not to request now (already running, or backing off after failures);
             their downstream partitions wait too.
+        units: per asset of a multi-asset that Dagster cannot subset, all its assets: they run
+            together, in one run, once every partition they read outside it is written.
     """
     by_name = {a.name: a for a in assets}
-    blocked = {k: set(v) for k, v in (blocked or {}).items()}
-    stale_by_asset = plan.by_asset()
-    waiting: dict[str, set[Key]] = {name: set(keys) for name, keys in blocked.items()}
+    blocked = blocked or {}
+    stale = {(i.asset, i.partition) for i in plan.items}
+    # Stale partitions that will not be written this round: blocked, then deferred ones.
+    waiting: set[tuple[str, Key]] = {(a, k) for a, keys in blocked.items() for k in keys}
     groups: list[tuple[list[str], list[StalePartition]]] = []
-    group_of: dict[str, int] = {}
+    group_of: dict[tuple[str, Key], int] = {}  # partitions written this round -> their group
     deferred: list[StalePartition] = []
-    for name in plan.asset_order:
-        items = [
-            i for i in stale_by_asset.get(name, []) if i.partition not in blocked.get(name, ())
+    by_asset = plan.by_asset()
+    units = units or {}
+    handled: set[str] = set()
+
+    def ups_of(item: StalePartition) -> list[tuple[str, Key]]:
+        """The stale upstream partitions an item reads."""
+        return [
+            (dep.upstream, key)
+            for dep in by_name[item.asset].deps
+            for key in ((item.partition,) if dep.identity else dep.upstream_keys(item.partition))
+            if (dep.upstream, key) in stale
         ]
+
+    for name in plan.asset_order:
+        if name in handled:
+            continue
+        if name in units:
+            # A multi-asset that cannot be subset: all its stale partitions in one group, when
+            # nothing it reads from outside is still to be written.
+            members = [m for m in units[name] if m in by_asset]
+            handled.update(units[name])
+            unit_items = [
+                i for m in members for i in by_asset[m] if i.partition not in blocked.get(m, ())
+            ]
+            outside = {up for i in unit_items for up in ups_of(i) if up[0] not in units[name]}
+            if not unit_items:
+                continue
+            if outside:
+                deferred.extend(unit_items)
+                waiting.update((i.asset, i.partition) for i in unit_items)
+                continue
+            group_of.update({(i.asset, i.partition): len(groups) for i in unit_items})
+            groups.append((members, unit_items))
+            continue
+        items = [i for i in by_asset.get(name, []) if i.partition not in blocked.get(name, ())]
         if not items:
             continue
-        stale_parents = [
-            d.upstream
-            for d in by_name[name].deps
-            if stale_by_asset.get(d.upstream) or waiting.get(d.upstream)
-        ]
-        if not stale_parents:
-            group_of[name] = len(groups)
-            groups.append(([name], items))
-            continue
-        target = {group_of.get(p) for p in stale_parents}
-        keys = {i.partition for i in items}
-        if len(target) == 1 and None not in target:
-            index = target.pop()
-            assert index is not None
-            members, group_items = groups[index]
-            leader = members[0]
-            same_def = partitions_defs.get(leader) == partitions_defs.get(name)
-            same_keys = keys == {i.partition for i in group_items if i.asset == leader}
-            if same_def and same_keys and not any(waiting.get(p) for p in stale_parents):
-                members.append(name)
-                group_items.extend(items)
-                group_of[name] = index
-                continue
-        deferred.extend(items)
-        waiting.setdefault(name, set()).update(keys)
+        alone: list[StalePartition] = []  # every upstream partition it reads is fresh
+        joining: dict[StalePartition, set[int]] = {}  # reads partitions written this round
+        later: list[StalePartition] = []  # reads a partition that waits
+        for item in items:
+            ups = ups_of(item)
+            if any(up in waiting for up in ups):
+                later.append(item)
+            elif ups:
+                joining[item] = {group_of[up] for up in ups}
+            else:
+                alone.append(item)
+        if joining and not _join(groups, name, joining, partitions_defs, policies, group_of):
+            later.extend(joining)
+        if alone:
+            group_of.update({(name, i.partition): len(groups) for i in alone})
+            groups.append(([name], alone))
+        deferred.extend(later)
+        waiting.update((name, i.partition) for i in later)
     ready: list[Batch] = []
     for members, items in groups:
         leader = members[0]
-        keys = sorted({i.partition for i in items if i.asset == leader}, key=lambda k: k or "")
+        # Joined assets have their leader's keys; a multi-asset's assets may each have others.
+        keys = sorted({i.partition for i in items}, key=lambda k: k or "")
         by_key: dict[Key, list[StalePartition]] = {}
         for item in items:
             by_key.setdefault(item.partition, []).append(item)
@@ -131,6 +141,36 @@ def make_batches(
             chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
             ready.append(Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items))
     return BatchPlan(tuple(ready), tuple(deferred))
+
+
+def _join(
+    groups: list[tuple[list[str], list[StalePartition]]],
+    name: str,
+    joining: Mapping[StalePartition, set[int]],
+    partitions_defs: Mapping[str, PartitionsDefinition | None],
+    policies: Mapping[str, BackfillPolicy | None],
+    group_of: dict[tuple[str, Key], int],
+) -> bool:
+    """Add the partitions to the one group they read from, if its run can write them too: same
+    partitions definition and backfill policy as its first asset, and exactly its keys (a
+    Dagster run covers one key or range for all its assets). Dagster orders the steps."""
+    targets = set().union(*joining.values())
+    if len(targets) != 1:
+        return False
+    index = targets.pop()
+    members, items = groups[index]
+    leader = members[0]
+    if partitions_defs.get(leader) != partitions_defs.get(name):
+        return False
+    if policies.get(leader) != policies.get(name):
+        return False
+    if {i.partition for i in joining} != {i.partition for i in items if i.asset == leader}:
+        return False
+    if name not in members:
+        members.append(name)
+    items.extend(joining)
+    group_of.update({(name, i.partition): index for i in joining})
+    return True
 
 
 @dataclass(frozen=True)
@@ -187,7 +227,7 @@ class _Grid:
 
     def coords(self, key: str) -> tuple[int, ...]:
         """Position per dimension; -1 where the value is not a partition of that dimension."""
-        values = key.split("|") if self.multi else [key]
+        values = key_values(key) if self.multi else [key]
         if len(values) != len(self.names):
             return (-1,) * len(self.names)
         return tuple(p.get(v, -1) for p, v in zip(self.position, values, strict=True))

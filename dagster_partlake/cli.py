@@ -45,26 +45,25 @@ def main() -> None:
 @main.command("plan")
 @click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
 @click.option("--select", help="Comma-separated asset names to show (default: all).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as a JSON list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stale partitions as a JSON list.")
+@click.option(
+    "--runs-json", "runs_json", is_flag=True, help="Print the runs the plan becomes as JSON."
+)
 @_boundary
-def plan_command(module: str, select: str | None, as_json: bool) -> None:
-    """Show which asset partitions are stale and why, without running anything."""
-    from dagster_partlake.delta.state import StateCache, default_persist_dir
-    from dagster_partlake.graph import LakeGraph
-    from dagster_partlake.lake import load_definitions, make_plan
-    from dagster_partlake.render import plan_json, plan_text
+def plan_command(module: str, select: str | None, as_json: bool, runs_json: bool) -> None:
+    """Show which asset partitions are stale and why, and the runs that would refresh them,
+    without running anything."""
+    from dagster_partlake.render import plan_json, plan_text, runs_json_text
 
-    graph = LakeGraph(load_definitions(module))
-    store = _instance(False) if graph.has_dynamic_partitions else None
-    result = make_plan(
-        graph,
-        StateCache(default_persist_dir()),
-        select=_selection(select),
-        dynamic_partitions_store=store,
-    )
-    click.echo(
-        plan_json(result.plan) if as_json else plan_text(result.plan, seconds=result.seconds)
-    )
+    if as_json and runs_json:
+        raise click.UsageError("--json and --runs-json print different documents; choose one.")
+    graph, result, runs = _plan(module, select, need_instance=False)
+    if as_json:
+        click.echo(plan_json(result.plan))
+    elif runs_json:
+        click.echo(runs_json_text(runs))
+    else:
+        click.echo(plan_text(runs, seconds=result.seconds))
     _fail_on_unreadable(result.plan)
 
 
@@ -82,49 +81,65 @@ def plan_command(module: str, select: str | None, as_json: bool) -> None:
 )
 @_boundary
 def run_command(module: str, select: str | None, max_parallel: int | None) -> None:
-    """Run every stale asset partition (and nothing else) as Dagster runs."""
-    from dagster_partlake.delta.state import StateCache, default_persist_dir
-    from dagster_partlake.graph import LakeGraph
-    from dagster_partlake.lake import load_definitions, make_plan
+    """Run every stale asset partition (and nothing else) as Dagster runs: exactly the runs
+    `partlake plan` shows."""
     from dagster_partlake.parallel import parallelism
     from dagster_partlake.render import outcome_line
-    from dagster_partlake.runner import run_plan, selected_pools
+    from dagster_partlake.runner import execute_runs
 
     _require_dagster_home()
-    graph = LakeGraph(load_definitions(module))
-    # Opening the instance costs about a second of imports: a no-op run does without it.
-    instance = _instance(True) if graph.has_dynamic_partitions else None
-    selection = _selection(select)
-    cache = StateCache(default_persist_dir())
-    first = make_plan(graph, cache, select=selection, dynamic_partitions_store=instance)
-    if not first.plan:
-        if not first.plan.unreadable:
+    graph, result, runs = _plan(module, select, need_instance=True)
+    if not result.plan:
+        if not result.plan.unreadable:
             click.echo("Everything is fresh: nothing to run.")
-        _fail_on_unreadable(first.plan)
+        _fail_on_unreadable(result.plan)
         return
-    instance = instance or _instance(True)
-    stale_assets = sorted({item.asset for item in first.plan.items})
-    workers = parallelism(instance, selected_pools(graph, stale_assets), max_parallel)
-    click.echo(f"Running {len(first.plan.items)} stale asset partition(s)...")
+    instance = _instance(True)
+    stale_assets = sorted({item.asset for item in result.plan.items})
+    workers = parallelism(instance, graph.pools(stale_assets), max_parallel)
+    click.echo(
+        f"Running {len(result.plan.items)} stale asset partition(s) in {len(runs.runs)} run(s)..."
+    )
     click.echo(f"Executing {workers.describe()}.")
-    outcomes = run_plan(
+    outcomes = execute_runs(
         graph,
         instance,
-        select=selection,
+        runs,
         max_parallel=workers.runs,
-        cache=cache,
         on_outcome=lambda o: click.echo(
-            outcome_line(o.ok, o.asset, o.partition, o.reason, o.rows, o.ms, o.error)
+            outcome_line(o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error)
         ),
     )
-    failed = [o for o in outcomes if not o.ok]
-    click.echo(f"{len(outcomes) - len(failed)} asset partition(s) refreshed, {len(failed)} failed.")
-    # The tables that were unreadable when the runs ended (a repair meanwhile clears them).
-    _fail_on_unreadable(
-        make_plan(graph, cache, select=selection, dynamic_partitions_store=instance).plan
-    )
-    if failed:
+    failed = sum(1 for o in outcomes if o.status == "failed")
+    skipped = sum(1 for o in outcomes if o.status == "skipped")
+    summary = f"{len(outcomes) - failed - skipped} asset partition(s) refreshed, {failed} failed"
+    if skipped:
+        summary += f", {skipped} skipped (a run they wait for failed)"
+    click.echo(summary + ".")
+    _fail_on_unreadable(result.plan)
+    if failed or skipped:
         sys.exit(1)
+
+
+def _plan(module: str, select: str | None, *, need_instance: bool) -> tuple[Any, Any, Any]:
+    """Load the code location, plan it, and turn the plan into runs (no runs blocked)."""
+    from dagster_partlake.delta.state import StateCache, default_persist_dir
+    from dagster_partlake.gather import make_plan, runs_for
+    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.location import load_definitions
+
+    graph = LakeGraph(load_definitions(module))
+    # Opening the instance costs about a second of imports: without dynamic partitions a plan
+    # (and a no-op `partlake run`) does without it.
+    store = _instance(need_instance) if graph.has_dynamic_partitions else None
+    result = make_plan(
+        graph,
+        StateCache(default_persist_dir()),
+        select=_selection(select),
+        dynamic_partitions_store=store,
+    )
+    runs = runs_for(graph, result)
+    return graph, result, runs
 
 
 @main.group("spark")
@@ -133,9 +148,9 @@ def spark_group() -> None:
 
 
 def _root(root: str | None) -> str:
-    from dagster_partlake.io_manager import default_root
+    from dagster_partlake.layout import resolve_root
 
-    return root or default_root()
+    return resolve_root(root)
 
 
 @spark_group.command("start")

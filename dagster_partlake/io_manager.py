@@ -3,8 +3,10 @@
 The Dagster side of storage: turns the run's partition keys into table partitions
 (`dagster_partlake.partitions`), validates them, and calls the Dagster-free `delta` adapter.
 `load_input` reads exactly the upstream partitions Dagster's partition mapping asks for and
-remembers which table version it read, so `handle_output` of the same step can record, in the
-Delta commit and in the materialization metadata, what the new partitions were computed from.
+remembers, per step, which table version and partition states it read, so `handle_output` of the
+same step can record, in the Delta commit (`CommitRecord`) and in the materialization metadata,
+what each new partition was computed from: every output records the inputs of its own upstream
+assets (in a multi-asset step, not the other outputs' inputs).
 """
 
 from __future__ import annotations
@@ -16,17 +18,24 @@ from typing import Any
 from dagster import (
     AssetKey,
     ConfigurableIOManager,
+    InitResourceContext,
     InputContext,
     MetadataValue,
     OutputContext,
 )
-from pydantic import Field
+from dagster._core.errors import DagsterInvariantViolationError
+from pydantic import Field, PrivateAttr
 
 from dagster_partlake.delta.reader import open_table, read_snapshot
+from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
+from dagster_partlake.delta.state import folder_state
 from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, commit_staged, stage_partitions
 from dagster_partlake.errors import PartlakeError
+from dagster_partlake.layout import table_path
+from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, SCHEMA_MODE_KEY
 from dagster_partlake.partitions import (
+    DimensionColumn,
     KeyCodec,
     dimension_columns,
     selection_for_keys,
@@ -34,28 +43,8 @@ from dagster_partlake.partitions import (
 )
 from dagster_partlake.resource import SparkResource
 
-SCHEMA_MODE_KEY = "schema_mode"
-FORMAT_KEY = "partlake/format"  # asset metadata: "delta" (default) or "folder" for sources
-PATH_KEY = "partlake/path"  # asset metadata: where a source lives, relative to the root
-# Partition id of an unpartitioned table (its commit conflict id and its key in records).
-WHOLE_TABLE_ID = "__all__"
-
-# What load_input read, per (run id, step key) and upstream asset, until that step's
-# handle_output records it: {"version": table version, "partitions": {key: lastUpdated ms}}.
-_consumed: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-
-
-def default_root() -> str:
-    """`$PARTLAKE_HOME`, else `.partlake` in the working directory."""
-    return os.environ.get("PARTLAKE_HOME") or ".partlake"
-
-
-def table_path(root: str, asset_key: AssetKey, path: str | None = None) -> str:
-    """Where the table of an asset lives: `<root>/warehouse/<asset key path>`, or `<root>/<path>`
-    for a source whose metadata `partlake/path` says so."""
-    if path:
-        return os.path.join(os.path.abspath(root), str(path))
-    return os.path.join(os.path.abspath(root), "warehouse", *asset_key.path)
+# What load_input read of one upstream asset: (table version, partition id -> lastUpdated ms).
+_Read = tuple[int, dict[str, int]]
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -85,7 +74,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     root: str | None = Field(
         default=None,
         description=(
-            "Lakehouse root; tables live at <root>/warehouse/<asset key path>. "
+            "Lake root; tables live at <root>/warehouse/<asset key path>. "
             "Default: $PARTLAKE_HOME, else '.partlake' in the working directory."
         ),
     )
@@ -93,9 +82,15 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         default=DEFAULT_MAX_ATTEMPTS,
         description="Commit attempts when concurrent writers conflict, before failing the step.",
     )
+    # Per (run id, step key): upstream asset -> what load_input read. Kept until teardown, so
+    # every output of a step can record its inputs.
+    _reads: dict[tuple[str, str], dict[str, _Read]] = PrivateAttr(default_factory=dict)
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        self._reads.clear()
 
     def table_root(self, asset_key: AssetKey) -> str:
-        return table_path(self.root or default_root(), asset_key)
+        return table_path(self.root, asset_key)
 
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         from pyspark.sql import DataFrame
@@ -121,7 +116,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns = dimension_columns(partitions_def, definition_metadata, asset_name=asset_name)
         column_types = delta_types(spark_to_arrow(obj.schema))
         selection = selection_for_keys(columns, keys, column_types, asset_name=asset_name)
-        consumed = _consumed.pop((context.run_id, context.step_key), {})
+        reads = self._inputs_of(context)
         code_version = _code_version(context)
         staged = stage_partitions(
             obj,
@@ -139,19 +134,19 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             rows_by_key[key or WHOLE_TABLE_ID] = rows_by_key.get(key or WHOLE_TABLE_ID, 0) + (
                 f.num_records
             )
+        upstream_versions = {name: version for name, (version, _) in reads.items()}
         result = commit_staged(
             staged,
-            metadata={
-                "run_id": context.run_id,
-                "asset_key": asset_name,
-                "partition_keys": keys,
-                "code_version": code_version,
-                "upstream_versions": {name: c["version"] for name, c in consumed.items()},
+            record=CommitRecord(
+                asset_key=asset_name,
+                partition_keys=tuple(keys),
+                code_version=code_version,
+                run_id=context.run_id,
                 # lastUpdated of every upstream partition read: what the planner compares with.
-                "consumed": {name: c["partitions"] for name, c in consumed.items()},
-                "rows_by_partition": rows_by_key,
-                "empty_partition_keys": [k for k, n in rows_by_key.items() if n == 0],
-            },
+                consumed={name: partitions for name, (_, partitions) in reads.items()},
+                upstream_versions=upstream_versions,
+                rows_by_partition=rows_by_key,
+            ),
             max_attempts=self.max_commit_attempts,
         )
         context.add_output_metadata(
@@ -162,9 +157,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 "partlake/run_id": MetadataValue.text(context.run_id),
                 "partlake/partition_count": MetadataValue.int(len(keys)),
                 "partlake/code_version": MetadataValue.text(code_version or ""),
-                "partlake/upstream_versions": MetadataValue.json(
-                    {name: c["version"] for name, c in consumed.items()}
-                ),
+                "partlake/upstream_versions": MetadataValue.json(upstream_versions),
                 "partlake/files_added": MetadataValue.int(result.files_added),
                 "partlake/files_removed": MetadataValue.int(result.files_removed),
                 "partlake/commit_attempts": MetadataValue.int(result.attempts),
@@ -191,11 +184,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
             key = key or WHOLE_TABLE_ID
             partitions[key] = max(partitions.get(key, 0), f.modification_time)
-        step = context.step_context
-        _consumed.setdefault((step.run_id, step.step.key), {})[asset_name] = {
-            "version": result.version,
-            "partitions": partitions,
-        }
+        self._remember(context, asset_name, result.version, partitions)
         summary = {
             "partlake/table_version": result.version,
             "partlake/files_read": result.num_files,
@@ -208,15 +197,29 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             context.log.info(f"read {asset_name}: {json.dumps(summary)}")
         return result.df
 
+    def _remember(
+        self, context: InputContext, asset_name: str, version: int, partitions: dict[str, int]
+    ) -> None:
+        step = context.step_context
+        self._reads.setdefault((step.run_id, step.step.key), {})[asset_name] = (version, partitions)
+
+    def _inputs_of(self, context: OutputContext) -> dict[str, _Read]:
+        """What this step read of the output asset's own upstream assets."""
+        reads = self._reads.get((context.run_id, context.step_key), {})
+        if not reads:
+            return {}
+        parents = _parents(context)
+        return {name: read for name, read in reads.items() if parents is None or name in parents}
+
     def _load_folder(
         self,
         context: InputContext,
         asset_name: str,
-        columns: list[Any],
+        columns: list[DimensionColumn],
         keys: list[str],
         metadata: Any,
     ) -> Any:
-        root = table_path(self.root or default_root(), context.asset_key, metadata.get(PATH_KEY))
+        root = table_path(self.root, context.asset_key, metadata.get(PATH_KEY))
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
@@ -228,14 +231,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 f"({', '.join(keys[:5])}); write them first."
             )
         codec = KeyCodec(columns, types)
-        step = context.step_context
-        _consumed.setdefault((step.run_id, step.step.key), {})[asset_name] = {
-            "version": -1,
-            "partitions": {
-                codec.key(list(values)) or WHOLE_TABLE_ID: updated
-                for values, updated in chosen.items()
-            },
+        partitions = {
+            codec.key(list(values)) or WHOLE_TABLE_ID: updated for values, updated in chosen.items()
         }
+        self._remember(context, asset_name, -1, partitions)
         df = spark.read.option("basePath", "file://" + root).parquet(*("file://" + d for d in dirs))
         for c in columns:  # folder names are text; keep them as strings, like the keys
             df = df.withColumn(c.column, df[c.column].cast("string"))
@@ -243,10 +242,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
 
 def _folder_partitions(
-    root: str, columns: list[Any], selection: Any
+    root: str, columns: list[DimensionColumn], selection: Any
 ) -> tuple[list[str], dict[tuple[str | None, ...], int]]:
-    from dagster_partlake.delta.state import folder_state
-
     state = folder_state(root, [c.column for c in columns])
     if state is None:
         raise PartlakeError(f"source folder {root} does not exist; write the source data first.")
@@ -270,15 +267,28 @@ def _output_partition_keys(context: OutputContext) -> list[str]:
         return [context.partition_key]
 
 
+def _parents(context: OutputContext) -> set[str] | None:
+    """Names of the output asset's upstream assets (None if Dagster cannot tell, outside a run:
+    then every input counts)."""
+    if not context.has_asset_key:
+        return None
+    try:
+        job = context.step_context.job_def
+    except DagsterInvariantViolationError:
+        return None
+    node = job.asset_layer.get(context.asset_key)
+    return {key.to_user_string() for key in node.parent_keys}
+
+
 def _instance(context: OutputContext) -> Any:
     try:
         return context.step_context.instance
-    except Exception:  # direct invocation outside a run has no instance
+    except DagsterInvariantViolationError:  # direct invocation outside a run has no instance
         return None
 
 
 def _code_version(context: OutputContext) -> str | None:
     try:
         return context.asset_spec.code_version
-    except Exception:
+    except DagsterInvariantViolationError:
         return context.version

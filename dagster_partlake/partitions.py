@@ -12,6 +12,8 @@ column it holds the key itself (e.g. '2024-01-02').
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,8 +34,67 @@ from dagster_partlake.delta.selection import (
     merge_date_ranges,
 )
 from dagster_partlake.errors import PartitionMismatchError, PartlakeConfigError
+from dagster_partlake.metadata import PARTITION_EXPR_KEY
 
-PARTITION_EXPR_KEY = "partition_expr"
+# Dagster joins a multi-partition key's values with "|", in alphabetical order of the dimension
+# names (not definition order): date x region -> '2024-01-02|eu'.
+_SEPARATOR = "|"
+
+
+def key_dimensions(partitions_def: MultiPartitionsDefinition) -> list[str]:
+    """The dimension names in the order their values appear in a multi-partition key."""
+    return sorted(d.name for d in partitions_def.partitions_defs)
+
+
+def multi_key(values: Sequence[str]) -> str:
+    """The multi-partition key of values given in `key_dimensions` order."""
+    return _SEPARATOR.join(values)
+
+
+def key_values(key: str) -> list[str]:
+    """The values of a multi-partition key, in `key_dimensions` order."""
+    return key.split(_SEPARATOR)
+
+
+def all_keys(partitions_def: PartitionsDefinition, store: Any = None) -> list[str]:
+    """Every partition key that exists now (dynamic keys from `store`, a Dagster instance)."""
+    # Private in Dagster 1.13, but how Dagster itself resolves dynamic partitions.
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    with partition_loading_context(dynamic_partitions_store=store):
+        if not isinstance(partitions_def, MultiPartitionsDefinition):
+            return list(partitions_def.get_partition_keys())
+        # The product of the dimensions' keys, without building Dagster's MultiPartitionKey
+        # objects (seconds at tens of thousands of keys).
+        dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
+        per_dim = [dims[name].get_partition_keys() for name in key_dimensions(partitions_def)]
+        return [multi_key(combo) for combo in itertools.product(*per_dim)]
+
+
+def is_dynamic(partitions_def: PartitionsDefinition | None) -> bool:
+    """Whether any dimension is dynamic (its keys live in the Dagster instance)."""
+    if isinstance(partitions_def, MultiPartitionsDefinition):
+        return any(is_dynamic(d.partitions_def) for d in partitions_def.partitions_defs)
+    return isinstance(partitions_def, DynamicPartitionsDefinition)
+
+
+def partitions_horizon(partitions_def: PartitionsDefinition, store: Any = None) -> str:
+    """A short text that changes whenever the set of existing partitions grows: the newest time
+    window of each time dimension and the dynamic keys of each dynamic dimension."""
+    dims = (
+        [d.partitions_def for d in partitions_def.partitions_defs]
+        if isinstance(partitions_def, MultiPartitionsDefinition)
+        else [partitions_def]
+    )
+    parts = []
+    for dim in dims:
+        if isinstance(dim, TimeWindowPartitionsDefinition):
+            parts.append(dim.get_last_partition_key() or "")
+        elif isinstance(dim, DynamicPartitionsDefinition):
+            keys = all_keys(dim, store) if store is not None else []
+            digest = hashlib.sha1("\n".join(keys).encode()).hexdigest()[:12]
+            parts.append(f"{len(keys)}:{digest}")
+    return ";".join(parts)
 
 
 @dataclass(frozen=True)
@@ -163,8 +224,8 @@ def selection_for_keys(
 def _split_key(columns: Sequence[DimensionColumn], key: str) -> tuple[str, ...]:
     if len(columns) == 1:
         return (key,)
-    # Dagster joins multi-partition keys in alphabetical order of dimension names.
-    by_dimension = dict(zip(sorted(c.dimension for c in columns), key.split("|"), strict=True))
+    names = sorted(c.dimension for c in columns)
+    by_dimension = dict(zip(names, key_values(key), strict=True))
     return tuple(by_dimension[c.dimension] for c in columns)
 
 
@@ -286,8 +347,7 @@ class KeyCodec:
             parts.append(part)
         if len(parts) == 1:
             return parts[0]
-        # Dagster joins multi-partition keys in alphabetical order of dimension names.
-        return "|".join(parts[i] for i in self._order)
+        return multi_key([parts[i] for i in self._order])
 
     def _dimension_key(self, index: int, value: str | None) -> str | None:
         cache = self._cache[index]
@@ -312,13 +372,6 @@ class KeyCodec:
                     key = time_def.get_partition_key_for_timestamp(day.timestamp())
                 except ValueError:
                     key = None
-            result = key if key is not None and _is_key(time_def, key) else None
+            result = key if key is not None and time_def.has_partition_key(key) else None
         cache[value] = result
         return result
-
-
-def _is_key(time_def: TimeWindowPartitionsDefinition, value: str) -> bool:
-    try:
-        return time_def.has_partition_key(value)
-    except Exception:
-        return False

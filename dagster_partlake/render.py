@@ -1,4 +1,5 @@
-"""Text and JSON renderings of a plan (`partlake plan`) and of run outcomes (`partlake run`)."""
+"""Text and JSON renderings of a plan and its runs (`partlake plan`) and of run outcomes
+(`partlake run`)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,25 @@ import json
 from collections import Counter
 
 from dagster_partlake.planner import REASONS, Plan
+from dagster_partlake.runs import RunPlan
 
 MAX_LISTED = 20
+_TAGS = {"ok": "[OK]", "failed": "[FAILED]", "skipped": "[SKIPPED]"}
 
 
 def plan_json(plan: Plan) -> str:
+    """The stale partitions, sorted by asset then partition (`partlake plan --json`)."""
     return json.dumps([item.to_json() for item in plan.sorted_items()], indent=2)
 
 
-def plan_text(plan: Plan, *, seconds: float | None = None) -> str:
+def runs_json_text(runs: RunPlan) -> str:
+    """The runs, upstream first (`partlake plan --runs-json`)."""
+    return json.dumps(runs.to_json(), indent=2)
+
+
+def plan_text(runs: RunPlan, *, seconds: float | None = None) -> str:
+    """The stale partitions per asset with their reasons, then the runs that refresh them."""
+    plan = runs.plan
     held = _held_text(plan)
     if not plan:
         if held:
@@ -41,7 +52,25 @@ def plan_text(plan: Plan, *, seconds: float | None = None) -> str:
             lines.append(f"  {item.partition or '-':<{width}}  {item.reason:<16}{because}{more}")
         if len(items) > MAX_LISTED:
             lines.append(f"  ... and {len(items) - MAX_LISTED} more (see --json)")
+    lines.append("")
+    lines.append(_runs_text(runs))
     return "\n".join(lines) + held
+
+
+def _runs_text(runs: RunPlan) -> str:
+    lines = [f"Runs: {len(runs.runs)}, upstream first (one Dagster run each):"]
+    width = len(str(len(runs.runs)))
+    for run in runs.runs[:MAX_LISTED]:
+        after = f"  after run {', '.join(map(str, run.waits_for))}" if run.waits_for else ""
+        lines.append(
+            f"  run {run.number:>{width}}: {', '.join(run.assets)}  "
+            f"{run.describe_partitions()}{after}"
+        )
+    if len(runs.runs) > MAX_LISTED:
+        lines.append(f"  ... and {len(runs.runs) - MAX_LISTED} more runs (see --runs-json)")
+    if runs.waiting:
+        lines.append(f"  {len(runs.waiting)} stale partition(s) wait for runs in progress")
+    return "\n".join(lines)
 
 
 def _held_text(plan: Plan) -> str:
@@ -53,7 +82,7 @@ def _held_text(plan: Plan) -> str:
 
 
 def outcome_line(
-    ok: bool,
+    status: str,
     asset: str,
     partition: str | None,
     reason: str,
@@ -61,12 +90,13 @@ def outcome_line(
     ms: int | None,
     error: str | None = None,
 ) -> str:
+    """`[OK] clean_events 2024-01-02|eu (upstream_changed, 977 rows, 15,953 ms)`; `[FAILED]`
+    and `[SKIPPED]` lines end with the error."""
     parts = [reason]
     if rows is not None:
         parts.append(f"{rows:,} rows")
     if ms is not None:
         parts.append(f"{ms:,} ms")
     if error:
-        parts.append(f"error: {error}")
-    tag = "[OK]" if ok else "[FAILED]"
-    return f"{tag} {asset} {partition or '-'} ({', '.join(parts)})"
+        parts.append(f"error: {error}" if status == "failed" else error)
+    return f"{_TAGS[status]} {asset} {partition or '-'} ({', '.join(parts)})"

@@ -16,19 +16,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, model_validator
 
 from dagster_partlake.errors import PartlakeConfigError
-
-DEFAULT_CONF: dict[str, str] = {
-    "spark.ui.enabled": "false",
-    # A local driver listens on loopback only, whatever the host name resolves to.
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
-    "spark.sql.shuffle.partitions": "8",
-    "spark.driver.memory": "2g",
-    # delta-rs cannot read INT96 timestamps outside the nanosecond range; micros work everywhere.
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-    "spark.sql.session.timeZone": "UTC",
-}
+from dagster_partlake.spark_conf import DEFAULT_CONF
 
 
 class SparkResource(LazyPySparkResource):

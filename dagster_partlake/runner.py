@@ -1,39 +1,42 @@
-"""`partlake run`: execute a plan as Dagster runs on the configured instance.
+"""`partlake run`: execute a `RunPlan` as Dagster runs on the configured instance.
 
-Each batch (`dagster_partlake.batches`) is one run of the code location's asset job, executed in
-this process so every run shares one Spark session; runs are recorded in the Dagster instance
-and show up in the UI. After each round the state is synced and the plan recomputed, so
-deferred downstream partitions run once their upstream partitions are written. Up to
-`max_parallel` runs of a round execute at once, each in its own thread (by default as many as the
-assets' Dagster pool allows, see `dagster_partlake.parallel`); every step still claims a pool slot
-from the instance, so runs launched elsewhere (the sensor's, the UI's) share the same limit.
+Each planned run (`dagster_partlake.runs`) is one run of the code location's asset job, executed
+in this process so every run shares one Spark session; runs are recorded in the Dagster instance
+and show up in the UI. A run starts once every run it waits for has succeeded; a run whose
+upstream run failed is skipped (its partitions stay stale for the next plan). Up to
+`max_parallel` runs execute at once, each in its own thread (by default as many as the assets'
+Dagster pool allows, see `dagster_partlake.parallel`); every step still claims a pool slot from
+the instance, so runs launched elsewhere (the sensor's, the UI's) share the same limit.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from dagster import DagsterInstance
+from dagster._core.errors import DagsterError
 
-from dagster_partlake.batches import Batch, make_batches
+from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import commit_info, log_versions
+from dagster_partlake.delta.table import find_record, log_versions
+from dagster_partlake.gather import make_plan, runs_for
 from dagster_partlake.graph import LakeGraph
-from dagster_partlake.io_manager import WHOLE_TABLE_ID
-from dagster_partlake.lake import make_plan
 from dagster_partlake.parallel import parallelism
 from dagster_partlake.planner import Key
 from dagster_partlake.resource import SparkResource, running_session
+from dagster_partlake.runs import PlannedRun, RunPlan
+
+Status = Literal["ok", "failed", "skipped"]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    ok: bool
+    status: Status
     asset: str
     partition: Key
     reason: str
@@ -42,53 +45,85 @@ class Outcome:
     run_id: str | None
     error: str | None = None
 
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
 
-def run_plan(
+
+def refresh(
     graph: LakeGraph,
     instance: DagsterInstance,
     *,
     select: Sequence[str] | None = None,
     max_parallel: int | None = None,
-    on_outcome: Callable[[Outcome], None] = lambda _o: None,
-    max_rounds: int = 50,
     cache: StateCache | None = None,
+    on_outcome: Callable[[Outcome], None] = lambda _o: None,
 ) -> list[Outcome]:
-    """Run every stale partition of the selected assets (and nothing fresh).
+    """Plan the selected assets and execute the runs the plan becomes: `partlake run` without
+    its printing.
 
     Args:
         max_parallel: runs executed at once; None for the limit of the assets' Dagster pool.
     """
-    cache = cache or StateCache()
-    workers = parallelism(instance, selected_pools(graph, select), max_parallel).runs
-    outcomes: list[Outcome] = []
-    failed: dict[str, set[Key]] = {}
+    result = make_plan(
+        graph, cache or StateCache(), select=select, dynamic_partitions_store=instance
+    )
+    runs = runs_for(graph, result)
+    stale_assets = {item.asset for item in result.plan.items}
+    workers = parallelism(instance, graph.pools(stale_assets), max_parallel).runs
+    return execute_runs(graph, instance, runs, max_parallel=workers, on_outcome=on_outcome)
+
+
+def execute_runs(
+    graph: LakeGraph,
+    instance: DagsterInstance,
+    run_plan: RunPlan,
+    *,
+    max_parallel: int = 1,
+    on_outcome: Callable[[Outcome], None] = lambda _o: None,
+) -> list[Outcome]:
+    """Execute every run of `run_plan`, each after the runs it waits for.
+
+    Returns:
+        One outcome per stale asset partition of the planned runs, in completion order.
+    """
+    if not run_plan.runs:
+        return []
     assert graph.defs is not None, "partlake run needs the code location's Definitions"
     job = graph.defs.resolve_implicit_global_asset_job_def()
-    partitions_defs = {name: a.partitions_def for name, a in graph.assets.items()}
-    policies = {
-        name: graph.asset_graph.get(a.key).backfill_policy for name, a in graph.assets.items()
-    }
-    session_started = False
+    outcomes: list[Outcome] = []
+    succeeded: dict[int, bool] = {}
+    pending = list(run_plan.runs)
+
+    def report(run: PlannedRun, results: list[Outcome]) -> None:
+        succeeded[run.number] = all(o.ok for o in results)
+        for outcome in results:
+            outcomes.append(outcome)
+            on_outcome(outcome)
+
+    # One session for every run of this process; the runs' resources reuse it.
+    session_started = _start_shared_session(graph)
+    workers = max(1, max_parallel)
     try:
-        for _ in range(max_rounds):
-            result = make_plan(graph, cache, select=select, dynamic_partitions_store=instance)
-            batches = make_batches(
-                result.plan, result.inputs.assets, partitions_defs, policies, blocked=failed
-            ).ready
-            if not batches:
-                break
-            if not session_started:
-                # One session for every run of this process; the runs' resources reuse it.
-                session_started = _start_shared_session(graph)
-            with _safe_for_threads(instance, workers), ThreadPoolExecutor(workers) as pool:
-                for batch_outcomes in pool.map(
-                    lambda b: _execute(job, instance, graph, b), batches
-                ):
-                    for outcome in batch_outcomes:
-                        outcomes.append(outcome)
-                        on_outcome(outcome)
-                        if not outcome.ok:
-                            failed.setdefault(outcome.asset, set()).add(outcome.partition)
+        with _safe_for_threads(instance, workers), ThreadPoolExecutor(workers) as pool:
+            running: dict[Future[list[Outcome]], PlannedRun] = {}
+            while pending or running:
+                for run in list(pending):
+                    failed_before = [w for w in run.waits_for if succeeded.get(w) is False]
+                    if failed_before:
+                        pending.remove(run)
+                        report(run, _skipped(run, failed_before))
+                    elif all(succeeded.get(w) for w in run.waits_for):
+                        pending.remove(run)
+                        running[pool.submit(_execute, job, instance, graph, run)] = run
+                if not running:
+                    # Runs wait only for lower-numbered runs, so the first pending one can always
+                    # start or be skipped: nothing running means nothing is left.
+                    assert not pending, f"runs {[r.number for r in pending]} can never start"
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    report(running.pop(future), future.result())
     finally:
         if session_started:
             session = running_session()
@@ -97,10 +132,12 @@ def run_plan(
     return outcomes
 
 
-def selected_pools(graph: LakeGraph, select: Sequence[str] | None = None) -> set[str]:
-    """Dagster pools of the selected assets (all assets when `select` is None)."""
-    names = select or list(graph.assets)
-    return {pool for name in names for pool in graph.assets[name].pools}
+def _skipped(run: PlannedRun, failed: list[int]) -> list[Outcome]:
+    because = ", ".join(f"run {n}" for n in failed)
+    return [
+        Outcome("skipped", i.asset, i.partition, i.reason, None, None, None, f"{because} failed")
+        for i in run.items
+    ]
 
 
 @contextmanager
@@ -143,17 +180,20 @@ def _start_shared_session(graph: LakeGraph) -> bool:
     return True
 
 
-def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch) -> list[Outcome]:
+def _execute(
+    job: Any, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun
+) -> list[Outcome]:
     kwargs: dict[str, Any] = {}
-    if batch.partition_key is not None:
-        kwargs["partition_key"] = batch.partition_key
+    if run.partition_key is not None:
+        kwargs["partition_key"] = run.partition_key
+    versions = {name: _latest_version(graph, name) for name in run.assets}
     started = time.perf_counter()
     error: str | None = None
     try:
         result = job.execute_in_process(
             instance=instance,
-            asset_selection=[graph.assets[a].key for a in batch.assets],
-            tags=batch.run_tags(),
+            asset_selection=[graph.assets[a].key for a in run.assets],
+            tags=run.run_tags(),
             raise_on_error=False,
             **kwargs,
         )
@@ -162,14 +202,14 @@ def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch
         if not ok:
             failures = result.get_step_failure_events()
             error = _root_cause(failures[0].step_failure_data.error) if failures else "failed"
-    except Exception as exc:  # a run that could not even start: report, go on with the rest
+    except DagsterError as exc:  # a run that could not even start: report, go on with the rest
         run_id, ok, error = None, False, f"{type(exc).__name__}: {exc}"[:300]
     elapsed_ms = int((time.perf_counter() - started) * 1000)
-    step_ms = _step_ms(instance, run_id) if run_id else {}
-    rows = _rows_by_partition(graph, batch, run_id) if ok and run_id else {}
+    step_ms = _step_ms(instance, job, graph, run, run_id) if run_id else {}
+    rows = _rows_by_partition(graph, run, run_id, versions) if ok and run_id else {}
     return [
         Outcome(
-            ok=ok,
+            status="ok" if ok else "failed",
             asset=item.asset,
             partition=item.partition,
             reason=item.reason,
@@ -178,7 +218,7 @@ def _execute(job: Any, instance: DagsterInstance, graph: LakeGraph, batch: Batch
             run_id=run_id,
             error=error,
         )
-        for item in batch.items
+        for item in run.items
     ]
 
 
@@ -191,23 +231,34 @@ def _root_cause(error: Any) -> str:
     return message.splitlines()[0][:400]
 
 
-def _step_ms(instance: DagsterInstance, run_id: str) -> dict[str, int]:
-    result = {}
+def _step_ms(
+    instance: DagsterInstance, job: Any, graph: LakeGraph, run: PlannedRun, run_id: str
+) -> dict[str, int]:
+    """Step time per asset of the run (Dagster keys step stats by step key, not asset name)."""
+    by_step = {}
     for stat in instance.get_run_step_stats(run_id):
         if stat.start_time and stat.end_time:
-            result[stat.step_key] = int((stat.end_time - stat.start_time) * 1000)
+            by_step[stat.step_key] = int((stat.end_time - stat.start_time) * 1000)
+    result = {}
+    for name in run.assets:
+        handle = job.asset_layer.get_op_output_handle(graph.assets[name].key)
+        step_key = str(handle.node_handle)  # a step key is its node handle, as text
+        if step_key in by_step:
+            result[name] = by_step[step_key]
     return result
 
 
-def _rows_by_partition(graph: LakeGraph, batch: Batch, run_id: str) -> dict[tuple[str, Key], int]:
+def _latest_version(graph: LakeGraph, name: str) -> int:
+    versions = log_versions(graph.assets[name].path)
+    return versions[-1] if versions else -1
+
+
+def _rows_by_partition(
+    graph: LakeGraph, run: PlannedRun, run_id: str, before: dict[str, int]
+) -> dict[tuple[str, Key], int]:
     rows: dict[tuple[str, Key], int] = {}
-    for name in batch.assets:
-        # The run's commit is among the newest ones: concurrent runs add a few at most.
-        path = graph.assets[name].path
-        for version in reversed(log_versions(path)[-64:]):
-            commit = commit_info(path, version).get("partlake") or {}
-            if commit.get("run_id") == run_id:
-                for key, n in (commit.get("rows_by_partition") or {}).items():
-                    rows[(name, None if key == WHOLE_TABLE_ID else key)] = int(n)
-                break
+    for name in run.assets:
+        record = find_record(graph.assets[name].path, since=before[name] + 1, run_id=run_id)
+        for key, n in ((record.rows_by_partition or {}) if record else {}).items():
+            rows[(name, None if key == WHOLE_TABLE_ID else key)] = n
     return rows

@@ -20,8 +20,10 @@ from dagster import (
 )
 
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.graph import LakeAsset, read_state, to_partition_states
-from dagster_partlake.io_manager import FORMAT_KEY, PATH_KEY, default_root, table_path
+from dagster_partlake.gather import read_state, to_partition_states
+from dagster_partlake.graph import LakeAsset, io_manager_root
+from dagster_partlake.layout import table_path
+from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
 from dagster_partlake.partitions import dimension_columns
 
 _cache = StateCache()
@@ -46,7 +48,9 @@ def partlake_source(
         partitions_def: the source's partitions (columns as for managed assets, `partition_expr`).
         folder: the source is a folder with `col=value/` sub-folders instead of a Delta table.
         path: location relative to the lakehouse root (absolute paths work too).
-        root: lakehouse root; default `$PARTLAKE_HOME`, else `.partlake`.
+        root: lake root; default: the `root` of the `DeltaPartitionIOManager` under
+            `io_manager_key` (as the sensor and `partlake plan`), else `$PARTLAKE_HOME`, else
+            `.partlake`.
         metadata: extra asset metadata (e.g. `partition_expr`).
         group_name, description, io_manager_key: as for any Dagster asset.
     """
@@ -66,9 +70,11 @@ def partlake_source(
         io_manager_key=io_manager_key,
         group_name=group_name,
         description=description,
+        required_resource_keys={io_manager_key},
     )
-    def _observe() -> DataVersionsByPartition | DataVersion:
-        location = table_path(root or default_root(), asset_key, path)
+    def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
+        io_manager = getattr(context.resources, io_manager_key)
+        location = table_path(root or io_manager_root([io_manager]), asset_key, path)
         asset = LakeAsset(
             key=asset_key,
             name=name,

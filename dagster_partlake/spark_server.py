@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
+from dagster_partlake.spark_conf import DEFAULT_CONF
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 HOST = "127.0.0.1"
@@ -123,6 +124,10 @@ def start_connect(
     timeout: float = 120,
 ) -> ServerInfo:
     """Start a Spark Connect server listening on 127.0.0.1:`port`."""
+    # partlake's Spark defaults, except what a server sets itself (memory by flag).
+    conf = {k: v for k, v in DEFAULT_CONF.items() if k != "spark.driver.memory"}
+    conf["spark.connect.grpc.binding.address"] = HOST
+    conf["spark.connect.grpc.binding.port"] = str(port)
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",
@@ -131,24 +136,7 @@ def start_connect(
         driver_memory,
         "--class",
         CONNECT_CLASS,
-        "--conf",
-        f"spark.connect.grpc.binding.address={HOST}",
-        "--conf",
-        f"spark.connect.grpc.binding.port={port}",
-        "--conf",
-        f"spark.driver.host={HOST}",
-        "--conf",
-        f"spark.driver.bindAddress={HOST}",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS",
-        "--conf",
-        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs=false",
-        "--conf",
-        "spark.sql.session.timeZone=UTC",
-        "--conf",
-        "spark.sql.shuffle.partitions=8",
+        *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
         "spark-internal",
     ]
     return _spawn(root, "connect", command, port, timeout)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import zlib
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import write_deltalake
 
-from dagster_partlake.io_manager import default_root
+from dagster_partlake.layout import table_path
 from definitions.partitions import REGIONS, START_DATE
 
 EVENT_TYPES = ["view", "click", "purchase", "refund"]
@@ -42,7 +41,7 @@ SCHEMA = pa.schema(
 
 
 def raw_events_path(root: str | None = None) -> str:
-    return os.path.join(os.path.abspath(root or default_root()), "warehouse", "raw_events")
+    return table_path(root, ["raw_events"])
 
 
 def generate(date: dt.date, region: str, rows: int, seed: int = 0) -> pa.Table:

@@ -7,16 +7,16 @@ import os
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from dagster_partlake.io_manager import default_root
+from dagster_partlake.layout import WAREHOUSE_DIR, resolve_root, table_path
 
 TABLES = ["raw_events", "clean_events", "daily_region_stats", "monthly_region_stats"]
 
 
 def main() -> None:
-    warehouse = os.path.join(os.path.abspath(default_root()), "warehouse")
-    print(f"\nDelta tables under {warehouse}:")
+    root = resolve_root(None)
+    print(f"\nDelta tables under {os.path.join(root, WAREHOUSE_DIR)}:")
     for name in TABLES:
-        path = os.path.join(warehouse, name)
+        path = table_path(root, [name])
         if not DeltaTable.is_deltatable(path):
             print(f"  {name:<22} (not written yet)")
             continue
@@ -27,7 +27,7 @@ def main() -> None:
     dagster_home = os.environ.get("DAGSTER_HOME", "")
     print(
         "\nOpen the Dagster UI on these runs and tables:\n"
-        f"  DAGSTER_HOME={dagster_home} PARTLAKE_HOME={os.path.abspath(default_root())} "
+        f"  DAGSTER_HOME={dagster_home} PARTLAKE_HOME={root} "
         ".venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000   (or: make dev)\n"
         "  then browse http://127.0.0.1:3000 (Assets -> lakehouse)."
     )

@@ -13,22 +13,21 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from dagster_partlake.spark_conf import DEFAULT_CONF
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Subprocesses and Dagster's code loading must find the example package `definitions`.
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+
+# partlake's defaults, smaller for a 2-core machine.
 SPARK_TEST_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
+    **DEFAULT_CONF,
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
 }
 
 
@@ -68,9 +67,9 @@ def example(spark, lake: Path, instance, monkeypatch):
     """The example code location over a fresh lake, fully materialized."""
     monkeypatch.setenv("PARTLAKE_HOME", str(lake))
     from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.gather import make_plan
     from dagster_partlake.graph import LakeGraph
-    from dagster_partlake.lake import make_plan
-    from dagster_partlake.runner import run_plan
+    from dagster_partlake.runner import refresh
     from definitions import defs
     from definitions.ingest import write_partition
 
@@ -78,7 +77,7 @@ def example(spark, lake: Path, instance, monkeypatch):
         for region in ["eu", "us"]:
             write_partition(dt.date.fromisoformat(date), region, 200, root=str(lake))
     graph = LakeGraph(defs)
-    outcomes = run_plan(graph, instance)
+    outcomes = refresh(graph, instance)
     assert outcomes and all(o.ok for o in outcomes)
     assert not make_plan(graph, StateCache()).plan
     return defs, graph
@@ -89,13 +88,21 @@ def sensor_tick(defs, instance, sensor, cursor):
     fails here too): (run requests, new cursor, skip message)."""
     from dagster import build_sensor_context
 
+    repository = defs.get_repository_def()
     context = build_sensor_context(
         instance=instance,
         instance_ref=instance.get_ref(),  # as under the daemon: dynamic partitions resolve
-        repository_def=defs.get_repository_def(),
+        repository_def=repository,
         cursor=cursor,
+        # As the daemon does: the code location's resources that the sensor requires.
+        resources={
+            key: resource
+            for key, resource in repository.get_top_level_resources().items()
+            if key in sensor.required_resource_keys
+        },
     )
-    data = sensor.evaluate_tick(context)
+    with context:  # the daemon opens the resources for the tick and closes them after
+        data = sensor.evaluate_tick(context)
     return list(data.run_requests or []), data.cursor or cursor, data.skip_message
 
 

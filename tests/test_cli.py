@@ -19,7 +19,6 @@ from dagster._core.instance.ref import InstanceRef
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.graph import LakeGraph
 from dagster_partlake.parallel import POOL, Parallelism, parallelism
-from dagster_partlake.runner import selected_pools
 from tests.conftest import REPO_ROOT, delta_rows, subprocess_env
 
 pytestmark = pytest.mark.dagster_cli
@@ -173,9 +172,9 @@ def test_demo_instance_limits_parallel_runs(tmp_path: Path) -> None:
     from definitions import defs
 
     graph = LakeGraph(defs)
-    assert selected_pools(graph) == {POOL}
-    assert parallelism(instance, selected_pools(graph), None) == Parallelism(2, {POOL: 2})
-    assert parallelism(instance, selected_pools(graph), 3).runs == 3
+    assert graph.pools() == {POOL}
+    assert parallelism(instance, graph.pools(), None) == Parallelism(2, {POOL: 2})
+    assert parallelism(instance, graph.pools(), 3).runs == 3
     instance.event_log_storage.set_concurrency_slots(POOL, 0)
     with pytest.raises(PartlakeConfigError, match="dagster instance concurrency set partlake"):
-        parallelism(instance, selected_pools(graph), None)
+        parallelism(instance, graph.pools(), None)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.lake import make_plan
+from dagster_partlake.gather import make_plan
 from dagster_partlake.sensor import SENSOR_TAG, build_invalidation_sensor
 from tests.conftest import run_partlake, sensor_tick, subprocess_env
 
@@ -178,6 +178,38 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     )
     assert "clean_events: 1 stale (upstream_changed 1)" in text.stdout
     assert "monthly_region_stats" not in text.stdout
+    # The runs the plan becomes: shown as text, as JSON, and exactly what `partlake run` runs.
+    text = run_partlake("plan", "-m", "definitions", env=env, timeout=120)
+    assert text.stdout.rstrip().endswith(
+        "Runs: 2, upstream first (one Dagster run each):\n"
+        "  run 1: clean_events, daily_region_stats  2024-01-02|eu\n"
+        "  run 2: monthly_region_stats  2024-01|eu  after run 1"
+    ), text.stdout
+    runs = run_partlake("plan", "-m", "definitions", "--runs-json", env=env, timeout=120)
+    assert runs.returncode == 0, runs.stderr[-3000:]
+    planned = json.loads(runs.stdout)
+    assert planned == [
+        {
+            "run": 1,
+            "assets": ["clean_events", "daily_region_stats"],
+            "partition_key": "2024-01-02|eu",
+            "partition_range": None,
+            "partitions": ["2024-01-02|eu"],
+            "reasons": ["upstream_changed"],
+            "waits_for": [],
+        },
+        {
+            "run": 2,
+            "assets": ["monthly_region_stats"],
+            "partition_key": "2024-01|eu",
+            "partition_range": None,
+            "partitions": ["2024-01|eu"],
+            "reasons": ["upstream_changed"],
+            "waits_for": [1],
+        },
+    ]
+    both = run_partlake("plan", "-m", "definitions", "--json", "--runs-json", env=env)
+    assert both.returncode == 2 and "choose one" in both.stderr
 
     first = run_partlake("run", "-m", "definitions", env=env, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -187,6 +219,15 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     assert len(lines) == 3
     assert lines[0].startswith("[OK] clean_events 2024-01-02|eu (upstream_changed, ")
     assert " rows, " in lines[0] and lines[0].endswith(" ms)")
+    from dagster import DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
+    recorded = DagsterInstance.from_ref(InstanceRef.from_dir(str(home))).get_runs()
+    executed = sorted(
+        (sorted(k.to_user_string() for k in r.asset_selection), r.tags["partlake/partitions"])
+        for r in recorded
+    )
+    assert executed == sorted((sorted(p["assets"]), p["partitions"][0]) for p in planned)
 
     # Nothing changed: the second run must not start Spark at all (Java is made unreachable).
     no_java = {

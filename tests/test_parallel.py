@@ -10,10 +10,10 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, instance_for_test
 
 from dagster_partlake.delta.state import StateCache
+from dagster_partlake.gather import make_plan
 from dagster_partlake.graph import LakeGraph
-from dagster_partlake.lake import make_plan
 from dagster_partlake.parallel import POOL
-from dagster_partlake.runner import Outcome, run_plan
+from dagster_partlake.runner import Outcome, refresh
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +40,7 @@ def example(spark, lake: Path, pooled_instance: DagsterInstance, monkeypatch) ->
         for region in ["eu", "us"]:
             write_partition(dt.date(2024, 1, day), region, 100, root=str(lake))
     graph = LakeGraph(defs)
-    assert all(o.ok for o in run_plan(graph, pooled_instance))
+    assert all(o.ok for o in refresh(graph, pooled_instance))
     return graph
 
 
@@ -87,7 +87,7 @@ def test_runs_go_in_parallel_up_to_the_pool_limit(
     example: LakeGraph, lake: Path, pooled_instance: DagsterInstance
 ) -> None:
     rewrite_scattered(lake, seed=11)
-    outcomes = run_plan(example, pooled_instance)  # as many runs at once as the pool allows: 2
+    outcomes = refresh(example, pooled_instance)  # as many runs at once as the pool allows: 2
     assert all(o.ok for o in outcomes)
     assert {(o.asset, o.partition) for o in outcomes} == {
         *((a, f"{d}|{r}") for a in ("clean_events", "daily_region_stats") for d, r in SCATTERED),
@@ -110,7 +110,7 @@ def test_more_runs_than_pool_slots_wait_for_a_slot(
     # An operator narrows the pool (as `dagster instance concurrency set partlake 1` does).
     pooled_instance.event_log_storage.set_concurrency_slots(POOL, 1)
     rewrite_scattered(lake, seed=12)
-    outcomes = run_plan(example, pooled_instance, max_parallel=4)
+    outcomes = refresh(example, pooled_instance, max_parallel=4)
     assert all(o.ok for o in outcomes) and len(outcomes) == 10
     runs = intervals(
         pooled_instance, outcomes, DagsterEventType.RUN_START, DagsterEventType.RUN_SUCCESS

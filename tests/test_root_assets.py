@@ -17,11 +17,10 @@ from dagster import (
 from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, build_invalidation_sensor
-from dagster_partlake.batches import make_batches
 from dagster_partlake.delta.state import StateCache
+from dagster_partlake.gather import make_plan, runs_for
 from dagster_partlake.graph import LakeGraph
-from dagster_partlake.lake import make_plan
-from dagster_partlake.runner import run_plan
+from dagster_partlake.runner import refresh
 from tests.conftest import run_partlake, sensor_tick, subprocess_env
 
 pytestmark = pytest.mark.spark
@@ -31,12 +30,7 @@ tick = sensor_tick
 
 
 def batches_of(graph: LakeGraph, result):
-    return make_batches(
-        result.plan,
-        result.inputs.assets,
-        {n: a.partitions_def for n, a in graph.assets.items()},
-        {n: graph.asset_graph.get(a.key).backfill_policy for n, a in graph.assets.items()},
-    )
+    return runs_for(graph, result)
 
 
 def test_root_assets_are_planned_run_and_then_fresh(
@@ -58,7 +52,7 @@ def test_root_assets_are_planned_run_and_then_fresh(
         (k, (f"orders[{k}]",)) for k in existing
     ]
     # Both single-run assets with the same partitions: one run over the whole 2-D range.
-    ready = batches_of(graph, result).ready
+    ready = batches_of(graph, result).runs
     assert [(b.assets, b.partition_range) for b in ready] == [
         (("orders", "order_stats"), (existing[0], existing[-1]))
     ]
@@ -96,7 +90,7 @@ def test_root_assets_are_planned_run_and_then_fresh(
         ("berlin", "missing")
     ]
 
-    outcomes = run_plan(graph, instance)
+    outcomes = refresh(graph, instance)
     assert outcomes and all(o.ok for o in outcomes), outcomes
     assert sorted((o.asset, o.partition) for o in outcomes) == sorted(
         [("orders", k) for k in existing]
@@ -159,7 +153,7 @@ def test_an_unbounded_daily_root_asset_is_planned_and_requested_in_bounded_batch
     by_asset = result.plan.by_asset()
     assert [i.partition for i in by_asset["history"]] == days
     assert len(by_asset["shop_history"]) == len(days) * 10
-    ready = batches_of(graph, result).ready
+    ready = batches_of(graph, result).runs
     # No policy: one run per day. multi_run(1000): ranges of at most 1,000 partitions.
     assert sum(1 for b in ready if b.assets == ("history",)) == len(days)
     shop_batches = [b for b in ready if b.assets == ("shop_history",)]

@@ -12,8 +12,8 @@ from deltalake import DeltaTable
 
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import TableUnreadableError
-from dagster_partlake.lake import make_plan
-from dagster_partlake.runner import run_plan
+from dagster_partlake.gather import make_plan
+from dagster_partlake.runner import refresh
 from dagster_partlake.sensor import build_invalidation_sensor
 from tests.conftest import run_partlake, sensor_tick, subprocess_env
 
@@ -120,7 +120,7 @@ def test_damaged_table_holds_back_its_closure_and_says_what_to_do(
         ("daily_region_stats", "2024-01-01|us", "upstream_changed"),
         ("monthly_region_stats", "2024-01|us", "upstream_changed"),
     }
-    outcomes = run_plan(graph, instance)
+    outcomes = refresh(graph, instance)
     assert outcomes and all(o.ok for o in outcomes)
     assert not make_plan(graph, StateCache()).plan
 

@@ -7,7 +7,9 @@ from dagster_partlake.delta.reader import (
     read_partitions,
     read_snapshot,
 )
+from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import Box, DateRanges, PartitionSelection
+from dagster_partlake.delta.state import StateCache, TableState, folder_state
 from dagster_partlake.delta.writer import (
     CommitResult,
     StagedWrite,
@@ -17,14 +19,19 @@ from dagster_partlake.delta.writer import (
 )
 
 __all__ = [
+    "WHOLE_TABLE_ID",
     "Box",
+    "CommitRecord",
     "CommitResult",
     "DateRanges",
     "PartitionSelection",
     "ReadResult",
     "StagedWrite",
+    "StateCache",
     "TableSnapshot",
+    "TableState",
     "commit_staged",
+    "folder_state",
     "open_table",
     "read_partitions",
     "read_snapshot",

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from deltalake import DeltaTable
 
 from dagster_partlake.delta.schema import arrow_to_spark, delta_types
-from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.table import (
     LiveFile,
     arrow_schema,
@@ -99,15 +100,21 @@ def read_snapshot(
         return ReadResult(spark.createDataFrame([], schema), table.version(), ())
     paths = []
     for f in files:
-        absolute = f.absolute_path(root)
-        expected = "/".join(
-            f"{col}={val}" for col, val in f.partition_values.items() if val is not None
-        )
-        if expected and expected not in absolute.replace(os.sep, "/"):
+        expected = [
+            f"{col}={HIVE_NULL if val is None else val}" for col, val in f.partition_values.items()
+        ]
+        if _folders(f.path) != expected:
             raise PartlakeConfigError(
-                f"file {f.path} of table {name} is not in a '{expected}' folder, so Spark cannot "
-                "restore its partition values; rewrite the table with dagster_partlake or Spark."
+                f"file {f.path} of table {name} is not in the folder '{'/'.join(expected)}/' "
+                "under the table root, so Spark cannot restore its partition values from the "
+                "path; rewrite the table with dagster_partlake or Spark."
             )
-        paths.append("file://" + absolute)
+        paths.append("file://" + f.absolute_path(root))
     df = spark.read.schema(schema).option("basePath", "file://" + root).parquet(*paths)
     return ReadResult(df.select(*columns), table.version(), tuple(files))
+
+
+def _folders(log_path: str) -> list[str]:
+    """The folders of a file's path as stored in the log (URL-encoded there, and partition
+    values Hive-escaped by the writer): 'region=eu%2F2/f.parquet' -> ['region=eu/2']."""
+    return [unquote(unquote(segment)) for segment in log_path.split("/")[:-1]]

@@ -13,6 +13,9 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+# The folder name Hive, Spark and Delta use for a null partition value.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
 
 @dataclass(frozen=True)
 class DateRanges:

@@ -9,8 +9,8 @@ costs next to nothing, and a table re-created at the same path or a damaged comm
 `StateCache(persist_dir=...)` also keeps each state on disk, stamped with the latest commit file,
 so a new process (`partlake run` with nothing to do) skips opening the table.
 
-Commits made by dagster_partlake carry a `partlake` entry in their commit info (what was written
-and what was read); `TableState.commits` lists them, oldest first, for the planner's records.
+Commits made by dagster_partlake carry a `CommitRecord` (what was written and what was read);
+`TableState.commits` lists them, oldest first, for the planner's records.
 
 A folder source (Hive-style `col=value/` sub-folders, any files) has no log: its lastUpdated per
 partition is the newest file modification time, found by a walk on every sync.
@@ -30,15 +30,17 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.table import (
     arrow_schema,
-    commit_info,
     log_versions,
+    read_record,
     table_exists,
     unreadable,
 )
 from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.layout import commit_file
 
 Values = tuple[str | None, ...]
 
@@ -53,7 +55,7 @@ class TableState:
     column_types: dict[str, Any]
     last_updated: dict[Values, int]  # partition values -> newest modification time (ms)
     touched_in: dict[Values, int] = field(default_factory=dict)  # -> version, where known
-    commits: tuple[dict[str, Any], ...] = ()  # partlake commit infos, oldest first
+    commits: tuple[CommitRecord, ...] = ()  # partlake commit records, oldest first
 
 
 class StateCache:
@@ -141,7 +143,7 @@ def _stamp(root: str, version: int) -> list[int] | None:
     # A table deleted and re-created at the same path repeats version numbers: the commit file's
     # size and modification time tell the two apart.
     try:
-        stat = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+        stat = os.stat(commit_file(root, version))
     except FileNotFoundError:
         return None
     return [version, stat.st_size, stat.st_mtime_ns]
@@ -172,7 +174,11 @@ def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableStat
         column_types=data["column_types"],
         last_updated={tuple(v): int(t) for v, t in data["last_updated"]},
         touched_in={tuple(v): int(n) for v, n in data["touched_in"]},
-        commits=tuple(data["commits"]),
+        commits=tuple(
+            record
+            for version, info in data["commits"]
+            if (record := CommitRecord.from_commit_info(info, table_version=version))
+        ),
     )
 
 
@@ -189,7 +195,7 @@ def _save_state(persist_dir: str, state: TableState, *, with_commits: bool) -> N
         "column_types": state.column_types,
         "last_updated": [[list(v), t] for v, t in state.last_updated.items()],
         "touched_in": [[list(v), n] for v, n in state.touched_in.items()],
-        "commits": list(state.commits),
+        "commits": [[r.table_version, r.to_commit_info()] for r in state.commits],
     }
     try:
         os.makedirs(persist_dir, exist_ok=True)
@@ -203,7 +209,7 @@ def _save_state(persist_dir: str, state: TableState, *, with_commits: bool) -> N
 
 
 def _has_commit(root: str, version: int) -> bool:
-    return os.path.exists(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+    return os.path.exists(commit_file(root, version))
 
 
 def _read_state(
@@ -237,10 +243,10 @@ def _read_state(
             last_updated = dict(zip(values, grouped.column("t_max").to_pylist(), strict=True))
         else:
             last_updated = {(): int(pc.max(actions.column("modification_time")).as_py())}
-    commits: tuple[dict[str, Any], ...] = ()
+    commits: tuple[CommitRecord, ...] = ()
     if with_commits:
         commits = _partlake_commits(root, version, previous)
-    by_time = {c.get("commit_time_ms"): c["version"] for c in commits}
+    by_time = {c.commit_time_ms: c.table_version for c in commits if c.table_version is not None}
     touched_in = {v: by_time[t] for v, t in last_updated.items() if t in by_time}
     return TableState(
         root=root,
@@ -255,18 +261,13 @@ def _read_state(
 
 def _partlake_commits(
     root: str, version: int, previous: TableState | None
-) -> tuple[dict[str, Any], ...]:
+) -> tuple[CommitRecord, ...]:
     known = previous.commits if previous is not None else ()
     since = previous.version if previous is not None else -1
-    new = []
     # Only the commits after the cached version, read from their JSON files (exact versions;
     # commits older than the log retention are gone, and so are their records).
-    for v in log_versions(root):
-        if since < v <= version:
-            entry = commit_info(root, v).get("partlake")
-            if isinstance(entry, dict):
-                new.append({**entry, "version": v})
-    return (*known, *new)
+    new = (read_record(root, v) for v in log_versions(root) if since < v <= version)
+    return (*known, *(r for r in new if r is not None))
 
 
 def folder_state(root: str, partition_by: Sequence[str]) -> TableState | None:

@@ -14,8 +14,17 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
 from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.layout import (
+    LOG_DIR,
+    commit_file,
+    commit_name,
+    commit_version,
+    last_checkpoint_file,
+    log_dir,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,7 +45,7 @@ class LiveFile:
 
 
 def table_exists(root: str) -> bool:
-    return os.path.isdir(os.path.join(root, "_delta_log")) and DeltaTable.is_deltatable(root)
+    return os.path.isdir(log_dir(root)) and DeltaTable.is_deltatable(root)
 
 
 def load_table(root: str, *, table_name: str | None = None) -> DeltaTable:
@@ -64,7 +73,7 @@ def unreadable(
     return TableUnreadableError(
         f"the Delta log of {name} at {os.path.abspath(root)} cannot be read: {damage}. Restore "
         "the file from a backup (if it is the newest commit and its writer was interrupted, "
-        "moving it out of _delta_log discards that commit); until the log is readable, partlake "
+        f"moving it out of {LOG_DIR} discards that commit); until the log is readable, partlake "
         f"plans and writes nothing that depends on {name}."
     )
 
@@ -72,45 +81,37 @@ def unreadable(
 def log_damage(root: str) -> str | None:
     """What is wrong with the log's JSON commits after the last checkpoint, or None if they all
     parse and follow each other without a gap (the ones a reader has to read)."""
-    log = os.path.join(root, "_delta_log")
-    first = _last_checkpoint(log) + 1
+    first = _last_checkpoint(root) + 1
     versions = [v for v in log_versions(root) if v >= first]
     for previous, version in zip(versions, versions[1:], strict=False):
         if version != previous + 1:
             return (
-                f"commit {previous + 1} is missing (the log jumps from {_commit_name(previous)} "
-                f"to {_commit_name(version)})"
+                f"commit {previous + 1} is missing (the log jumps from {commit_name(previous)} "
+                f"to {commit_name(version)})"
             )
     for version in versions:
-        path = os.path.join(log, _commit_name(version))
+        shown = f"{LOG_DIR}/{commit_name(version)}"
         try:
-            with open(path, encoding="utf-8") as log_file:
+            with open(commit_file(root, version), encoding="utf-8") as log_file:
                 lines = log_file.read().splitlines()
         except (OSError, UnicodeDecodeError) as error:
-            return f"commit file _delta_log/{_commit_name(version)} cannot be read ({error})"
+            return f"commit file {shown} cannot be read ({error})"
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 json.loads(line)
             except ValueError as error:
-                return (
-                    f"commit file _delta_log/{_commit_name(version)} is damaged "
-                    f"(line {number}: {error})"
-                )
+                return f"commit file {shown} is damaged (line {number}: {error})"
     return None
 
 
-def _last_checkpoint(log: str) -> int:
+def _last_checkpoint(root: str) -> int:
     try:
-        with open(os.path.join(log, "_last_checkpoint"), encoding="utf-8") as checkpoint:
+        with open(last_checkpoint_file(root), encoding="utf-8") as checkpoint:
             return int(json.load(checkpoint)["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return -1
-
-
-def _commit_name(version: int) -> str:
-    return f"{version:020d}.json"
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:
@@ -146,24 +147,51 @@ def live_files(table: DeltaTable, selection: PartitionSelection) -> list[LiveFil
 
 def log_versions(root: str) -> list[int]:
     """Versions that have a JSON commit file in the log, ascending."""
-    log = os.path.join(root, "_delta_log")
     try:
-        names = os.listdir(log)
+        names = os.listdir(log_dir(root))
     except FileNotFoundError:
         return []
-    return sorted(
-        int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
-    )
+    return sorted(v for v in map(commit_version, names) if v is not None)
 
 
 def commit_info(root: str, version: int) -> dict[str, Any]:
-    """The commitInfo action of one commit, read from its JSON file ({} if it has none)."""
-    path = os.path.join(root, "_delta_log", _commit_name(version))
+    """The commitInfo action of one commit, read from its JSON file ({} if it has none).
+
+    Raises:
+        TableUnreadableError: the commit file is damaged.
+    """
     try:
-        with open(path, encoding="utf-8") as log_file:
+        with open(commit_file(root, version), encoding="utf-8") as log_file:
             for line in log_file:
                 if line.startswith('{"commitInfo"'):
                     return dict(json.loads(line)["commitInfo"])
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
     return {}
+
+
+def read_record(root: str, version: int) -> CommitRecord | None:
+    """The partlake record of one commit (None if partlake did not write it)."""
+    return CommitRecord.from_commit_info(commit_info(root, version), table_version=version)
+
+
+def find_record(
+    root: str, *, since: int = 0, write_id: str | None = None, run_id: str | None = None
+) -> CommitRecord | None:
+    """The newest partlake record at version `since` or later with this write id or run id.
+
+    The version a commit got is known only from the log (delta-rs does not return it, and
+    `history()` misnumbered versions under concurrent writers), so it is searched newest first,
+    back to `since`: the table version before the commit, or 0.
+    """
+    for version in reversed(log_versions(root)):
+        if version < since:
+            break
+        record = read_record(root, version)
+        if record is None:
+            continue
+        if (write_id is not None and record.write_id == write_id) or (
+            run_id is not None and record.run_id == run_id
+        ):
+            return record
+    return None

@@ -33,8 +33,8 @@ import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
@@ -48,28 +48,32 @@ from deltalake.transaction import (
     Transaction,
 )
 
+from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import merge_for_write, spark_to_arrow
-from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.table import (
     arrow_schema,
-    commit_info,
+    find_record,
     live_files,
     load_table,
     log_damage,
-    log_versions,
     table_exists,
     unreadable,
 )
-from dagster_partlake.errors import CommitConflictError, PartitionMismatchError, SchemaMismatchError
+from dagster_partlake.errors import (
+    CommitConflictError,
+    PartitionMismatchError,
+    PartlakeError,
+    SchemaMismatchError,
+)
+from dagster_partlake.layout import staging_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-STAGING_DIR = "_partlake_staging"
 STALE_STAGING_SECONDS = 6 * 3600
 DEFAULT_MAX_ATTEMPTS = 30
-_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ class CommitResult:
     files_removed: int
     attempts: int
     commit_time_ms: int
-    metadata: dict[str, Any] = field(default_factory=dict)
+    record: CommitRecord
 
 
 def write_partitions(
@@ -116,7 +120,7 @@ def write_partitions(
     partition_by: Sequence[str],
     selection: PartitionSelection,
     partition_ids: Sequence[str],
-    metadata: Mapping[str, Any] | None = None,
+    record: CommitRecord | None = None,
     allow_new_columns: bool = False,
     table_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -130,7 +134,8 @@ def write_partitions(
         selection: the partitions being replaced; live files inside it are removed.
         partition_ids: one stable id per replaced partition (e.g. the Dagster partition key);
             concurrent writers of the same id conflict and the last commit wins.
-        metadata: stored under `partlake` in the commit info.
+        record: what the write records in its commit (default: a record naming the table and
+            the partition ids, with no code version, run or inputs).
         allow_new_columns: accept columns the table does not have yet.
         table_name: name used in error messages (default: the folder name).
         max_attempts: commit attempts before giving up on conflicts.
@@ -151,7 +156,7 @@ def write_partitions(
         allow_new_columns=allow_new_columns,
         table_name=table_name,
     )
-    return commit_staged(staged, metadata=metadata, max_attempts=max_attempts)
+    return commit_staged(staged, record=record, max_attempts=max_attempts)
 
 
 def stage_partitions(
@@ -194,11 +199,11 @@ def stage_partitions(
             arrow_schema(table), incoming, table_name=name, allow_new_columns=allow_new_columns
         )
 
-    _remove_stale_staging(root)
-    staging_dir = os.path.join(root, STAGING_DIR, uuid.uuid4().hex)
-    _spark_write_parquet(df, staging_dir, partition_by)
+    remove_stale_staging(root)
+    stage = os.path.join(staging_dir(root), uuid.uuid4().hex)
+    _spark_write_parquet(df, stage, partition_by)
     try:
-        files = _collect_staged_files(staging_dir, partition_by)
+        files = _collect_staged_files(stage, partition_by)
         outside = [f for f in files if not selection.contains(f.partition_values)]
         if outside:
             shown = sorted({_show_values(f.partition_values) for f in outside})
@@ -209,12 +214,12 @@ def stage_partitions(
                 "(context.partition_key / partition_keys) before returning it."
             )
     except BaseException:
-        shutil.rmtree(staging_dir, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
         raise
     return StagedWrite(
         root=root,
         table_name=name,
-        staging_dir=staging_dir,
+        staging_dir=stage,
         files=tuple(files),
         schema=schema,
         partition_by=tuple(partition_by),
@@ -226,14 +231,13 @@ def stage_partitions(
 def commit_staged(
     staged: StagedWrite,
     *,
-    metadata: Mapping[str, Any] | None = None,
+    record: CommitRecord | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> CommitResult:
     """Phase 2 of `write_partitions`: make the staged files the content of their partitions."""
     publish_staged(staged)
-
+    record = record or _default_record(staged)
     write_id = uuid.uuid4().hex
-    custom = {"partlake": {**(metadata or {}), "write_id": write_id}}
     delta_schema = DeltaSchema.from_arrow(staged.schema)
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
@@ -252,9 +256,9 @@ def commit_staged(
             )
             for f in staged.files
         ]
-        custom["partlake"]["commit_time_ms"] = now_ms
+        written = record.committed(write_id=write_id, commit_time_ms=now_ms)
         properties = CommitProperties(
-            custom_metadata=custom,
+            custom_metadata=written.to_commit_info(),
             app_transactions=[
                 Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids
             ],
@@ -263,6 +267,7 @@ def commit_staged(
             _ensure_table(staged, delta_schema)
             table = load_table(staged.root, table_name=staged.table_name)
             _add_new_columns(table, staged.schema)
+            before = table.version()
             old = live_files(table, staged.selection)
             removes = [
                 RemoveAction(
@@ -291,19 +296,33 @@ def commit_staged(
             # Jitter spreads the retries of writers that collided at the same moment.
             time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
             continue
+        # The version is known only from the log: search it from the version we committed on.
+        landed = find_record(staged.root, since=before + 1, write_id=write_id)
+        if landed is None or landed.table_version is None:
+            raise PartlakeError(
+                f"the commit to table {staged.table_name} succeeded but its record (write id "
+                f"{write_id}) is not in {staged.root}'s log; the table was replaced meanwhile."
+            )
         return CommitResult(
-            version=_committed_version(staged.root, write_id),
+            version=landed.table_version,
             num_records=staged.num_records,
             files_added=len(adds),
             files_removed=removed,
             attempts=attempt,
             commit_time_ms=now_ms,
-            metadata=custom["partlake"],
+            record=landed,
         )
     raise CommitConflictError(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
         "parallel writers of this table or raise max_attempts. Nothing was committed."
+    )
+
+
+def _default_record(staged: StagedWrite) -> CommitRecord:
+    keys = () if staged.partition_ids == (WHOLE_TABLE_ID,) else staged.partition_ids
+    return CommitRecord(
+        asset_key=staged.table_name, partition_keys=keys, code_version=None, run_id=None
     )
 
 
@@ -346,19 +365,6 @@ def publish_staged(staged: StagedWrite) -> None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.replace(os.path.join(staged.staging_dir, f.relative_path), target)
     shutil.rmtree(staged.staging_dir, ignore_errors=True)
-
-
-def _committed_version(root: str, write_id: str) -> int:
-    # DeltaTable.version() is not advanced by create_write_transaction, and history() numbered
-    # commits wrongly while other writers were committing (seen: -1 and duplicates). The commit
-    # file names are the truth: find ours by its unique id, newest first.
-    for version in reversed(log_versions(root)[-64:]):
-        if write_id in json.dumps(commit_info(root, version).get("partlake", {})):
-            return version
-    raise CommitConflictError(
-        f"commit {write_id} to {root} succeeded but is not among the 64 newest commits; "
-        "more than 64 writers committed at once, which this writer does not support."
-    )
 
 
 def _txn_app_id(partition_id: str) -> str:
@@ -418,7 +424,7 @@ def _partition_values_from_path(
         if unquote(key) != column:
             raise ValueError(f"unexpected partition folder {segment!r} in {relative!r}")
         value = unquote(raw)
-        values[column] = None if value == _HIVE_NULL else value
+        values[column] = None if value == HIVE_NULL else value
     return values
 
 
@@ -426,8 +432,10 @@ def _show_values(values: Mapping[str, str | None]) -> str:
     return "|".join(f"{k}={'null' if v is None else v}" for k, v in values.items())
 
 
-def _remove_stale_staging(root: str) -> None:
-    base = os.path.join(root, STAGING_DIR)
+def remove_stale_staging(root: str) -> None:
+    """Remove staging folders of writers that died before committing (older than
+    `STALE_STAGING_SECONDS`)."""
+    base = staging_dir(root)
     if not os.path.isdir(base):
         return
     cutoff = time.time() - STALE_STAGING_SECONDS

@@ -86,7 +86,7 @@ def test_two_writers_of_the_same_partition_last_commit_wins_whole(tmp_path: Path
     ]
     results = [finish(p) for p in procs]
     winner = max(results, key=lambda r: r["version"])
-    offset = 0 if winner["metadata"]["writer"] == procs[0].pid else 10_000
+    offset = 0 if winner["record"]["run_id"] == str(procs[0].pid) else 10_000
     # Exactly the rows of the last commit: never both writers' rows, never a mix.
     assert delta_rows(root, ["id"]) == [(offset + n,) for n in range(50)]
 

@@ -20,8 +20,10 @@ from dagster_partlake.delta import (
     stage_partitions,
     write_partitions,
 )
-from dagster_partlake.delta.writer import STAGING_DIR, _remove_stale_staging
+from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.delta.writer import remove_stale_staging
 from dagster_partlake.errors import PartitionMismatchError, SchemaMismatchError
+from dagster_partlake.layout import STAGING_DIR
 from tests.conftest import delta_files, delta_rows, spark_rows
 
 pytestmark = pytest.mark.spark
@@ -86,7 +88,12 @@ def test_write_then_read_round_trip_with_every_reader(spark, tmp_path: Path) -> 
         rows,
         box((2, 4), {"eu", "us"}),
         ["2|eu", "2|us", "3|eu", "3|us"],
-        metadata={"run_id": "r1"},
+        record=CommitRecord(
+            asset_key="t",
+            partition_keys=("2|eu", "2|us", "3|eu", "3|us"),
+            code_version=None,
+            run_id="r1",
+        ),
     )
     # Version 0 is the empty table the first write creates; the data is version 1.
     assert result.version == 1 and result.num_records == len(rows)
@@ -147,7 +154,9 @@ def test_partition_range_is_one_commit(spark, tmp_path: Path) -> None:
         rows,
         box((2, 5), {"eu", "us", "apac"}),
         keys,
-        metadata={"partition_keys": keys},
+        record=CommitRecord(
+            asset_key="t", partition_keys=tuple(keys), code_version=None, run_id=None
+        ),
     )
     table = DeltaTable(str(root))
     assert result.version == table.version() == 2
@@ -264,9 +273,75 @@ def test_stale_staging_folders_are_removed(spark, tmp_path: Path) -> None:
         partition_ids=["a"],
     )
     assert os.path.isdir(staged.staging_dir)
-    _remove_stale_staging(str(root))
+    remove_stale_staging(str(root))
     assert os.path.isdir(staged.staging_dir)  # a fresh staging folder may belong to a live writer
     old = 1_000_000_000
     os.utime(staged.staging_dir, (old, old))
-    _remove_stale_staging(str(root))
+    remove_stale_staging(str(root))
     assert not os.path.exists(staged.staging_dir)
+
+
+def test_a_commit_finds_its_version_behind_many_later_commits(
+    spark, tmp_path: Path, monkeypatch
+) -> None:
+    """70 other commits land right after ours, before we look for our version: the commit
+    landed, so the write succeeds and reports its own version (it used to search only the 64
+    newest commits and fail although data and record were committed)."""
+    root = tmp_path / "t"
+    write(spark, root, rows_for([1], ["eu"]), box((1, 2), {"eu"}), ["seed"])
+    original = DeltaTable.create_write_transaction
+
+    def then_seventy_more(table, *args, **kwargs):
+        original(table, *args, **kwargs)
+        for _ in range(70):  # another writer's commits (empty ones take a version too)
+            other = DeltaTable(str(root))
+            original(
+                other, [], mode="append", schema=other.schema(), partition_by=["date", "region"]
+            )
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", then_seventy_more)
+    result = write(
+        spark,
+        root,
+        rows_for([2], ["us"]),
+        box((2, 3), {"us"}),
+        ["2024-01-02|us"],
+        record=CommitRecord("t", ("2024-01-02|us",), None, "the-run"),
+    )
+    monkeypatch.undo()
+    assert DeltaTable(str(root)).version() == result.version + 70
+    assert DeltaTable(str(root)).history(71)[-1]["partlake"]["run_id"] == "the-run"
+    assert result.record.run_id == "the-run" and result.record.table_version == result.version
+
+
+def test_a_file_must_lie_in_exactly_its_partition_folder(spark, tmp_path: Path) -> None:
+    """A file whose log entry says region=eu but that lies in 'region=eu2/' would make Spark read
+    eu2 from the path; a substring test of the path let it through."""
+    from deltalake.transaction import AddAction
+
+    from dagster_partlake.errors import PartlakeConfigError
+
+    root = tmp_path / "t"
+    write(spark, root, rows_for([2], ["eu2"]), box((2, 3), {"eu2"}), ["2|eu2"])
+    table = DeltaTable(str(root))
+    misplaced = next(f for f in table.file_uris() if "region=eu2" in f)
+    relative = os.path.relpath(misplaced.removeprefix("file://"), root)
+    table.create_write_transaction(
+        [
+            AddAction(
+                path=relative,
+                size=os.path.getsize(misplaced.removeprefix("file://")),
+                partition_values={"date": "2024-01-02", "region": "eu"},
+                modification_time=0,
+                data_change=True,
+                stats=json.dumps({"numRecords": 5}),
+            )
+        ],
+        mode="append",
+        schema=table.schema(),
+        partition_by=["date", "region"],
+    )
+    with pytest.raises(
+        PartlakeConfigError, match="is not in the folder 'date=2024-01-02/region=eu/'"
+    ):
+        read_partitions(spark, str(root), box((2, 3), {"eu"}))

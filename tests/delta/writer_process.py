@@ -19,6 +19,7 @@ import time
 from pyspark.sql import SparkSession
 
 from dagster_partlake.delta import Box, DateRanges, PartitionSelection
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.writer import commit_staged, publish_staged, stage_partitions
 
 
@@ -66,7 +67,13 @@ def main() -> None:
         if time.time() > deadline:
             raise SystemExit("timed out waiting for the other writers")
         time.sleep(0.02)
-    result = commit_staged(staged, metadata={"writer": os.getpid()})
+    record = CommitRecord(
+        asset_key="t",
+        partition_keys=(f"{date}|{region}",),
+        code_version=None,
+        run_id=str(os.getpid()),  # which writer won
+    )
+    result = commit_staged(staged, record=record)
     print(json.dumps(dataclasses.asdict(result)))
     spark.stop()
 

@@ -1,0 +1,134 @@
+"""The commit record: what a partlake write stores in its Delta commit, and reads back.
+
+Every write of a managed asset puts one record under `partlake` in the commit's `commitInfo`: which
+asset and partitions it wrote, with which code version, in which run, how many rows per partition,
+and per upstream asset the table version and the lastUpdated of every partition it read. The
+planner's records come from these, so storage stays the source of truth even without Dagster's
+event log. One typed definition serves every writer and reader: a renamed field is an error here,
+never a silent "every partition looks stale".
+
+Format 1 (written with `"format": 1`; commits written before that field existed have the same
+fields and are read as format 1). A record without `commit_time_ms` predates recording what was
+consumed: it is read, but says nothing about freshness (`commit_time_ms is None`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dagster_partlake.errors import PartlakeError
+
+RECORD_KEY = "partlake"
+FORMAT = 1
+# Partition id of an unpartitioned table: its key in records and its commit conflict id.
+WHOLE_TABLE_ID = "__all__"
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """What one partlake commit wrote and read."""
+
+    asset_key: str
+    partition_keys: tuple[str, ...]  # Dagster partition keys written; () for a whole table
+    code_version: str | None
+    run_id: str | None
+    # Upstream asset -> partition id -> lastUpdated (ms) of that partition when it was read.
+    consumed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    upstream_versions: Mapping[str, int] = field(default_factory=dict)  # asset -> version read
+    rows_by_partition: Mapping[str, int] | None = None  # partition id -> rows written
+    write_id: str = ""
+    commit_time_ms: int | None = None
+    # Not written: the table version the record was read from.
+    table_version: int | None = None
+
+    @property
+    def partition_ids(self) -> tuple[str, ...]:
+        """The written partitions' ids: their keys, or `WHOLE_TABLE_ID` for a whole table."""
+        return self.partition_keys or (WHOLE_TABLE_ID,)
+
+    @property
+    def empty_partition_ids(self) -> frozenset[str]:
+        """Written partitions that got no rows (the write removed their data)."""
+        rows = self.rows_by_partition or {}
+        return frozenset(pid for pid in self.partition_ids if pid in rows and rows[pid] == 0)
+
+    def committed(self, *, write_id: str, commit_time_ms: int) -> CommitRecord:
+        """The record as one commit attempt writes it."""
+        return replace(self, write_id=write_id, commit_time_ms=commit_time_ms)
+
+    def to_commit_info(self) -> dict[str, Any]:
+        """`{"partlake": {...}}` for the commit's custom metadata."""
+        body: dict[str, Any] = {
+            "format": FORMAT,
+            "run_id": self.run_id,
+            "asset_key": self.asset_key,
+            "partition_keys": list(self.partition_keys),
+            "code_version": self.code_version,
+            "upstream_versions": dict(self.upstream_versions),
+            "consumed": {name: dict(parts) for name, parts in self.consumed.items()},
+            "rows_by_partition": (
+                None if self.rows_by_partition is None else dict(self.rows_by_partition)
+            ),
+            "empty_partition_keys": sorted(self.empty_partition_ids),
+            "write_id": self.write_id,
+        }
+        if self.commit_time_ms is not None:
+            body["commit_time_ms"] = self.commit_time_ms
+        return {RECORD_KEY: body}
+
+    @classmethod
+    def from_commit_info(
+        cls, info: Mapping[str, Any], *, table_version: int | None = None
+    ) -> CommitRecord | None:
+        """The record of a commit's `commitInfo` (None when partlake did not write it).
+
+        Raises:
+            PartlakeError: the record is malformed or from a newer format.
+        """
+        body = info.get(RECORD_KEY)
+        if not isinstance(body, Mapping):
+            return None
+        where = f"commit {table_version}" if table_version is not None else "a commit"
+        fmt = body.get("format", 1)
+        if not isinstance(fmt, int) or fmt > FORMAT:
+            raise PartlakeError(
+                f"{where} carries a partlake record of format {fmt!r}, newer than this "
+                f"dagster_partlake reads ({FORMAT}); upgrade dagster_partlake."
+            )
+        missing = [k for k in ("asset_key", "partition_keys") if k not in body]
+        if missing:
+            raise PartlakeError(
+                f"{where} carries a partlake record without {', '.join(missing)}; it was not "
+                "written by dagster_partlake's writer. Remove the 'partlake' entry from that "
+                "writer's commit metadata."
+            )
+        rows = body.get("rows_by_partition")
+        if rows is None and body.get("empty_partition_keys"):
+            # Some writers recorded only the empty partitions.
+            rows = {str(k): 0 for k in body["empty_partition_keys"]}
+        time_ms = body.get("commit_time_ms")
+        return cls(
+            asset_key=str(body["asset_key"]),
+            partition_keys=tuple(str(k) for k in body["partition_keys"] or ()),
+            code_version=body.get("code_version"),
+            run_id=body.get("run_id"),
+            consumed={
+                str(name): {str(k): int(v) for k, v in parts.items()}
+                for name, parts in (body.get("consumed") or {}).items()
+            },
+            upstream_versions={
+                str(k): int(v) for k, v in (body.get("upstream_versions") or {}).items()
+            },
+            rows_by_partition=None if rows is None else {str(k): int(v) for k, v in rows.items()},
+            write_id=str(body.get("write_id") or ""),
+            commit_time_ms=None if time_ms is None else int(time_ms),
+            table_version=table_version,
+        )
+
+
+def records_of(infos: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[CommitRecord, ...]:
+    """The partlake records among `(version, commitInfo)` pairs, in the given order."""
+    found = (CommitRecord.from_commit_info(info, table_version=v) for v, info in infos)
+    return tuple(r for r in found if r is not None)

@@ -1,0 +1,207 @@
+"""Gather the planner's input from a code location's graph and storage, and plan.
+
+The one place where storage state becomes planner input: each table's state
+(`dagster_partlake.delta.state`) becomes lastUpdated per Dagster partition key, its commit records
+become the planner's `Record`s, root assets get their existing partitions, and tables that cannot
+be read are named instead of planned. `make_plan` runs the pure planner on it; the CLI, the sensor
+and the runner all plan through here, and turn the plan into runs with `runs_for`. `moved` is the
+sensor's quick check of the same state.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dagster_partlake.delta.record import WHOLE_TABLE_ID
+from dagster_partlake.delta.state import StateCache, TableState, folder_state
+from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
+from dagster_partlake.graph import LakeAsset, LakeGraph
+from dagster_partlake.layout import log_dir
+from dagster_partlake.partitions import KeyCodec
+from dagster_partlake.planner import Key, PartitionState, Plan, PlanInput, Record, plan
+from dagster_partlake.runs import RunPlan, plan_runs
+
+
+def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
+    """The asset's table (or folder) state now.
+
+    Raises:
+        TableUnreadableError: the table's Delta log cannot be read.
+    """
+    if asset.is_folder:
+        return folder_state(asset.path, [c.column for c in asset.columns])
+    return cache.sync(asset.path, with_commits=not asset.is_source, name=asset.name)
+
+
+def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key, PartitionState]:
+    """lastUpdated per Dagster partition key (values outside the partitions are ignored)."""
+    if state is None:
+        return {}
+    if not asset.columns:
+        newest = max(state.last_updated.values(), default=None)
+        return {} if newest is None else {None: PartitionState(newest, state.version)}
+    order = [
+        state.partition_by.index(c.column) for c in asset.columns if c.column in state.partition_by
+    ]
+    if len(order) != len(asset.columns):
+        raise PartlakeConfigError(
+            f"table of asset {asset.name} at {asset.path} is partitioned by "
+            f"({', '.join(state.partition_by) or 'nothing'}), but the asset's partitions are "
+            f"stored in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or "
+            "the table."
+        )
+    codec = KeyCodec(asset.columns, state.column_types)
+    result: dict[Key, PartitionState] = {}
+    for values, last_updated in state.last_updated.items():
+        key = codec.key([values[i] for i in order])
+        if key is None:
+            continue
+        previous = result.get(key)
+        if previous is None or last_updated > previous.last_updated:
+            result[key] = PartitionState(last_updated, state.touched_in.get(values))
+    return result
+
+
+def to_records(asset: LakeAsset, state: TableState | None) -> dict[Key, Record]:
+    """The last partlake write of each partition, from the table's commit records."""
+    records: dict[Key, Record] = {}
+    if state is None:
+        return records
+    for commit in state.commits:  # oldest first: later writes replace earlier ones
+        if commit.commit_time_ms is None:
+            continue  # written before partlake recorded what it consumed: treat as unknown
+        empty = commit.empty_partition_ids
+        consumed = {
+            upstream: {_key(k): v for k, v in partitions.items()}
+            for upstream, partitions in commit.consumed.items()
+        }
+        for raw in commit.partition_ids:
+            records[_key(raw)] = Record(
+                code_version=commit.code_version,
+                written_last_updated=None if raw in empty else commit.commit_time_ms,
+                consumed=consumed,
+                run_id=commit.run_id,
+            )
+    return records
+
+
+def _key(raw: str) -> Key:
+    return None if raw == WHOLE_TABLE_ID else raw
+
+
+def gather_plan_input(
+    graph: LakeGraph, cache: StateCache, *, dynamic_partitions_store: Any = None
+) -> tuple[PlanInput, dict[str, TableState | None]]:
+    """Planner input for the whole graph, and the raw table states it was built from (tables
+    that could not be read are left out of both and named in `PlanInput.unreadable`)."""
+    raw: dict[str, TableState | None] = {}
+    unreadable: dict[str, str] = {}
+    for name, asset in graph.assets.items():
+        try:
+            raw[name] = read_state(asset, cache)
+        except TableUnreadableError as error:
+            unreadable[name] = str(error)
+    states: dict[str, dict[Key, PartitionState]] = {}
+    records: dict[str, dict[Key, Record]] = {}
+    for name, state in raw.items():
+        asset = graph.assets[name]
+        version = state.version if state is not None else -1
+        cached = graph.converted.get(name)
+        if cached is None or cached[0] != version:
+            # Converting values to keys and commits to records is the costly part of a plan at
+            # many partitions; a table whose version did not move keeps its conversion.
+            cached = (
+                version,
+                to_partition_states(asset, state),
+                {} if asset.is_source else to_records(asset, state),
+            )
+            graph.converted[name] = cached
+        states[name] = cached[1]
+        if not asset.is_source:
+            records[name] = cached[2]
+    plan_input = PlanInput(
+        graph.plan_assets(dynamic_partitions_store),
+        states,
+        records,
+        partition_keys=graph.root_partition_keys(dynamic_partitions_store),
+        unreadable=unreadable,
+    )
+    return plan_input, raw
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plan: Plan
+    inputs: PlanInput
+    states: dict[str, TableState | None]
+    seconds: float
+
+    @property
+    def versions(self) -> dict[str, int]:
+        """Table version (folder: state hash) of every table that exists and could be read."""
+        return {name: s.version for name, s in self.states.items() if s is not None}
+
+
+def make_plan(
+    graph: LakeGraph,
+    cache: StateCache,
+    *,
+    select: Sequence[str] | None = None,
+    dynamic_partitions_store: Any = None,
+) -> PlanResult:
+    """Sync partition state, plan the whole graph, keep the selected assets' partitions.
+
+    Raises:
+        PartlakeConfigError: `select` names an asset the code location does not have.
+    """
+    started = time.perf_counter()
+    if select:
+        unknown = sorted(set(select) - set(graph.assets))
+        if unknown:
+            raise PartlakeConfigError(
+                f"unknown asset(s) {', '.join(unknown)}; the code location has "
+                f"{', '.join(sorted(graph.assets))}."
+            )
+    inputs, states = gather_plan_input(
+        graph, cache, dynamic_partitions_store=dynamic_partitions_store
+    )
+    result = plan(inputs)
+    if select:
+        result = result.select(select)
+    return PlanResult(result, inputs, states, time.perf_counter() - started)
+
+
+def runs_for(
+    graph: LakeGraph, result: PlanResult, *, blocked: Mapping[str, set[Key]] | None = None
+) -> RunPlan:
+    """The runs `result`'s plan becomes in this code location (`dagster_partlake.runs`)."""
+    return plan_runs(
+        result.plan,
+        result.inputs.assets,
+        graph.partitions_defs(),
+        graph.policies(),
+        blocked=blocked,
+        units=graph.units(),
+    )
+
+
+def moved(graph: LakeGraph, cache: StateCache, versions: Mapping[str, int]) -> bool:
+    """Whether any table may differ from `versions` (a `PlanResult.versions` of an earlier plan
+    with the same cache): a cheap check, a couple of `stat`s per table."""
+    for name, asset in graph.assets.items():
+        if asset.is_folder:
+            state = folder_state(asset.path, [c.column for c in asset.columns])
+            if (state.version if state else None) != versions.get(name):
+                return True
+            continue
+        version = versions.get(name)
+        if version is None:
+            if os.path.isdir(log_dir(asset.path)):
+                return True
+        elif cache.moved(asset.path, version):
+            return True
+    return False

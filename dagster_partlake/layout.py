@@ -1,0 +1,83 @@
+"""Where things live in a lake: the root, each asset's table, and the files of a Delta log.
+
+Pure (no Dagster, no storage access): every module that needs a path asks here, so the IO manager,
+the state reader, the sensor, the CLI and the example agree on one layout:
+
+    <root>/warehouse/<asset key path>/          a managed asset's Delta table
+    <root>/<partlake/path metadata>/            a source that says where it lives
+    <table>/_delta_log/<version:020d>.json      one commit
+    <table>/_delta_log/_last_checkpoint         the newest checkpoint's version
+    <table>/_partlake_staging/<uuid>/           files written by a run, not committed yet
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+LOG_DIR = "_delta_log"
+LAST_CHECKPOINT = "_last_checkpoint"
+STAGING_DIR = "_partlake_staging"
+WAREHOUSE_DIR = "warehouse"
+
+
+class _HasPath(Protocol):
+    @property
+    def path(self) -> Sequence[str]: ...
+
+
+def default_root() -> str:
+    """`$PARTLAKE_HOME`, else `.partlake` in the working directory."""
+    return os.environ.get("PARTLAKE_HOME") or ".partlake"
+
+
+def resolve_root(root: str | None) -> str:
+    """The absolute lake root: `root` if given, else `default_root()`."""
+    return os.path.abspath(root or default_root())
+
+
+def table_path(
+    root: str | None, asset_key: _HasPath | Sequence[str], path: str | None = None
+) -> str:
+    """Where the table of an asset lives: `<root>/warehouse/<asset key path>`, or `<root>/<path>`
+    for a source whose metadata `partlake/path` says so (an absolute `path` is used as is).
+
+    Args:
+        root: lake root (None: `default_root()`).
+        asset_key: a Dagster `AssetKey` or its path components.
+        path: the asset's `partlake/path` metadata, if any.
+    """
+    base = resolve_root(root)
+    if path:
+        return os.path.join(base, str(path))
+    parts = asset_key.path if hasattr(asset_key, "path") else asset_key
+    return os.path.join(base, WAREHOUSE_DIR, *parts)
+
+
+def log_dir(table: str) -> str:
+    return os.path.join(table, LOG_DIR)
+
+
+def commit_name(version: int) -> str:
+    """`00000000000000000007.json` for version 7."""
+    return f"{version:020d}.json"
+
+
+def commit_file(table: str, version: int) -> str:
+    return os.path.join(table, LOG_DIR, commit_name(version))
+
+
+def commit_version(name: str) -> int | None:
+    """The version of a JSON commit file name, None for any other file of the log."""
+    if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+        return int(name[:20])
+    return None
+
+
+def last_checkpoint_file(table: str) -> str:
+    return os.path.join(table, LOG_DIR, LAST_CHECKPOINT)
+
+
+def staging_dir(table: str) -> str:
+    return os.path.join(table, STAGING_DIR)

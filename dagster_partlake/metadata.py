@@ -1,0 +1,16 @@
+"""The asset definition metadata dagster_partlake reads, in one place.
+
+| key | on | meaning |
+| --- | --- | --- |
+| `partition_expr` | partitioned assets | table column(s) holding the partition dimensions |
+| `schema_mode` | managed assets | `"add_columns"` lets a write add new columns |
+| `partlake/format` | sources | `"delta"` (default) or `"folder"` (Parquet in `col=value/`) |
+| `partlake/path` | sources | where the source lives, relative to the lake root |
+"""
+
+from __future__ import annotations
+
+PARTITION_EXPR_KEY = "partition_expr"
+SCHEMA_MODE_KEY = "schema_mode"
+FORMAT_KEY = "partlake/format"
+PATH_KEY = "partlake/path"

@@ -1,0 +1,225 @@
+"""Plans become runs, and partition mappings become key maps: pure, no JVM, no storage."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import (
+    BackfillPolicy,
+    DailyPartitionsDefinition,
+    DimensionPartitionMapping,
+    IdentityPartitionMapping,
+    MonthlyPartitionsDefinition,
+    MultiPartitionMapping,
+    MultiPartitionsDefinition,
+    StaticPartitionMapping,
+    StaticPartitionsDefinition,
+    TimeWindowPartitionMapping,
+)
+
+from dagster_partlake.batches import partition_boxes
+from dagster_partlake.mappings import key_maps
+from dagster_partlake.partitions import all_keys
+from dagster_partlake.planner import Dependency, PartitionState, PlanAsset, PlanInput, plan
+from dagster_partlake.runs import plan_runs
+
+REGIONS = StaticPartitionsDefinition(["eu", "us", "apac"])
+DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-03-01")
+MONTHLY = MonthlyPartitionsDefinition(start_date="2024-01", end_date="2024-03", fmt="%Y-%m")
+DAILY_REGION = MultiPartitionsDefinition({"date": DAILY, "region": REGIONS})
+MONTHLY_REGION = MultiPartitionsDefinition({"month": MONTHLY, "region": REGIONS})
+TO_MONTH = MultiPartitionMapping(
+    {
+        "date": DimensionPartitionMapping("month", TimeWindowPartitionMapping()),
+        "region": DimensionPartitionMapping("region", IdentityPartitionMapping()),
+    }
+)
+
+
+def dep(name: str, upstream, downstream, mapping=None) -> Dependency:
+    mapping = mapping or IdentityPartitionMapping()
+    up, down = key_maps(upstream, downstream, mapping)
+    return Dependency(name, up, down, identity=upstream == downstream)
+
+
+# src (daily x region source) -> clean -> daily (same partitions) -> monthly (month x region)
+ASSETS = [
+    PlanAsset("src", (), None, is_source=True),
+    PlanAsset("clean", (dep("src", DAILY_REGION, DAILY_REGION),), "1"),
+    PlanAsset("daily", (dep("clean", DAILY_REGION, DAILY_REGION),), "1"),
+    PlanAsset("monthly", (dep("daily", DAILY_REGION, MONTHLY_REGION, TO_MONTH),), "1"),
+]
+DEFS = {
+    "src": DAILY_REGION,
+    "clean": DAILY_REGION,
+    "daily": DAILY_REGION,
+    "monthly": MONTHLY_REGION,
+}
+SINGLE = BackfillPolicy.single_run()
+
+
+def stale_source(keys: list[str]) -> PlanInput:
+    """A source with data in `keys`; nothing managed written yet: all of it is missing."""
+    return PlanInput(ASSETS, {"src": {k: PartitionState(1) for k in keys}}, {})
+
+
+def test_single_run_assets_with_the_same_partitions_share_one_range_run() -> None:
+    keys = [f"2024-01-0{d}|{r}" for d in (1, 2, 3) for r in ("eu", "us")]
+    runs = plan_runs(
+        plan(stale_source(keys)),
+        ASSETS,
+        DEFS,
+        {"clean": SINGLE, "daily": SINGLE, "monthly": SINGLE},
+    )
+    assert [r.to_json() for r in runs.runs] == [
+        {
+            "run": 1,
+            "assets": ["clean", "daily"],
+            "partition_key": None,
+            "partition_range": ["2024-01-01|eu", "2024-01-03|us"],
+            "partitions": [
+                "2024-01-01|eu",
+                "2024-01-01|us",
+                "2024-01-02|eu",
+                "2024-01-02|us",
+                "2024-01-03|eu",
+                "2024-01-03|us",
+            ],  # fmt: skip
+            "reasons": ["missing"],
+            "waits_for": [],
+        },
+        {
+            "run": 2,
+            "assets": ["monthly"],
+            "partition_key": None,
+            "partition_range": ["2024-01|eu", "2024-01|us"],
+            "partitions": ["2024-01|eu", "2024-01|us"],
+            "reasons": ["missing"],
+            "waits_for": [1],
+        },
+    ]
+    assert [r.number for r in runs.ready] == [1]
+    assert runs.runs[0].run_tags() == {
+        "partlake/reasons": "missing",
+        "partlake/partitions": ", ".join(keys),
+        "dagster/asset_partition_range_start": "2024-01-01|eu",
+        "dagster/asset_partition_range_end": "2024-01-03|us",
+    }
+    assert runs.runs[0].describe_partitions() == "2024-01-01|eu...2024-01-03|us (6 partitions)"
+
+
+def test_without_a_policy_each_partition_is_a_run_and_downstream_waits_for_its_own() -> None:
+    runs = plan_runs(plan(stale_source(["2024-01-31|eu", "2024-02-01|eu"])), ASSETS, DEFS, {})
+    by_number = {r.number: r for r in runs.runs}
+    summary = [(r.assets, r.partition_key, r.waits_for) for r in runs.runs]
+    assert summary == [
+        (("clean", "daily"), "2024-01-31|eu", ()),
+        (("clean", "daily"), "2024-02-01|eu", ()),
+        (("monthly",), "2024-01|eu", (1,)),  # January waits for January's day only
+        (("monthly",), "2024-02|eu", (2,)),
+    ]
+    assert by_number[3].run_tags()["partlake/partitions"] == "2024-01|eu"
+
+
+def test_blocked_partitions_and_what_depends_on_them_wait() -> None:
+    stale = plan(stale_source(["2024-01-31|eu", "2024-02-01|eu"]))
+    runs = plan_runs(stale, ASSETS, DEFS, {}, blocked={"clean": {"2024-01-31|eu"}})
+    assert [(r.assets, r.partition_key) for r in runs.runs] == [
+        (("clean", "daily"), "2024-02-01|eu"),
+        (("monthly",), "2024-02|eu"),
+    ]
+    assert sorted((i.asset, i.partition) for i in runs.waiting) == [
+        ("clean", "2024-01-31|eu"),
+        ("daily", "2024-01-31|eu"),
+        ("monthly", "2024-01|eu"),
+    ]
+
+
+def test_multi_run_policy_chunks_a_box_into_ranges() -> None:
+    keys = [f"2024-01-{d:02d}|eu" for d in range(1, 8)]
+    runs = plan_runs(
+        plan(stale_source(keys)), ASSETS, DEFS, {"clean": BackfillPolicy.multi_run(3)}
+    ).runs
+    clean = [r for r in runs if "clean" in r.assets]
+    assert [r.partition_range or r.partition_key for r in clean] == [
+        ("2024-01-01|eu", "2024-01-03|eu"),
+        ("2024-01-04|eu", "2024-01-06|eu"),
+        "2024-01-07|eu",
+    ]
+
+
+def test_partition_boxes_split_irregular_keys_into_ranges() -> None:
+    keys = ["2024-01-01|eu", "2024-01-02|eu", "2024-01-05|eu", "2024-01-01|us", "2024-01-02|us"]
+    assert partition_boxes(DAILY_REGION, keys) == [
+        ["2024-01-01|eu", "2024-01-02|eu"],
+        ["2024-01-05|eu"],
+        ["2024-01-01|us", "2024-01-02|us"],
+    ]
+    full = [f"2024-01-0{d}|{r}" for d in (1, 2) for r in ("eu", "us", "apac")]
+    assert partition_boxes(DAILY_REGION, full) == [
+        sorted(full, key=lambda k: (k[:10], "euusapac".index(k[11:13])))
+    ]
+    assert partition_boxes(DAILY, ["2024-01-03", "2024-01-01", "2024-01-02", "2024-02-10"]) == [
+        ["2024-01-01", "2024-01-02", "2024-01-03"],
+        ["2024-02-10"],
+    ]
+
+
+IDENTITY, TIME = IdentityPartitionMapping(), TimeWindowPartitionMapping()
+SWAP = StaticPartitionMapping({"eu": "us", "us": "eu", "apac": "apac"})
+FEBRUARY_EU = [f"2024-02-{d:02d}|eu" for d in range(1, 30)]
+
+
+@pytest.mark.parametrize(
+    ("upstream", "downstream", "mapping", "down_key", "up_keys"),
+    [
+        (DAILY_REGION, DAILY_REGION, IDENTITY, "2024-01-05|us", ["2024-01-05|us"]),
+        (DAILY, MONTHLY, TIME, "2024-02", [f"2024-02-{d:02d}" for d in range(1, 30)]),
+        (MONTHLY, DAILY, TIME, "2024-02-14", ["2024-02"]),
+        (DAILY_REGION, MONTHLY_REGION, TO_MONTH, "2024-02|eu", FEBRUARY_EU),
+        (REGIONS, REGIONS, SWAP, "eu", ["us"]),
+    ],
+)  # fmt: skip
+def test_key_maps_are_inverse_of_each_other(upstream, downstream, mapping, down_key, up_keys):
+    up, down = key_maps(upstream, downstream, mapping)
+    assert list(up(down_key)) == up_keys
+    for key in up_keys:
+        assert down_key in down(key)
+    # Inverse on the whole universe: u in up(d) <=> d in down(u).
+    for d in all_keys(downstream):
+        for u in up(d):
+            assert d in down(u), (d, u)
+
+
+def test_unpartitioned_sides_map_to_every_key() -> None:
+    up, down = key_maps(REGIONS, None, IdentityPartitionMapping())
+    assert list(up(None)) == ["eu", "us", "apac"] and list(down("us")) == [None]
+    up, down = key_maps(None, REGIONS, IdentityPartitionMapping())
+    assert list(up("eu")) == [None] and list(down(None)) == ["eu", "us", "apac"]
+
+
+def test_a_multi_asset_that_cannot_be_subset_runs_whole_after_what_it_reads() -> None:
+    """order_count reads clean, names reads the source: without the unit, order_count would join
+    clean's run and names run alone; Dagster refuses to run half of the multi-asset."""
+    assets = [
+        *ASSETS[:2],
+        PlanAsset("order_count", (dep("clean", DAILY_REGION, DAILY_REGION),), "1"),
+        PlanAsset("names", (dep("src", DAILY_REGION, DAILY_REGION),), "1"),
+    ]
+    stale = plan(PlanInput(assets, {"src": {"2024-01-01|eu": PartitionState(1)}}, {}))
+    units = {"order_count": ("order_count", "names"), "names": ("order_count", "names")}
+    runs = plan_runs(stale, assets, DEFS | {"order_count": DAILY_REGION, "names": DAILY_REGION}, {})
+    assert [(r.assets, r.waits_for) for r in runs.runs] == [
+        (("clean", "order_count"), ()),  # half the multi-asset: Dagster refuses this run
+        (("names",), ()),
+    ]
+    runs = plan_runs(
+        stale,
+        assets,
+        DEFS | {"order_count": DAILY_REGION, "names": DAILY_REGION},
+        {},
+        units=units,
+    )
+    assert [(r.assets, r.partition_key, r.waits_for) for r in runs.runs] == [
+        (("clean",), "2024-01-01|eu", ()),
+        (("order_count", "names"), "2024-01-01|eu", (1,)),
+    ]
