@@ -115,6 +115,20 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def cli_env(tmp_path: Path, lake: Path) -> dict[str, str]:
+    """Environment for `partlake` / `dagster` subprocesses on `lake`, with a fresh empty Dagster
+    instance and state cache under `tmp_path`."""
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").touch()
+    return subprocess_env(
+        PARTLAKE_HOME=str(lake),
+        DAGSTER_HOME=str(home),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PARTLAKE_CACHE_DIR=str(tmp_path / "state-cache"),
+    )
+
+
 def run_partlake(
     *args: str, env: dict[str, str], timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

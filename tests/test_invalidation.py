@@ -13,7 +13,7 @@ import pytest
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.gather import make_plan
 from dagster_partlake.sensor import SENSOR_TAG, build_invalidation_sensor
-from tests.conftest import run_partlake, sensor_tick, subprocess_env
+from tests.conftest import cli_env, run_partlake, sensor_tick
 
 pytestmark = pytest.mark.spark
 
@@ -142,15 +142,8 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     from definitions.ingest import write_partition
 
     write_partition(dt.date(2024, 1, 2), "eu", 150, seed=3, root=str(lake))
+    env = cli_env(tmp_path, lake)
     home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").touch()
-    env = subprocess_env(
-        PARTLAKE_HOME=str(lake),
-        DAGSTER_HOME=str(home),
-        SPARK_LOCAL_IP="127.0.0.1",
-        PARTLAKE_CACHE_DIR=str(tmp_path / "state-cache"),
-    )
     plan = run_partlake("plan", "-m", "definitions", "--json", env=env, timeout=120)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert json.loads(plan.stdout) == [

@@ -21,7 +21,7 @@ from dagster_partlake.delta.state import StateCache
 from dagster_partlake.gather import make_plan, runs_for
 from dagster_partlake.graph import LakeGraph
 from dagster_partlake.runner import refresh
-from tests.conftest import run_partlake, sensor_tick, subprocess_env
+from tests.conftest import cli_env, run_partlake, sensor_tick
 
 pytestmark = pytest.mark.spark
 
@@ -58,14 +58,7 @@ def test_root_assets_are_planned_run_and_then_fresh(
     ]
 
     # The CLI on the empty lake says the same.
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").touch()
-    env = subprocess_env(
-        PARTLAKE_HOME=str(lake),
-        DAGSTER_HOME=str(home),
-        PARTLAKE_CACHE_DIR=str(tmp_path / "cache"),
-    )
+    env = cli_env(tmp_path, lake)
     cli = run_partlake("plan", "-m", "tests.root_defs", "--json", env=env, timeout=120)
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert [(i["asset"], i["partition"], i["reason"]) for i in json.loads(cli.stdout)] == [

@@ -15,7 +15,7 @@ from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.gather import make_plan
 from dagster_partlake.runner import refresh
 from dagster_partlake.sensor import build_invalidation_sensor
-from tests.conftest import run_partlake, sensor_tick, subprocess_env
+from tests.conftest import cli_env, run_partlake, sensor_tick
 
 pytestmark = pytest.mark.spark
 
@@ -43,14 +43,7 @@ def test_damaged_table_holds_back_its_closure_and_says_what_to_do(
     commit, original = damage_newest_commit(daily)
     write_partition(dt.date(2024, 1, 1), "us", 200, seed=5, root=str(lake))
 
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").touch()
-    env = subprocess_env(
-        PARTLAKE_HOME=str(lake),
-        DAGSTER_HOME=str(home),
-        PARTLAKE_CACHE_DIR=str(tmp_path / "cache"),
-    )
+    env = cli_env(tmp_path, lake)
     expected_error = (
         f"Error: the Delta log of daily_region_stats at {daily} cannot be read: commit file "
         f"_delta_log/{commit.name} is damaged (line "
