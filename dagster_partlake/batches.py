@@ -17,7 +17,7 @@ holds back only what reads it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from dagster import (
@@ -53,6 +53,7 @@ def make_batches(
     *,
     blocked: Mapping[str, set[Key]] | None = None,
     units: Mapping[str, Sequence[str]] | None = None,
+    cutoff: Collection[str] = (),
 ) -> BatchPlan:
     """Batches that can run now, and the stale partitions that must wait.
 
@@ -65,6 +66,8 @@ def make_batches(
             their downstream partitions wait too.
         units: per asset of a multi-asset that Dagster cannot subset, all its assets: they run
             together, in one run, once every partition they read outside it is written.
+        cutoff: assets whose stale partitions may come out unchanged (`tracked`): a partition
+            reading one of them never joins its run, it waits for the next round.
     """
     by_name = {a.name: a for a in assets}
     blocked = blocked or {}
@@ -116,7 +119,7 @@ def make_batches(
         later: list[StalePartition] = []  # reads a partition that waits
         for item in items:
             ups = ups_of(item)
-            if any(up in waiting for up in ups):
+            if any(up in waiting or up[0] in cutoff for up in ups):
                 later.append(item)
             elif ups:
                 joining[item] = {group_of[up] for up in ups}

@@ -112,9 +112,13 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     )
     failed = sum(1 for o in outcomes if o.status == "failed")
     skipped = sum(1 for o in outcomes if o.status == "skipped")
-    summary = f"{len(outcomes) - failed - skipped} asset partition(s) refreshed, {failed} failed"
+    unchanged = sum(1 for o in outcomes if o.status == "unchanged")
+    refreshed = len(outcomes) - failed - skipped - unchanged
+    summary = f"{refreshed} asset partition(s) refreshed, {failed} failed"
     if skipped:
         summary += f", {skipped} skipped (a run they wait for failed)"
+    if unchanged:
+        summary += f", {unchanged} not run (their inputs came out unchanged)"
     click.echo(summary + ".")
     _fail_on_unreadable(result.plan)
     if failed or skipped:

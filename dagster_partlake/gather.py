@@ -74,7 +74,6 @@ def to_records(asset: LakeAsset, state: TableState | None) -> dict[Key, Record]:
     for commit in state.commits:  # oldest first: later writes replace earlier ones
         if commit.commit_time_ms is None:
             continue  # written before partlake recorded what it consumed: treat as unknown
-        empty = commit.empty_partition_ids
         consumed = {
             upstream: {_key(k): v for k, v in partitions.items()}
             for upstream, partitions in commit.consumed.items()
@@ -82,11 +81,21 @@ def to_records(asset: LakeAsset, state: TableState | None) -> dict[Key, Record]:
         for raw in commit.partition_ids:
             records[_key(raw)] = Record(
                 code_version=commit.code_version,
-                written_last_updated=None if raw in empty else commit.commit_time_ms,
+                written_last_updated=commit.written_last_updated(raw),
                 consumed=consumed,
                 run_id=commit.run_id,
             )
     return records
+
+
+def states_from_records(records: Mapping[Key, Record]) -> dict[Key, PartitionState]:
+    """lastUpdated per Dagster partition of a decoupled table (its table partitions are not
+    Dagster partitions): what the last write of each gave it. Writes by others go unseen."""
+    return {
+        key: PartitionState(r.written_last_updated)
+        for key, r in records.items()
+        if r.written_last_updated is not None
+    }
 
 
 def _key(raw: str) -> Key:
@@ -114,11 +123,13 @@ def gather_plan_input(
         if cached is None or cached[0] != version:
             # Converting values to keys and commits to records is the costly part of a plan at
             # many partitions; a table whose version did not move keeps its conversion.
-            cached = (
-                version,
-                to_partition_states(asset, state),
-                {} if asset.is_source else to_records(asset, state),
+            asset_records = {} if asset.is_source else to_records(asset, state)
+            asset_states = (
+                states_from_records(asset_records)
+                if asset.decoupled
+                else to_partition_states(asset, state)
             )
+            cached = (version, asset_states, asset_records)
             graph.converted[name] = cached
         states[name] = cached[1]
         if not asset.is_source:
@@ -186,6 +197,7 @@ def runs_for(
         graph.policies(),
         blocked=blocked,
         units=graph.units(),
+        cutoff=graph.cutoff(),
     )
 
 

@@ -24,6 +24,7 @@ from dagster import (
 )
 
 from dagster_partlake.io_manager import DeltaPartitionIOManager
+from dagster_partlake.kinds import model_kind
 from dagster_partlake.layout import resolve_root, table_path
 from dagster_partlake.mappings import key_maps
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
@@ -50,6 +51,9 @@ class LakeAsset:
     parents: tuple[str, ...]
     pools: frozenset[str] = frozenset()  # Dagster concurrency pools of its steps
     backfill_policy: BackfillPolicy | None = None
+    kind: str = "partition"  # the model kind (`dagster_partlake.kinds`)
+    # The table's partitions are not the Dagster partitions (`ModelKind.decoupled`).
+    decoupled: bool = False
 
     @property
     def is_root(self) -> bool:
@@ -87,11 +91,15 @@ class LakeGraph:
             metadata = dict(node.metadata or {})
             is_folder = metadata.get(FORMAT_KEY) == "folder"
             path = table_path(self.root, key, metadata.get(PATH_KEY))
+            columns = tuple(dimension_columns(node.partitions_def, metadata, asset_name=name))
+            kind = model_kind(
+                metadata, partitioned=node.partitions_def is not None, asset_name=name
+            )
             self.assets[name] = LakeAsset(
                 key=key,
                 name=name,
                 partitions_def=node.partitions_def,
-                columns=tuple(dimension_columns(node.partitions_def, metadata, asset_name=name)),
+                columns=columns,
                 path=path,
                 is_source=not node.is_materializable,
                 is_folder=is_folder,
@@ -101,6 +109,8 @@ class LakeGraph:
                 ),
                 pools=frozenset(node.pools or ()) if node.is_materializable else frozenset(),
                 backfill_policy=node.backfill_policy if node.is_materializable else None,
+                kind=kind.kind,
+                decoupled=node.is_materializable and kind.decoupled([c.column for c in columns]),
             )
         # Dynamic partition keys live in the Dagster instance, so planning needs it only then.
         self.has_dynamic_partitions = any(
@@ -119,6 +129,10 @@ class LakeGraph:
             if len(keys) > 1 and not assets_def.can_subset:
                 result[asset.name] = tuple(k for k in keys if k in self.assets)
         return result
+
+    def cutoff(self) -> set[str]:
+        """Assets whose recomputed partitions may come out unchanged (kind `tracked`)."""
+        return {name for name, a in self.assets.items() if a.kind == "tracked"}
 
     def partitions_defs(self) -> dict[str, PartitionsDefinition | None]:
         return {name: a.partitions_def for name, a in self.assets.items()}

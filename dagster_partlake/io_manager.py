@@ -29,9 +29,13 @@ from pydantic import Field, PrivateAttr
 from dagster_partlake.delta.reader import open_table, read_snapshot
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
+from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
-from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, commit_staged, stage_partitions
+from dagster_partlake.delta.table import latest_records
+from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.errors import PartlakeError
+from dagster_partlake.kind_writes import WriteTarget, write_output
+from dagster_partlake.kinds import model_kind
 from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, SCHEMA_MODE_KEY
 from dagster_partlake.partitions import (
@@ -113,31 +117,27 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             dynamic_partitions_store=_instance(context),
         )
         definition_metadata = context.definition_metadata or {}
+        kind = model_kind(
+            definition_metadata, partitioned=partitions_def is not None, asset_name=asset_name
+        )
         columns = dimension_columns(partitions_def, definition_metadata, asset_name=asset_name)
-        column_types = delta_types(spark_to_arrow(obj.schema))
-        selection = selection_for_keys(columns, keys, column_types, asset_name=asset_name)
         reads = self._inputs_of(context)
         code_version = _code_version(context)
-        staged = stage_partitions(
-            obj,
-            self.table_root(context.asset_key),
-            partition_by=[c.column for c in columns],
-            selection=selection,
-            partition_ids=keys or [WHOLE_TABLE_ID],
-            allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
-            table_name=asset_name,
-        )
-        codec = KeyCodec(columns, column_types)
-        rows_by_key: dict[str, int] = dict.fromkeys(keys or [WHOLE_TABLE_ID], 0)
-        for f in staged.files:
-            key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
-            rows_by_key[key or WHOLE_TABLE_ID] = rows_by_key.get(key or WHOLE_TABLE_ID, 0) + (
-                f.num_records
-            )
         upstream_versions = {name: version for name, (version, _) in reads.items()}
-        result = commit_staged(
-            staged,
-            record=CommitRecord(
+        target = WriteTarget(
+            root=self.table_root(context.asset_key),
+            asset_name=asset_name,
+            kind=kind,
+            columns=columns,
+            column_types=delta_types(spark_to_arrow(obj.schema)),
+            keys=keys,
+            allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
+            max_attempts=self.max_commit_attempts,
+        )
+        written = write_output(
+            obj,
+            target,
+            CommitRecord(
                 asset_key=asset_name,
                 partition_keys=tuple(keys),
                 code_version=code_version,
@@ -145,24 +145,38 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 # lastUpdated of every upstream partition read: what the planner compares with.
                 consumed={name: partitions for name, (_, partitions) in reads.items()},
                 upstream_versions=upstream_versions,
-                rows_by_partition=rows_by_key,
             ),
-            max_attempts=self.max_commit_attempts,
         )
-        context.add_output_metadata(
-            {
-                "dagster/row_count": MetadataValue.int(result.num_records),
-                "partlake/table_version": MetadataValue.int(result.version),
-                "partlake/path": MetadataValue.path(self.table_root(context.asset_key)),
-                "partlake/run_id": MetadataValue.text(context.run_id),
-                "partlake/partition_count": MetadataValue.int(len(keys)),
-                "partlake/code_version": MetadataValue.text(code_version or ""),
-                "partlake/upstream_versions": MetadataValue.json(upstream_versions),
-                "partlake/files_added": MetadataValue.int(result.files_added),
-                "partlake/files_removed": MetadataValue.int(result.files_removed),
-                "partlake/commit_attempts": MetadataValue.int(result.attempts),
-            }
-        )
+        result, record = written.commit, written.record
+        metadata: dict[str, Any] = {
+            "dagster/row_count": MetadataValue.int(
+                result.num_records if result else written.metrics.get("rows_inserted", 0)
+            ),
+            "partlake/table_version": MetadataValue.int(
+                result.version if result else record.table_version or 0
+            ),
+            "partlake/path": MetadataValue.path(target.root),
+            "partlake/run_id": MetadataValue.text(context.run_id),
+            "partlake/partition_count": MetadataValue.int(len(keys)),
+            "partlake/code_version": MetadataValue.text(code_version or ""),
+            "partlake/upstream_versions": MetadataValue.json(upstream_versions),
+            "partlake/kind": MetadataValue.text(kind.kind),
+            **{f"partlake/{k}": MetadataValue.int(v) for k, v in written.metrics.items()},
+        }
+        if result is not None:
+            metadata["partlake/files_added"] = MetadataValue.int(result.files_added)
+            metadata["partlake/files_removed"] = MetadataValue.int(result.files_removed)
+            metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
+        else:
+            context.log.info(
+                f"{asset_name}: this run's append already landed in version "
+                f"{record.table_version}; nothing added again."
+            )
+        if kind.kind == "tracked":
+            metadata["partlake/partitions_unchanged"] = MetadataValue.int(
+                len(written.unchanged_partitions)
+            )
+        context.add_output_metadata(metadata)
 
     def load_input(self, context: InputContext) -> Any:
         asset_key = context.asset_key
@@ -176,6 +190,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         if upstream_metadata.get(FORMAT_KEY) == "folder":
             return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
         snapshot = open_table(self.table_root(asset_key), table_name=asset_name)
+        if context.upstream_output is not None and model_kind(
+            upstream_metadata, partitioned=partitions_def is not None, asset_name=asset_name
+        ).decoupled([c.column for c in columns]):
+            return self._load_decoupled(context, asset_name, snapshot, keys)
         selection = selection_for_keys(columns, keys, snapshot.column_types, asset_name=asset_name)
         result = read_snapshot(self.spark.spark_session, snapshot, selection)
         codec = KeyCodec(columns, snapshot.column_types)
@@ -195,6 +213,26 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         else:
             # Dagster 1.13 cannot attach input metadata to several partitions at once.
             context.log.info(f"read {asset_name}: {json.dumps(summary)}")
+        return result.df
+
+    def _load_decoupled(
+        self, context: InputContext, asset_name: str, snapshot: Any, keys: list[str]
+    ) -> Any:
+        """An upstream whose table partitions are not its Dagster partitions: the whole table,
+        consumed as the lastUpdated its writes gave the partitions read."""
+        result = read_snapshot(self.spark.spark_session, snapshot, PartitionSelection.everything())
+        wanted = keys or [WHOLE_TABLE_ID]
+        records = latest_records(snapshot.root, wanted)
+        partitions = {
+            pid: updated
+            for pid, record in records.items()
+            if (updated := record.written_last_updated(pid)) is not None
+        }
+        self._remember(context, asset_name, result.version, partitions)
+        context.log.info(
+            f"read all of {asset_name} (its table is not partitioned by its Dagster partitions): "
+            f"version {result.version}, {result.num_files} file(s)"
+        )
         return result.df
 
     def _remember(

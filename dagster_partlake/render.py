@@ -10,7 +10,7 @@ from dagster_partlake.planner import REASONS, Plan
 from dagster_partlake.runs import RunPlan
 
 MAX_LISTED = 20
-_TAGS = {"ok": "[OK]", "failed": "[FAILED]", "skipped": "[SKIPPED]"}
+_TAGS = {"ok": "[OK]", "failed": "[FAILED]", "skipped": "[SKIPPED]", "unchanged": "[UNCHANGED]"}
 
 
 def plan_json(plan: Plan) -> str:

@@ -31,7 +31,9 @@ from dagster_partlake.planner import Key
 from dagster_partlake.resource import SparkResource, running_session
 from dagster_partlake.runs import PlannedRun, RunPlan
 
-Status = Literal["ok", "failed", "skipped"]
+# "unchanged": not run, because the runs it waited for left its inputs as they were (early
+# cutoff of a `tracked` upstream).
+Status = Literal["ok", "failed", "skipped", "unchanged"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status in ("ok", "unchanged")
 
 
 def refresh(
@@ -71,7 +73,14 @@ def refresh(
     runs = runs_for(graph, result)
     stale_assets = {item.asset for item in result.plan.items}
     workers = parallelism(instance, graph.pools(stale_assets), max_parallel).runs
-    return execute_runs(graph, instance, runs, max_parallel=workers, on_outcome=on_outcome)
+    return execute_runs(
+        graph,
+        instance,
+        runs,
+        max_parallel=workers,
+        on_outcome=on_outcome,
+        cache=cache,
+    )
 
 
 def execute_runs(
@@ -81,8 +90,13 @@ def execute_runs(
     *,
     max_parallel: int = 1,
     on_outcome: Callable[[Outcome], None] = lambda _o: None,
+    cache: StateCache | None = None,
 ) -> list[Outcome]:
     """Execute every run of `run_plan`, each after the runs it waits for.
+
+    When the graph has `tracked` assets, a run that waited for others is planned again before it
+    starts: if none of its partitions is stale any more (the upstream came out unchanged), it is
+    not run and its partitions are reported `unchanged`.
 
     Returns:
         One outcome per stale asset partition of the planned runs, in completion order.
@@ -101,6 +115,8 @@ def execute_runs(
             outcomes.append(outcome)
             on_outcome(outcome)
 
+    cutoff = any(a.kind == "tracked" for a in graph.assets.values())
+    cache = cache or StateCache()
     # One session for every run of this process; the runs' resources reuse it.
     session_started = _start_shared_session(graph)
     workers = max(1, max_parallel)
@@ -115,6 +131,9 @@ def execute_runs(
                         report(run, _skipped(run, failed_before))
                     elif all(succeeded.get(w) for w in run.waits_for):
                         pending.remove(run)
+                        if run.waits_for and cutoff and _still_fresh(graph, cache, instance, run):
+                            report(run, _unchanged(run))
+                            continue
                         running[pool.submit(_execute, job, instance, graph, run)] = run
                 if not running:
                     # Runs wait only for lower-numbered runs, so the first pending one can always
@@ -130,6 +149,31 @@ def execute_runs(
             if session is not None:
                 session.stop()
     return outcomes
+
+
+def _still_fresh(
+    graph: LakeGraph, cache: StateCache, instance: DagsterInstance, run: PlannedRun
+) -> bool:
+    """Whether a fresh plan finds none of the run's partitions stale."""
+    result = make_plan(graph, cache, select=run.assets, dynamic_partitions_store=instance)
+    stale = {(i.asset, i.partition) for i in result.plan.items}
+    return not any((i.asset, i.partition) in stale for i in run.items)
+
+
+def _unchanged(run: PlannedRun) -> list[Outcome]:
+    return [
+        Outcome(
+            "unchanged",
+            i.asset,
+            i.partition,
+            i.reason,
+            None,
+            None,
+            None,
+            "not run: its inputs came out unchanged",
+        )
+        for i in run.items
+    ]
 
 
 def _skipped(run: PlannedRun, failed: list[int]) -> list[Outcome]:

@@ -10,7 +10,7 @@ elsewhere, or backing off after a failure) are not scheduled: `RunPlan.waiting` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +106,7 @@ def plan_runs(
     *,
     blocked: Mapping[str, set[Key]] | None = None,
     units: Mapping[str, Sequence[str]] | None = None,
+    cutoff: Collection[str] = (),
 ) -> RunPlan:
     """Every run the plan needs, with what each waits for.
 
@@ -118,6 +119,8 @@ def plan_runs(
             partitions that depend on them are left waiting too.
         units: per asset of a multi-asset Dagster cannot subset, all its assets (they always run
             together; `LakeGraph.units()`).
+        cutoff: assets that may come out unchanged (`tracked`): what reads them runs in a later
+            run, so it can be left out when they did.
     """
     by_name = {a.name: a for a in assets}
     remaining = list(plan.items)
@@ -131,6 +134,7 @@ def plan_runs(
             policies,
             blocked=blocked,
             units=units,
+            cutoff=cutoff,
         ).ready
         if not batches:
             break

@@ -7,9 +7,13 @@ planner's records come from these, so storage stays the source of truth even wit
 event log. One typed definition serves every writer and reader: a renamed field is an error here,
 never a silent "every partition looks stale".
 
-Format 1 (written with `"format": 1`; commits written before that field existed have the same
-fields and are read as format 1). A record without `commit_time_ms` predates recording what was
-consumed: it is read, but says nothing about freshness (`commit_time_ms is None`).
+Format 2 adds what model kinds need: the `kind`, the partitions the commit `kept` as they were
+(with their lastUpdated: an early-cut-off `tracked` partition, a merge that touched no file of a
+partition), per-partition `content_hashes` (`tracked`) and the row `metrics`. Format 1 (written
+with `"format": 1`, or before that field existed) has none of them and is read as a `partition` or
+`table` write that kept nothing. A reader of format 1 refuses format 2 ("upgrade"), since it would
+take kept partitions for rewritten ones. A record without `commit_time_ms` predates recording what
+was consumed: it is read, but says nothing about freshness (`commit_time_ms is None`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from dagster_partlake.errors import PartlakeError
 
 RECORD_KEY = "partlake"
-FORMAT = 1
+FORMAT = 2
 # Partition id of an unpartitioned table: its key in records and its commit conflict id.
 WHOLE_TABLE_ID = "__all__"
 
@@ -40,6 +44,11 @@ class CommitRecord:
     rows_by_partition: Mapping[str, int] | None = None  # partition id -> rows written
     write_id: str = ""
     commit_time_ms: int | None = None
+    kind: str | None = None  # the model kind; None in format 1 records
+    # Partition id -> lastUpdated it kept: partitions this commit recorded but did not rewrite.
+    kept: Mapping[str, int] = field(default_factory=dict)
+    content_hashes: Mapping[str, str] = field(default_factory=dict)  # partition id -> hash
+    metrics: Mapping[str, int] = field(default_factory=dict)  # rows_inserted, rows_updated, ...
     # Not written: the table version the record was read from.
     table_version: int | None = None
 
@@ -53,6 +62,14 @@ class CommitRecord:
         """Written partitions that got no rows (the write removed their data)."""
         rows = self.rows_by_partition or {}
         return frozenset(pid for pid in self.partition_ids if pid in rows and rows[pid] == 0)
+
+    def written_last_updated(self, partition_id: str) -> int | None:
+        """The lastUpdated this commit left the partition with (None: it has no rows)."""
+        if partition_id in self.kept:
+            return self.kept[partition_id]
+        if partition_id in self.empty_partition_ids:
+            return None
+        return self.commit_time_ms
 
     def committed(self, *, write_id: str, commit_time_ms: int) -> CommitRecord:
         """The record as one commit attempt writes it."""
@@ -76,6 +93,14 @@ class CommitRecord:
         }
         if self.commit_time_ms is not None:
             body["commit_time_ms"] = self.commit_time_ms
+        if self.kind is not None:
+            body["kind"] = self.kind
+        if self.kept:
+            body["kept"] = dict(self.kept)
+        if self.content_hashes:
+            body["content_hashes"] = dict(self.content_hashes)
+        if self.metrics:
+            body["metrics"] = dict(self.metrics)
         return {RECORD_KEY: body}
 
     @classmethod
@@ -124,6 +149,10 @@ class CommitRecord:
             rows_by_partition=None if rows is None else {str(k): int(v) for k, v in rows.items()},
             write_id=str(body.get("write_id") or ""),
             commit_time_ms=None if time_ms is None else int(time_ms),
+            kind=body.get("kind"),
+            kept={str(k): int(v) for k, v in (body.get("kept") or {}).items()},
+            content_hashes={str(k): str(v) for k, v in (body.get("content_hashes") or {}).items()},
+            metrics={str(k): int(v) for k, v in (body.get("metrics") or {}).items()},
             table_version=table_version,
         )
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -39,6 +40,9 @@ class LiveFile:
     partition_values: dict[str, str | None]
     num_records: int | None
     modification_time: int
+    # Delta statistics of the columns asked for (absent: unknown, the file may hold anything).
+    min_values: dict[str, Any] = field(default_factory=dict)
+    max_values: dict[str, Any] = field(default_factory=dict)
 
     def absolute_path(self, root: str) -> str:
         return os.path.join(root, unquote(self.path))
@@ -120,8 +124,11 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def live_files(table: DeltaTable, selection: PartitionSelection) -> list[LiveFile]:
-    """The files of the loaded version whose partition values lie in `selection`."""
+def live_files(
+    table: DeltaTable, selection: PartitionSelection, stats_columns: Sequence[str] = ()
+) -> list[LiveFile]:
+    """The files of the loaded version whose partition values lie in `selection`, with the
+    min/max statistics of `stats_columns` where the log has them."""
     partition_by = table.metadata().partition_columns
     import pyarrow as pa
 
@@ -140,9 +147,22 @@ def live_files(table: DeltaTable, selection: PartitionSelection) -> list[LiveFil
                     partition_values=values,
                     num_records=columns["num_records"][i],
                     modification_time=columns["modification_time"][i],
+                    min_values=_stats(columns, "min", stats_columns, i),
+                    max_values=_stats(columns, "max", stats_columns, i),
                 )
             )
     return files
+
+
+def _stats(
+    columns: dict[str, list[Any]], prefix: str, wanted: Sequence[str], row: int
+) -> dict[str, Any]:
+    found = {}
+    for column in wanted:
+        values = columns.get(f"{prefix}.{column}")
+        if values is not None and values[row] is not None:
+            found[column] = values[row]
+    return found
 
 
 def log_versions(root: str) -> list[int]:
@@ -195,3 +215,20 @@ def find_record(
         ):
             return record
     return None
+
+
+def latest_records(root: str, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
+    """The newest partlake record that wrote each of `partition_ids` (absent: none did), read
+    from the log newest first until every id is found."""
+    wanted = set(partition_ids)
+    found: dict[str, CommitRecord] = {}
+    for version in reversed(log_versions(root)):
+        if not wanted:
+            break
+        record = read_record(root, version)
+        if record is None:
+            continue
+        for pid in wanted.intersection(record.partition_ids):
+            found[pid] = record
+        wanted.difference_update(found)
+    return found

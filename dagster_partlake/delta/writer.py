@@ -26,6 +26,7 @@ metadata-only commit just before the data commit, since an append commit keeps t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -33,8 +34,8 @@ import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
@@ -52,6 +53,7 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import merge_for_write, spark_to_arrow
 from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.table import (
+    LiveFile,
     arrow_schema,
     find_record,
     live_files,
@@ -82,6 +84,24 @@ class StagedFile:
     size: int
     num_records: int
     partition_values: dict[str, str | None]
+    # Delta file statistics of the `stats_columns` asked for (from the Parquet footer).
+    min_values: dict[str, Any] = field(default_factory=dict)
+    max_values: dict[str, Any] = field(default_factory=dict)
+    null_count: dict[str, int] = field(default_factory=dict)
+
+    def stats_json(self) -> str:
+        stats: dict[str, Any] = {"numRecords": self.num_records}
+        if self.min_values:
+            stats["minValues"] = self.min_values
+            stats["maxValues"] = self.max_values
+        if self.null_count:
+            stats["nullCount"] = self.null_count
+        return json.dumps(stats, default=str)
+
+
+# Which live files a commit removes: those of the staged selection (a replace), none (an
+# append), or exactly `StagedWrite.remove_files` (a merge, which read them).
+Removal = Literal["selection", "none", "files"]
 
 
 @dataclass(frozen=True)
@@ -96,10 +116,28 @@ class StagedWrite:
     partition_by: tuple[str, ...]
     selection: PartitionSelection
     partition_ids: tuple[str, ...]
+    removal: Removal = "selection"
+    remove_files: tuple[LiveFile, ...] = ()
+    # For removal "files": every live file of the selection when the write read the table; any
+    # other set at commit time means a concurrent commit changed what the write was based on.
+    expected_live: frozenset[str] = frozenset()
 
     @property
     def num_records(self) -> int:
         return sum(f.num_records for f in self.files)
+
+    def without(self, dropped: Sequence[StagedFile], selection: PartitionSelection) -> StagedWrite:
+        """The same write without `dropped` (deleted from staging), replacing `selection`."""
+        for f in dropped:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(self.staging_dir, f.relative_path))
+        gone = {f.relative_path for f in dropped}
+        kept = tuple(f for f in self.files if f.relative_path not in gone)
+        return replace(self, files=kept, selection=selection)
+
+
+class InputsMovedError(CommitConflictError):
+    """Files a merge read were removed by a concurrent commit: the merge must be recomputed."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +149,7 @@ class CommitResult:
     attempts: int
     commit_time_ms: int
     record: CommitRecord
+    rows_removed: int = 0  # rows of the files the commit removed
 
 
 def write_partitions(
@@ -168,8 +207,13 @@ def stage_partitions(
     partition_ids: Sequence[str],
     allow_new_columns: bool = False,
     table_name: str | None = None,
+    removal: Removal = "selection",
+    stats_columns: Sequence[str] = (),
 ) -> StagedWrite:
-    """Phase 1 of `write_partitions`: write and check the Parquet files; commit nothing."""
+    """Phase 1 of `write_partitions`: write and check the Parquet files; commit nothing.
+
+    `removal` says which live files the commit will remove (see `Removal`); `stats_columns` get
+    min/max/null-count statistics in the Delta log, so later merges can skip files."""
     root = os.path.abspath(root)
     name = table_name or os.path.basename(root)
     incoming = spark_to_arrow(df.schema)
@@ -201,9 +245,9 @@ def stage_partitions(
 
     remove_stale_staging(root)
     stage = os.path.join(staging_dir(root), uuid.uuid4().hex)
-    _spark_write_parquet(df, stage, partition_by)
+    write_parquet_files(df, stage, partition_by)
     try:
-        files = _collect_staged_files(stage, partition_by)
+        files = staged_files(stage, partition_by, stats_columns)
         outside = [f for f in files if not selection.contains(f.partition_values)]
         if outside:
             shown = sorted({_show_values(f.partition_values) for f in outside})
@@ -225,6 +269,7 @@ def stage_partitions(
         partition_by=tuple(partition_by),
         selection=selection,
         partition_ids=tuple(partition_ids),
+        removal=removal,
     )
 
 
@@ -252,7 +297,7 @@ def commit_staged(
                 # our files carry the commit time rather than the time Spark wrote them.
                 modification_time=now_ms,
                 data_change=True,
-                stats=json.dumps({"numRecords": f.num_records}),
+                stats=f.stats_json(),
             )
             for f in staged.files
         ]
@@ -268,7 +313,7 @@ def commit_staged(
             table = load_table(staged.root, table_name=staged.table_name)
             _add_new_columns(table, staged.schema)
             before = table.version()
-            old = live_files(table, staged.selection)
+            old = _files_to_remove(table, staged)
             removes = [
                 RemoveAction(
                     path=f.path,
@@ -311,12 +356,26 @@ def commit_staged(
             attempts=attempt,
             commit_time_ms=now_ms,
             record=landed,
+            rows_removed=sum(f.num_records or 0 for f in old),
         )
     raise CommitConflictError(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
         "parallel writers of this table or raise max_attempts. Nothing was committed."
     )
+
+
+def _files_to_remove(table: DeltaTable, staged: StagedWrite) -> list[LiveFile]:
+    if staged.removal == "none":
+        return []
+    if staged.removal == "selection":
+        return live_files(table, staged.selection)
+    live = {f.path for f in live_files(table, staged.selection)}
+    if live != staged.expected_live:
+        raise InputsMovedError(
+            f"a concurrent commit to table {staged.table_name} changed files this write read"
+        )
+    return list(staged.remove_files)
 
 
 def _default_record(staged: StagedWrite) -> CommitRecord:
@@ -378,7 +437,8 @@ def _is_conflict(error: Exception, root: str) -> bool:
     return "already exists" in str(error).lower() and table_exists(root)
 
 
-def _spark_write_parquet(df: DataFrame, path: str, partition_by: Sequence[str]) -> None:
+def write_parquet_files(df: DataFrame, path: str, partition_by: Sequence[str]) -> None:
+    """Spark writes `df` as Parquet under `path` (a new folder), in `col=value/` folders."""
     spark = df.sparkSession
     # INT96 timestamps (Spark's default) are unreadable by delta-rs outside the nanosecond range.
     if spark.conf.get("spark.sql.parquet.outputTimestampType", None) != "TIMESTAMP_MICROS":
@@ -391,7 +451,10 @@ def _spark_write_parquet(df: DataFrame, path: str, partition_by: Sequence[str]) 
     writer.parquet(_file_uri(path))
 
 
-def _collect_staged_files(staging_dir: str, partition_by: Sequence[str]) -> list[StagedFile]:
+def staged_files(
+    staging_dir: str, partition_by: Sequence[str], stats_columns: Sequence[str] = ()
+) -> list[StagedFile]:
+    """The Parquet files Spark wrote under `staging_dir`, with row counts and statistics."""
     import pyarrow.parquet as pq
 
     files = []
@@ -403,15 +466,60 @@ def _collect_staged_files(staging_dir: str, partition_by: Sequence[str]) -> list
             full = os.path.join(directory, name)
             relative = os.path.relpath(full, staging_dir).replace(os.sep, "/")
             values = _partition_values_from_path(relative, partition_by)
+            footer = pq.read_metadata(full)
+            mins, maxs, nulls = _footer_stats(footer, stats_columns)
             files.append(
                 StagedFile(
                     relative_path=relative,
                     size=os.path.getsize(full),
-                    num_records=pq.read_metadata(full).num_rows,
+                    num_records=footer.num_rows,
                     partition_values=values,
+                    min_values=mins,
+                    max_values=maxs,
+                    null_count=nulls,
                 )
             )
     return files
+
+
+# Longer strings would need Delta's truncation rules for maxValues; such columns get no stats.
+_MAX_STAT_STRING = 32
+
+
+def _footer_stats(
+    footer: Any, columns: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, int]]:
+    """Min, max and null count per column over the row groups of a Parquet footer, for the
+    columns whose statistics are complete and JSON-exact (integers, dates, short strings)."""
+    import datetime as dt
+
+    if not columns:
+        return {}, {}, {}
+    index = {footer.schema.column(i).name: i for i in range(footer.num_columns)}
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for column in columns:
+        if column not in index or footer.num_rows == 0:
+            continue
+        stats = [
+            footer.row_group(g).column(index[column]).statistics
+            for g in range(footer.num_row_groups)
+        ]
+        if any(s is None or not s.has_min_max or not s.has_null_count for s in stats):
+            continue
+        low, high = min(s.min for s in stats), max(s.max for s in stats)
+        if not all(
+            isinstance(v, int | str | dt.date) and not isinstance(v, bool | dt.datetime)
+            for v in (low, high)
+        ):
+            continue
+        if isinstance(high, str) and len(high) > _MAX_STAT_STRING:
+            continue
+        mins[column] = low.isoformat() if isinstance(low, dt.date) else low
+        maxs[column] = high.isoformat() if isinstance(high, dt.date) else high
+        nulls[column] = sum(s.null_count for s in stats)
+    return mins, maxs, nulls
 
 
 def _partition_values_from_path(

@@ -21,13 +21,33 @@ RECORD = CommitRecord(
 def test_a_record_round_trips_through_the_commit_info() -> None:
     written = RECORD.committed(write_id="w1", commit_time_ms=1_700_000_000_000)
     info = written.to_commit_info()
-    assert info["partlake"]["format"] == 1
+    assert info["partlake"]["format"] == 2
     assert info["partlake"]["empty_partition_keys"] == ["2024-01-02|us"]
     assert CommitRecord.from_commit_info(info, table_version=3) == CommitRecord(
         **{**written.__dict__, "table_version": 3}
     )
     assert written.empty_partition_ids == {"2024-01-02|us"}
     assert CommitRecord("t", (), None, None).partition_ids == (WHOLE_TABLE_ID,)
+    assert written.written_last_updated("2024-01-02|eu") == 1_700_000_000_000
+    assert written.written_last_updated("2024-01-02|us") is None
+
+
+def test_format_2_fields_round_trip_and_kept_partitions_keep_their_time() -> None:
+    written = CommitRecord(
+        asset_key="tracked_stats",
+        partition_keys=("2024-01-02|eu", "2024-01-02|us"),
+        code_version="1",
+        run_id="run-2",
+        rows_by_partition={"2024-01-02|eu": 3, "2024-01-02|us": 4},
+        kind="tracked",
+        kept={"2024-01-02|us": 1_600_000_000_000},
+        content_hashes={"2024-01-02|eu": "3:1:2", "2024-01-02|us": "4:5:6"},
+        metrics={"rows_inserted": 3, "rows_deleted": 2, "rows_unchanged": 4},
+    ).committed(write_id="w2", commit_time_ms=1_700_000_000_000)
+    read = CommitRecord.from_commit_info(written.to_commit_info(), table_version=9)
+    assert read == CommitRecord(**{**written.__dict__, "table_version": 9})
+    assert read.written_last_updated("2024-01-02|us") == 1_600_000_000_000
+    assert read.written_last_updated("2024-01-02|eu") == 1_700_000_000_000
 
 
 def test_records_written_before_the_format_field_stay_readable() -> None:
@@ -64,6 +84,6 @@ def test_foreign_or_malformed_records_are_refused_clearly() -> None:
     with pytest.raises(PartlakeError, match="commit 4 carries a partlake record without asset_key"):
         CommitRecord.from_commit_info({"partlake": {"partition_keys": []}}, table_version=4)
     newer = RECORD.to_commit_info()
-    newer["partlake"]["format"] = 2
-    with pytest.raises(PartlakeError, match="format 2, newer than this dagster_partlake reads"):
+    newer["partlake"]["format"] = 3
+    with pytest.raises(PartlakeError, match="format 3, newer than this dagster_partlake reads"):
         CommitRecord.from_commit_info(newer)

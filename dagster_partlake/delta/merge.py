@@ -1,0 +1,314 @@
+"""Upsert a batch of rows into a Delta table on a unique key: Spark rewrites, delta-rs commits.
+
+1. The batch is staged like any write (Parquet in a private folder, min/max of the key columns
+   in each file's footer) and checked: no key column may be null or repeat inside the batch.
+2. The table files that can hold a batch key are found from the log alone: files of the table
+   partitions the batch touches, whose key statistics overlap the batch's key range.
+3. One Spark job rewrites those files without the rows whose key is in the batch (a left anti
+   join); the data never passes through the driver.
+4. One commit removes the candidate files and adds the batch and the rewritten files. It lands
+   only if the touched partitions still hold exactly the files step 2 saw; otherwise (a concurrent
+   writer changed them) steps 2-4 run again.
+
+Row counts follow Delta's MERGE metrics: inserted (new keys), updated (keys that existed),
+unchanged (every other row of the table), deleted (always 0: a merge never drops keys).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.selection import Box, PartitionSelection
+from dagster_partlake.delta.table import (
+    LiveFile,
+    arrow_schema,
+    live_files,
+    load_table,
+    table_exists,
+)
+from dagster_partlake.delta.writer import (
+    DEFAULT_MAX_ATTEMPTS,
+    CommitResult,
+    InputsMovedError,
+    StagedFile,
+    StagedWrite,
+    commit_staged,
+    publish_staged,
+    stage_partitions,
+    staged_files,
+    write_parquet_files,
+)
+from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
+from dagster_partlake.layout import staging_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+MAX_SHOWN_KEYS = 5
+
+
+class DuplicateKeyError(SchemaMismatchError):
+    """A merge batch repeats a unique key (or has a null one)."""
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    commit: CommitResult
+    metrics: dict[str, int]
+    files_rewritten: int
+
+
+def merge_rows(
+    df: DataFrame,
+    root: str,
+    *,
+    unique_key: Sequence[str],
+    partition_by: Sequence[str],
+    selection: PartitionSelection,
+    record_for: Callable[[StagedWrite], CommitRecord],
+    allow_new_columns: bool = False,
+    table_name: str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> MergeResult:
+    """Upsert the rows of `df` into the Delta table at `root` on `unique_key`.
+
+    Args:
+        selection: where the batch's rows may lie (everything, unless the table partitions
+            are the run's partitions).
+        record_for: what the commit records, given the staged batch; `metrics` are filled in
+            here.
+
+    Raises:
+        SchemaMismatchError: a key column is missing; DuplicateKeyError: the batch repeats a key
+            or has a null one; CommitConflictError: concurrent writers kept changing the touched
+            partitions. In each case nothing was committed.
+    """
+    name = table_name or os.path.basename(os.path.abspath(root))
+    missing = [c for c in unique_key if c not in df.columns]
+    if missing:
+        raise SchemaMismatchError(
+            f"the unique key of table {name} names column(s) {', '.join(missing)} that the "
+            f"returned DataFrame does not have (columns: {', '.join(df.columns)}); fix "
+            "'partlake/unique_key' or return those columns."
+        )
+    batch = stage_partitions(
+        df,
+        root,
+        partition_by=partition_by,
+        selection=selection,
+        partition_ids=[WHOLE_TABLE_ID],
+        allow_new_columns=allow_new_columns,
+        table_name=name,
+        removal="none",
+        stats_columns=unique_key,
+    )
+    try:
+        _check_keys(df.sparkSession, batch, unique_key, name)
+    except BaseException:
+        shutil.rmtree(batch.staging_dir, ignore_errors=True)
+        raise
+    touched = _touched(batch)
+    batch = replace(batch, partition_ids=touched.ids, selection=touched.selection)
+    record = record_for(batch)
+    publish_staged(batch)
+    for _ in range(max_attempts):
+        try:
+            return _merge_once(df, batch, unique_key, record, max_attempts)
+        except InputsMovedError:
+            continue
+    raise CommitConflictError(
+        f"could not merge into table {name}: concurrent writers kept changing the partitions it "
+        f"touches ({', '.join(touched.ids[:5])}) for {max_attempts} attempts. Nothing was "
+        "committed; run it again when they are done."
+    )
+
+
+@dataclass(frozen=True)
+class _Touched:
+    ids: tuple[str, ...]  # commit conflict ids of the touched table partitions
+    selection: PartitionSelection
+
+
+def _touched(batch: StagedWrite) -> _Touched:
+    if not batch.partition_by:
+        return _Touched((WHOLE_TABLE_ID,), PartitionSelection.everything())
+    values = sorted(
+        {tuple(f.partition_values[c] for c in batch.partition_by) for f in batch.files},
+        key=lambda v: tuple("" if x is None else x for x in v),
+    )
+    ids = tuple(
+        "|".join(
+            f"{c}={'null' if x is None else x}" for c, x in zip(batch.partition_by, v, strict=True)
+        )
+        for v in values
+    )
+    if any(x is None for v in values for x in v):
+        # A box cannot hold a null value: compare against every file instead (still exact).
+        return _Touched(ids, PartitionSelection.everything())
+    boxes = tuple(
+        Box({c: frozenset({x}) for c, x in zip(batch.partition_by, v, strict=True)}) for v in values
+    )
+    return _Touched(ids, PartitionSelection(boxes))
+
+
+def _merge_once(
+    df: DataFrame,
+    batch: StagedWrite,
+    unique_key: Sequence[str],
+    record: CommitRecord,
+    max_attempts: int,
+) -> MergeResult:
+    spark = df.sparkSession
+    candidates: list[LiveFile] = []
+    expected: frozenset[str] = frozenset()
+    rows_before = 0
+    if table_exists(batch.root):
+        table = load_table(batch.root, table_name=batch.table_name)
+        rows_before = sum(
+            f.num_records or 0 for f in live_files(table, PartitionSelection.everything())
+        )
+        in_touched = live_files(table, batch.selection, stats_columns=unique_key)
+        expected = frozenset(f.path for f in in_touched)
+        low, high = _key_range(batch.files, unique_key)
+        candidates = [f for f in in_touched if _may_hold(f, low, high, unique_key)]
+        schema = arrow_schema(table)
+    kept: StagedWrite | None = None
+    if candidates:
+        kept = _rewrite_without_batch_keys(spark, batch, candidates, unique_key, schema)
+        publish_staged(kept)
+    files = batch.files + (kept.files if kept else ())
+    write = replace(
+        batch,
+        files=files,
+        removal="files",
+        remove_files=tuple(candidates),
+        expected_live=expected,
+    )
+    existing = sum(f.num_records or 0 for f in candidates)
+    copied = kept.num_records if kept else 0
+    updated = existing - copied
+    metrics = {
+        "rows_inserted": batch.num_records - updated,
+        "rows_updated": updated,
+        "rows_deleted": 0,
+        "rows_unchanged": rows_before - updated,
+    }
+    try:
+        result = commit_staged(
+            write, record=replace(record, metrics=metrics), max_attempts=max_attempts
+        )
+    except InputsMovedError:
+        if kept is not None:  # its files were published but never committed
+            for f in kept.files:
+                _remove_quietly(os.path.join(batch.root, f.relative_path))
+        raise
+    return MergeResult(result, metrics, len(candidates))
+
+
+def _rewrite_without_batch_keys(
+    spark: Any,
+    batch: StagedWrite,
+    candidates: Sequence[LiveFile],
+    unique_key: Sequence[str],
+    schema: Any,
+) -> StagedWrite:
+    """Spark: the candidate files' rows whose key is not in the batch, staged (not committed)."""
+    from dagster_partlake.delta.schema import arrow_to_spark
+
+    existing = (
+        spark.read.schema(arrow_to_spark(schema))
+        .option("basePath", "file://" + batch.root)
+        .parquet(*("file://" + f.absolute_path(batch.root) for f in candidates))
+    )
+    batch_keys = spark.read.parquet(
+        *("file://" + os.path.join(batch.root, f.relative_path) for f in batch.files)
+    ).select(*unique_key)
+    remaining = existing.join(batch_keys, on=list(unique_key), how="left_anti").select(
+        *existing.columns
+    )
+    stage = os.path.join(staging_dir(batch.root), uuid.uuid4().hex)
+    write_parquet_files(remaining, stage, batch.partition_by)
+    files = staged_files(stage, batch.partition_by, unique_key)
+    return replace(batch, staging_dir=stage, files=tuple(files))
+
+
+def _check_keys(spark: Any, batch: StagedWrite, unique_key: Sequence[str], name: str) -> None:
+    """No null and no repeated key in the batch (one Spark aggregation over the staged files)."""
+    from pyspark.sql import functions as F
+
+    paths = [os.path.join(batch.staging_dir, f.relative_path) for f in batch.files if f.num_records]
+    if not paths:
+        return
+    rows = spark.read.parquet(*("file://" + p for p in paths)).select(*unique_key)
+    any_null = F.lit(False)
+    for column in unique_key:
+        any_null = any_null | F.col(column).isNull()
+    bad = (
+        rows.groupBy(*unique_key)
+        .agg(F.count(F.lit(1)).alias("n"), F.max(any_null).alias("has_null"))
+        .where((F.col("n") > 1) | F.col("has_null"))
+        .limit(MAX_SHOWN_KEYS + 1)
+        .collect()
+    )
+    if not bad:
+        return
+    shown = [
+        f"({', '.join(f'{c}={row[c]!r}' for c in unique_key)}) x{row['n']}"
+        for row in bad[:MAX_SHOWN_KEYS]
+    ]
+    more = " ..." if len(bad) > MAX_SHOWN_KEYS else ""
+    raise DuplicateKeyError(
+        f"the batch for table {name} repeats or nulls its unique key "
+        f"({', '.join(unique_key)}): {'; '.join(shown)}{more}. A merge replaces one row per "
+        "key: deduplicate the returned DataFrame (e.g. keep the latest row per key) and drop "
+        "null keys. Nothing was written."
+    )
+
+
+def _key_range(
+    files: Sequence[StagedFile], unique_key: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch's min and max per key column, for the columns every batch file has stats of."""
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    with_rows = [f for f in files if f.num_records]
+    for column in unique_key:
+        if with_rows and all(column in f.min_values for f in with_rows):
+            low[column] = min(f.min_values[column] for f in with_rows)
+            high[column] = max(f.max_values[column] for f in with_rows)
+    return low, high
+
+
+def _may_hold(
+    f: LiveFile, low: dict[str, Any], high: dict[str, Any], unique_key: Sequence[str]
+) -> bool:
+    """False only when the file's statistics prove it holds no key in the batch's range."""
+    if f.num_records == 0:
+        return False
+    for column in unique_key:
+        if column in low and column in f.min_values and column in f.max_values:
+            file_low, file_high = (
+                _comparable(f.min_values[column]),
+                _comparable(f.max_values[column]),
+            )
+            if file_high < _comparable(low[column]) or file_low > _comparable(high[column]):
+                return False
+    return True
+
+
+def _comparable(value: Any) -> Any:
+    # Staged statistics hold dates as ISO strings, the log's as dates: compare as text.
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

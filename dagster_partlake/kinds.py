@@ -1,0 +1,133 @@
+"""Model kinds: what a run of a managed asset does to its Delta table.
+
+Chosen per asset by definition metadata `partlake/kind` (or built with `model_kind_metadata`):
+
+| kind | a run ... |
+| --- | --- |
+| `partition` (default when partitioned) | replaces exactly the run's partitions |
+| `table` (default when unpartitioned) | replaces the whole table |
+| `tracked` | like `partition`, but keeps a partition whose new rows equal the stored ones |
+| `append` | adds the returned rows; a retried commit of the same run adds nothing |
+| `merge` | upserts on `partlake/unique_key`: matching rows are replaced, new keys inserted |
+
+For `append` and `merge` the Dagster partitions are units of work; `partlake/partition_by`
+(a list of columns, may be empty) sets how the table is partitioned, by default the dimension
+columns. When it differs from them the table's partitions are not Dagster partitions ("decoupled"):
+a partition's state then comes from the commits that wrote it, and a reader of the asset gets the
+whole table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from dagster_partlake.errors import PartlakeConfigError
+
+Kind = Literal["partition", "table", "tracked", "append", "merge"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+KIND_KEY = "partlake/kind"
+UNIQUE_KEY_KEY = "partlake/unique_key"
+PARTITION_BY_KEY = "partlake/partition_by"
+# Kinds whose table may be partitioned other than by the Dagster partitions.
+_UNIT_OF_WORK_KINDS = ("append", "merge")
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """An asset's kind, its unique key (merge) and its table partitioning."""
+
+    kind: Kind
+    unique_key: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] | None = None  # None: the dimension columns
+
+    def table_partition_by(self, dimension_columns: Sequence[str]) -> tuple[str, ...]:
+        """The table's partition columns given the asset's dimension columns."""
+        return tuple(dimension_columns) if self.partition_by is None else self.partition_by
+
+    def decoupled(self, dimension_columns: Sequence[str]) -> bool:
+        """Whether the table's partitions differ from the asset's Dagster partitions."""
+        return self.table_partition_by(dimension_columns) != tuple(dimension_columns)
+
+
+def model_kind_metadata(
+    kind: Kind,
+    *,
+    unique_key: Sequence[str] = (),
+    partition_by: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Definition metadata choosing a kind, checked now rather than at the first run.
+
+    Example:
+        .. code-block:: python
+
+            @asset(partitions_def=daily, metadata=model_kind_metadata("merge", unique_key=["id"],
+                                                                      partition_by=[]))
+            def users(user_changes): ...
+    """
+    metadata: dict[str, Any] = {KIND_KEY: kind}
+    if unique_key:
+        metadata[UNIQUE_KEY_KEY] = list(unique_key)
+    if partition_by is not None:
+        metadata[PARTITION_BY_KEY] = list(partition_by)
+    model_kind(metadata, partitioned=True, asset_name="<metadata>")
+    return metadata
+
+
+def model_kind(metadata: Mapping[str, Any], *, partitioned: bool, asset_name: str) -> ModelKind:
+    """The kind an asset's definition metadata chooses.
+
+    Raises:
+        PartlakeConfigError: an unknown or empty kind, a kind that does not fit the asset, or a
+            missing or malformed unique key or partitioning.
+    """
+    raw = metadata.get(KIND_KEY, "partition" if partitioned else "table")
+    choices = ", ".join(KINDS)
+    if not raw:
+        raise PartlakeConfigError(
+            f"asset {asset_name} has an empty '{KIND_KEY}'; set it to one of {choices}, or "
+            "remove the entry for the default."
+        )
+    if raw not in KINDS:
+        raise PartlakeConfigError(
+            f"asset {asset_name} has '{KIND_KEY}' {raw!r}, which is not a model kind; use one "
+            f"of {choices}."
+        )
+    kind: Kind = raw
+    if kind in ("partition", "tracked") and not partitioned:
+        raise PartlakeConfigError(
+            f"asset {asset_name} is not partitioned, so kind {kind!r} has no partitions to "
+            "replace; use 'table' (or give the asset a partitions_def)."
+        )
+    if kind == "table" and partitioned:
+        raise PartlakeConfigError(
+            f"asset {asset_name} is partitioned, so kind 'table' would replace every partition "
+            "on each run; use 'partition' (or 'tracked'), or drop the partitions_def."
+        )
+    unique_key = _columns(metadata, UNIQUE_KEY_KEY, asset_name)
+    if kind == "merge" and not unique_key:
+        raise PartlakeConfigError(
+            f"asset {asset_name} is a {kind!r} model but has no '{UNIQUE_KEY_KEY}'; add the "
+            f"columns that identify a row, e.g. metadata={{'{UNIQUE_KEY_KEY}': ['id']}}."
+        )
+    partition_by = None
+    if PARTITION_BY_KEY in metadata:
+        if kind not in _UNIT_OF_WORK_KINDS:
+            raise PartlakeConfigError(
+                f"asset {asset_name} sets '{PARTITION_BY_KEY}', but a {kind!r} table is "
+                "partitioned by its Dagster partitions; remove it, or use kind 'append' or "
+                "'merge'."
+            )
+        partition_by = _columns(metadata, PARTITION_BY_KEY, asset_name)
+    return ModelKind(kind, unique_key, partition_by)
+
+
+def _columns(metadata: Mapping[str, Any], key: str, asset_name: str) -> tuple[str, ...]:
+    value = metadata.get(key, ())
+    if isinstance(value, str) or not all(isinstance(c, str) and c for c in value):
+        raise PartlakeConfigError(
+            f"asset {asset_name} has '{key}' {value!r}; it must be a list of column names, "
+            "e.g. ['id']."
+        )
+    return tuple(value)

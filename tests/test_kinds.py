@@ -1,0 +1,345 @@
+"""Model kinds in real Dagster runs on real Spark and Delta: tracked (early cutoff), append,
+merge; checked row by row with delta-rs, and what the planner sees afterwards."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from dagster import (
+    AssetIn,
+    AssetKey,
+    DailyPartitionsDefinition,
+    Definitions,
+    asset,
+    materialize,
+)
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_source
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.state import StateCache
+from dagster_partlake.delta.table import log_versions, read_record
+from dagster_partlake.delta.writer import write_partitions
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.gather import make_plan
+from dagster_partlake.graph import LakeGraph
+from dagster_partlake.kinds import model_kind, model_kind_metadata
+from dagster_partlake.layout import table_path
+from dagster_partlake.partitions import dimension_columns, selection_for_keys
+from dagster_partlake.runner import refresh
+from tests.conftest import delta_files, delta_rows
+
+pytestmark = pytest.mark.spark
+
+daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
+DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
+changes = partlake_source("changes", partitions_def=daily)
+
+
+def write_changes(spark, lake: Path, day: str, rows: list[tuple[int, str, int]]) -> None:
+    """The change feed of one day: (id, name, score)."""
+    df = spark.createDataFrame(
+        [(dt.date.fromisoformat(day), *r) for r in rows],
+        "date date, id long, name string, score long",
+    )
+    columns = dimension_columns(daily, {}, asset_name="changes")
+    write_partitions(
+        df,
+        table_path(str(lake), ["changes"]),
+        partition_by=["date"],
+        selection=selection_for_keys(columns, [day], {"date": "date"}, asset_name="changes"),
+        partition_ids=[day],
+    )
+
+
+@asset(partitions_def=daily, code_version="1", metadata={"partlake/kind": "tracked"})
+def scores(changes: DataFrame) -> DataFrame:
+    return changes.select("date", "id", "score")
+
+
+@asset(partitions_def=daily, code_version="1")
+def score_totals(scores: DataFrame) -> DataFrame:
+    return scores.groupBy("date").agg(F.sum("score").alias("total"))
+
+
+@asset(partitions_def=daily, code_version="1", metadata=model_kind_metadata("append"))
+def change_log(changes: DataFrame) -> DataFrame:
+    return changes.select("date", "id", "name")
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    metadata=model_kind_metadata("merge", unique_key=["id"], partition_by=[]),
+)
+def users(changes: DataFrame) -> DataFrame:
+    return changes.select("id", "name", "score")
+
+
+@asset(code_version="1", ins={"users": AssetIn()})
+def user_count(users: DataFrame) -> DataFrame:
+    return users.groupBy().agg(F.count(F.lit(1)).alias("n"))
+
+
+def defs_for(lake: Path, *assets) -> Definitions:
+    resource = SparkResource(master="local[2]")
+    return Definitions(
+        assets=[changes, *assets],
+        resources={
+            "spark": resource,
+            "io_manager": DeltaPartitionIOManager(spark=resource, root=str(lake)),
+        },
+    )
+
+
+def stale(graph: LakeGraph) -> list[tuple[str, str | None, str]]:
+    plan = make_plan(graph, StateCache()).plan
+    return sorted((i.asset, i.partition, i.reason) for i in plan.items)
+
+
+def last_record(lake: Path, name: str):
+    path = table_path(str(lake), [name])
+    return read_record(path, log_versions(path)[-1])
+
+
+def test_tracked_partition_with_unchanged_rows_cuts_off_its_downstream(
+    spark, lake: Path, instance
+) -> None:
+    for day in DAYS[:2]:
+        write_changes(spark, lake, day, [(1, "ann", 10), (2, "bob", 20)])
+    graph = LakeGraph(defs_for(lake, scores, score_totals))
+    assert all(o.ok for o in refresh(graph, instance))
+    assert stale(graph) == []
+    path = table_path(str(lake), ["scores"])
+    files_before = delta_files(path)
+
+    # Same rows, new commit (and new lastUpdated) for day 2: scores re-runs, keeps its files.
+    write_changes(spark, lake, DAYS[1], [(2, "bob", 20), (1, "ann", 10)])
+    assert stale(graph) == [
+        ("score_totals", DAYS[1], "upstream_changed"),
+        ("scores", DAYS[1], "upstream_changed"),
+    ]
+    outcomes = refresh(graph, instance)
+    by_asset = {(o.asset, o.partition): o.status for o in outcomes}
+    assert by_asset == {("scores", DAYS[1]): "ok", ("score_totals", DAYS[1]): "unchanged"}
+    assert stale(graph) == []
+    record = last_record(lake, "scores")
+    assert record.kind == "tracked" and DAYS[1] in record.kept
+    assert delta_files(path) == files_before
+
+    # Different rows: rewritten, and the downstream runs.
+    write_changes(spark, lake, DAYS[1], [(1, "ann", 10), (2, "bob", 25)])
+    outcomes = refresh(graph, instance)
+    assert {(o.asset, o.status) for o in outcomes} == {("scores", "ok"), ("score_totals", "ok")}
+    assert record.content_hashes[DAYS[1]] != last_record(lake, "scores").content_hashes[DAYS[1]]
+    assert sorted(delta_rows(table_path(str(lake), ["score_totals"]), ["total"])) == [(30,), (35,)]
+    assert stale(graph) == []
+
+
+def test_append_adds_rows_and_a_retried_commit_of_the_same_run_adds_nothing(
+    spark, lake: Path, instance
+) -> None:
+    write_changes(spark, lake, DAYS[0], [(1, "ann", 1), (2, "bob", 2)])
+    defs = defs_for(lake, change_log)
+    resources = defs.resources
+    result = materialize(
+        [changes, change_log],
+        partition_key=DAYS[0],
+        resources=resources,
+        instance=instance,
+        selection=[AssetKey("change_log")],
+    )
+    assert result.success
+    path = table_path(str(lake), ["change_log"])
+    assert sorted(delta_rows(path, ["id", "name"])) == [(1, "ann"), (2, "bob")]
+    # The day's feed changed: a new run appends the new rows next to the old ones.
+    write_changes(spark, lake, DAYS[0], [(3, "cy", 3)])
+    graph = LakeGraph(defs)
+    assert stale(graph) == [("change_log", DAYS[0], "upstream_changed")]
+    assert all(o.ok for o in refresh(graph, instance))
+    assert sorted(delta_rows(path, ["id", "name"])) == [(1, "ann"), (2, "bob"), (3, "cy")]
+    assert last_record(lake, "change_log").metrics["rows_inserted"] == 1
+    assert stale(graph) == []
+
+    # A step retried after its commit landed (same run id): nothing is added twice.
+    version = log_versions(path)[-1]
+    run_id = last_record(lake, "change_log").run_id
+    from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.kind_writes import WriteTarget, write_output
+
+    target = WriteTarget(
+        root=path,
+        asset_name="change_log",
+        kind=model_kind({"partlake/kind": "append"}, partitioned=True, asset_name="change_log"),
+        columns=dimension_columns(daily, {}, asset_name="change_log"),
+        column_types={"date": "date"},
+        keys=[DAYS[0]],
+        allow_new_columns=False,
+        max_attempts=3,
+    )
+    again = write_output(
+        spark.createDataFrame([(dt.date(2024, 1, 1), 3, "cy")], "date date, id long, name string"),
+        target,
+        CommitRecord("change_log", (DAYS[0],), "1", run_id),
+    )
+    assert again.commit is None and again.record.table_version == version
+    assert log_versions(path)[-1] == version
+    assert sorted(delta_rows(path, ["id", "name"])) == [(1, "ann"), (2, "bob"), (3, "cy")]
+
+
+def test_merge_upserts_on_the_unique_key_and_downstream_reads_the_whole_table(
+    spark, lake: Path, instance
+) -> None:
+    write_changes(spark, lake, DAYS[0], [(1, "ann", 1), (2, "bob", 2)])
+    write_changes(spark, lake, DAYS[1], [(2, "bobby", 5), (3, "cy", 3)])
+    graph = LakeGraph(defs_for(lake, users, user_count))
+    assert stale(graph) == [
+        ("user_count", None, "missing"),
+        ("users", DAYS[0], "missing"),
+        ("users", DAYS[1], "missing"),
+    ]
+    assert all(o.ok for o in refresh(graph, instance))
+    path = table_path(str(lake), ["users"])
+    assert sorted(delta_rows(path, ["id", "name", "score"])) == [
+        (1, "ann", 1),
+        (2, "bobby", 5),
+        (3, "cy", 3),
+    ]
+    assert delta_rows(table_path(str(lake), ["user_count"]), ["n"]) == [(3,)]
+    assert stale(graph) == []
+    # Day 2's feed changes: only that unit of work re-runs, then the count.
+    write_changes(spark, lake, DAYS[1], [(2, "bob", 9), (4, "dee", 4)])
+    assert stale(graph) == [
+        ("user_count", None, "upstream_changed"),
+        ("users", DAYS[1], "upstream_changed"),
+    ]
+    assert all(o.ok for o in refresh(graph, instance))
+    assert sorted(delta_rows(path, ["id", "name", "score"])) == [
+        (1, "ann", 1),
+        (2, "bob", 9),
+        (3, "cy", 3),
+        (4, "dee", 4),
+    ]
+    record = last_record(lake, "users")
+    assert record.kind == "merge"
+    assert record.metrics == {
+        "rows_inserted": 1,
+        "rows_updated": 1,
+        "rows_deleted": 0,
+        "rows_unchanged": 2,
+    }
+    assert delta_rows(table_path(str(lake), ["user_count"]), ["n"]) == [(4,)]
+    assert stale(graph) == []
+
+
+def test_merge_rejects_duplicate_and_missing_keys_and_leaves_the_table(
+    spark, lake: Path, instance
+) -> None:
+    write_changes(spark, lake, DAYS[0], [(1, "ann", 1)])
+    defs = defs_for(lake, users)
+    assert materialize(
+        [changes, users],
+        partition_key=DAYS[0],
+        resources=defs.resources,
+        instance=instance,
+        selection=[AssetKey("users")],
+    ).success
+    path = table_path(str(lake), ["users"])
+    version = log_versions(path)[-1]
+    write_changes(spark, lake, DAYS[1], [(1, "a", 1), (1, "b", 2), (7, "c", 3)])
+    result = materialize(
+        [changes, users],
+        partition_key=DAYS[1],
+        resources=defs.resources,
+        instance=instance,
+        selection=[AssetKey("users")],
+        raise_on_error=False,
+    )
+    assert not result.success
+    message = str(result.get_step_failure_events()[0].step_failure_data.error)
+    assert "repeats or nulls its unique key (id): (id=1) x2" in message
+    assert log_versions(path)[-1] == version
+    assert delta_rows(path, ["id", "name"]) == [(1, "ann")]
+
+    @asset(
+        name="users",
+        partitions_def=daily,
+        metadata=model_kind_metadata("merge", unique_key=["user_id"], partition_by=[]),
+    )
+    def users_wrong_key(changes: DataFrame) -> DataFrame:
+        return changes.select("id", "name")
+
+    result = materialize(
+        [changes, users_wrong_key],
+        partition_key=DAYS[0],
+        resources=defs.resources,
+        instance=instance,
+        selection=[AssetKey("users")],
+        raise_on_error=False,
+    )
+    assert not result.success
+    message = str(result.get_step_failure_events()[0].step_failure_data.error)
+    assert "names column(s) user_id that the returned DataFrame does not have" in message
+    assert log_versions(path)[-1] == version
+
+
+def test_merge_on_dimension_partitions_rewrites_only_files_that_can_hold_a_key(
+    spark, lake: Path
+) -> None:
+    """Delta statistics then partitions: a batch of high keys leaves the low-key file alone."""
+    from dagster_partlake.delta.merge import merge_rows
+    from dagster_partlake.delta.record import CommitRecord
+
+    path = table_path(str(lake), ["accounts"])
+    day = dt.date(2024, 1, 1)
+
+    def batch(rows):
+        return spark.createDataFrame(
+            [(day, *r) for r in rows], "date date, id long, name string"
+        ).repartition(1)
+
+    def merge(df):
+        return merge_rows(
+            df,
+            path,
+            unique_key=["id"],
+            partition_by=["date"],
+            selection=PartitionSelection.everything(),
+            record_for=lambda _b: CommitRecord("accounts", (), None, None),
+        )
+
+    merge(batch([(i, f"low{i}") for i in range(1, 11)]))
+    merge(batch([(i, f"high{i}") for i in range(100, 111)]))
+    result = merge(batch([(105, "changed"), (200, "new")]))
+    assert result.files_rewritten == 1  # the high-key file; the low one cannot hold 105 or 200
+    assert result.metrics["rows_updated"] == 1 and result.metrics["rows_inserted"] == 1
+    rows = dict(delta_rows(path, ["id", "name"]))
+    assert rows[105] == "changed" and rows[200] == "new" and rows[1] == "low1"
+    assert len(rows) == 22
+
+
+def test_kind_metadata_is_checked_with_a_clear_error() -> None:
+    def kind(metadata, partitioned=True):
+        return model_kind(metadata, partitioned=partitioned, asset_name="a")
+
+    assert kind({}).kind == "partition" and kind({}, partitioned=False).kind == "table"
+    with pytest.raises(PartlakeConfigError, match="'upsert', which is not a model kind; use one"):
+        kind({"partlake/kind": "upsert"})
+    with pytest.raises(PartlakeConfigError, match="empty 'partlake/kind'"):
+        kind({"partlake/kind": ""})
+    with pytest.raises(PartlakeConfigError, match="has no 'partlake/unique_key'"):
+        kind({"partlake/kind": "merge"})
+    with pytest.raises(PartlakeConfigError, match="must be a list of column names"):
+        kind({"partlake/kind": "merge", "partlake/unique_key": "id"})
+    with pytest.raises(PartlakeConfigError, match="use 'partition'"):
+        kind({"partlake/kind": "table"})
+    with pytest.raises(PartlakeConfigError, match="use 'table'"):
+        kind({"partlake/kind": "tracked"}, partitioned=False)
+    with pytest.raises(PartlakeConfigError, match="sets 'partlake/partition_by'"):
+        kind({"partlake/kind": "tracked", "partlake/partition_by": []})
+    merge = kind(model_kind_metadata("merge", unique_key=["id"], partition_by=[]))
+    assert merge.unique_key == ("id",) and merge.decoupled(["date"])
+    assert not kind(model_kind_metadata("append")).decoupled(["date"])
