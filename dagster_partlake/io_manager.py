@@ -11,6 +11,7 @@ assets (in a multi-asset step, not the other outputs' inputs).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from typing import Any
@@ -23,6 +24,7 @@ from dagster import (
     MetadataValue,
     OutputContext,
 )
+from dagster._check import CheckError
 from dagster._core.errors import DagsterInvariantViolationError
 from pydantic import Field, PrivateAttr
 
@@ -133,6 +135,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             keys=keys,
             allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
             max_attempts=self.max_commit_attempts,
+            snapshot_time=_snapshot_time(context) if kind.kind == "scd2" else None,
         )
         written = write_output(
             obj,
@@ -323,6 +326,22 @@ def _instance(context: OutputContext) -> Any:
         return context.step_context.instance
     except DagsterInvariantViolationError:  # direct invocation outside a run has no instance
         return None
+
+
+def _snapshot_time(context: OutputContext) -> dt.datetime:
+    """When an scd2 snapshot was taken: its time window's start, else when the run started."""
+    if context.has_asset_partitions:
+        try:
+            return context.asset_partitions_time_window.start
+        except (ValueError, DagsterInvariantViolationError, CheckError):
+            pass  # no time dimension
+    try:
+        run = context.step_context.instance.get_run_record_by_id(context.run_id)
+        if run is not None and run.start_time is not None:
+            return dt.datetime.fromtimestamp(run.start_time, dt.UTC)
+    except DagsterInvariantViolationError:
+        pass
+    return dt.datetime.now(dt.UTC)
 
 
 def _code_version(context: OutputContext) -> str | None:

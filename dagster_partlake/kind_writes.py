@@ -10,6 +10,8 @@ this module chooses the Delta operation and fills in what the kind adds to the c
 - `append`: add the rows; if the log already holds this run's commit for the same partitions
   (a retried step), add nothing and report that commit.
 - `merge`: upsert on the unique key (`dagster_partlake.delta.merge`).
+- `scd2`: apply the returned snapshot to the history (`dagster_partlake.delta.scd2`), one
+  partition (snapshot) per run.
 
 For `append` and `merge` on the dimension columns, a run partition that got no rows keeps its
 existing files and is recorded as `kept`, so it does not look written by someone else.
@@ -17,6 +19,7 @@ existing files and is recorded as `kept`, so it does not look written by someone
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -24,9 +27,18 @@ from typing import TYPE_CHECKING, Any
 from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
 from dagster_partlake.delta.merge import merge_rows
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.scd2 import apply_snapshot
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.table import latest_records, live_files, load_table, table_exists
+from dagster_partlake.delta.table import (
+    latest_records,
+    live_files,
+    load_table,
+    log_versions,
+    read_record,
+    table_exists,
+)
 from dagster_partlake.delta.writer import CommitResult, StagedWrite, commit_staged, stage_partitions
+from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.kinds import ModelKind
 from dagster_partlake.partitions import DimensionColumn, KeyCodec, selection_for_keys
 
@@ -57,6 +69,8 @@ class WriteTarget:
     keys: Sequence[str]
     allow_new_columns: bool
     max_attempts: int
+    # scd2: when the snapshot was taken (the run's time window start, else the run's start).
+    snapshot_time: dt.datetime | None = None
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -88,6 +102,8 @@ def write_output(df: DataFrame, target: WriteTarget, record: CommitRecord) -> Ki
         return _append(df, target, record)
     if kind == "merge":
         return _merge(df, target, record)
+    if kind == "scd2":
+        return _scd2(df, target, record)
     staged = _stage(df, target, removal="selection")
     rows = _rows_by_key(staged, target)
     record = replace(record, rows_by_partition=rows)
@@ -150,6 +166,48 @@ def _merge(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrit
     return KindWrite(
         merged.commit, merged.commit.record, merged.metrics, files_rewritten=merged.files_rewritten
     )
+
+
+def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+    if len(target.keys) > 1 or target.snapshot_time is None:
+        raise PartlakeConfigError(
+            f"scd2 asset {target.asset_name} got {len(target.keys)} partitions in one run; "
+            "snapshots apply one at a time, in order. Remove its backfill policy (or use "
+            "BackfillPolicy.multi_run(1)) so that each run applies one partition."
+        )
+    snapshot_ms = int(target.snapshot_time.timestamp() * 1000)
+    newest = _newest_snapshot(target.root)
+    applied = apply_snapshot(
+        df,
+        target.root,
+        unique_key=target.kind.unique_key,
+        snapshot_time=target.snapshot_time,
+        newest_applied=(
+            None if newest is None else dt.datetime.fromtimestamp(newest / 1000, dt.UTC)
+        ),
+        record_for=lambda metrics: replace(
+            record, metrics=metrics, rows_by_partition=None, snapshot_ms=snapshot_ms
+        ),
+        table_name=target.asset_name,
+        max_attempts=target.max_attempts,
+    )
+    return KindWrite(
+        applied.commit,
+        applied.commit.record,
+        applied.metrics,
+        files_rewritten=applied.files_rewritten,
+    )
+
+
+def _newest_snapshot(root: str) -> int | None:
+    """The snapshot time of the table's latest scd2 commit: the history's state."""
+    if not table_exists(root):
+        return None
+    for version in reversed(log_versions(root)):
+        found = read_record(root, version)
+        if found is not None and found.snapshot_ms is not None:
+            return found.snapshot_ms
+    return None
 
 
 def _same_run_commit(target: WriteTarget, record: CommitRecord) -> CommitRecord | None:

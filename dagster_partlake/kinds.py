@@ -9,12 +9,13 @@ Chosen per asset by definition metadata `partlake/kind` (or built with `model_ki
 | `tracked` | like `partition`, but keeps a partition whose new rows equal the stored ones |
 | `append` | adds the returned rows; a retried commit of the same run adds nothing |
 | `merge` | upserts on `partlake/unique_key`: matching rows are replaced, new keys inserted |
+| `scd2` | applies the returned snapshot to a history on `partlake/unique_key` |
 
-For `append` and `merge` the Dagster partitions are units of work; `partlake/partition_by`
+For `append`, `merge` and `scd2` the Dagster partitions are units of work; `partlake/partition_by`
 (a list of columns, may be empty) sets how the table is partitioned, by default the dimension
 columns. When it differs from them the table's partitions are not Dagster partitions ("decoupled"):
 a partition's state then comes from the commits that wrote it, and a reader of the asset gets the
-whole table.
+whole table. An `scd2` table is never partitioned (its history spans every snapshot).
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from typing import Any, Literal, get_args
 
 from dagster_partlake.errors import PartlakeConfigError
 
-Kind = Literal["partition", "table", "tracked", "append", "merge"]
+Kind = Literal["partition", "table", "tracked", "append", "merge", "scd2"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 KIND_KEY = "partlake/kind"
 UNIQUE_KEY_KEY = "partlake/unique_key"
 PARTITION_BY_KEY = "partlake/partition_by"
 # Kinds whose table may be partitioned other than by the Dagster partitions.
-_UNIT_OF_WORK_KINDS = ("append", "merge")
+_UNIT_OF_WORK_KINDS = ("append", "merge", "scd2")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class ModelKind:
 
     def table_partition_by(self, dimension_columns: Sequence[str]) -> tuple[str, ...]:
         """The table's partition columns given the asset's dimension columns."""
+        if self.kind == "scd2":
+            return ()
         return tuple(dimension_columns) if self.partition_by is None else self.partition_by
 
     def decoupled(self, dimension_columns: Sequence[str]) -> bool:
@@ -106,7 +109,7 @@ def model_kind(metadata: Mapping[str, Any], *, partitioned: bool, asset_name: st
             "on each run; use 'partition' (or 'tracked'), or drop the partitions_def."
         )
     unique_key = _columns(metadata, UNIQUE_KEY_KEY, asset_name)
-    if kind == "merge" and not unique_key:
+    if kind in ("merge", "scd2") and not unique_key:
         raise PartlakeConfigError(
             f"asset {asset_name} is a {kind!r} model but has no '{UNIQUE_KEY_KEY}'; add the "
             f"columns that identify a row, e.g. metadata={{'{UNIQUE_KEY_KEY}': ['id']}}."
@@ -116,10 +119,15 @@ def model_kind(metadata: Mapping[str, Any], *, partitioned: bool, asset_name: st
         if kind not in _UNIT_OF_WORK_KINDS:
             raise PartlakeConfigError(
                 f"asset {asset_name} sets '{PARTITION_BY_KEY}', but a {kind!r} table is "
-                "partitioned by its Dagster partitions; remove it, or use kind 'append' or "
-                "'merge'."
+                "partitioned by its Dagster partitions; remove it, or use kind 'append', "
+                "'merge' or 'scd2'."
             )
         partition_by = _columns(metadata, PARTITION_BY_KEY, asset_name)
+        if kind == "scd2" and partition_by:
+            raise PartlakeConfigError(
+                f"asset {asset_name} sets '{PARTITION_BY_KEY}' {list(partition_by)} on an scd2 "
+                "model; scd2 tables are unpartitioned here, so remove it (or set [])."
+            )
     return ModelKind(kind, unique_key, partition_by)
 
 

@@ -343,3 +343,107 @@ def test_kind_metadata_is_checked_with_a_clear_error() -> None:
     merge = kind(model_kind_metadata("merge", unique_key=["id"], partition_by=[]))
     assert merge.unique_key == ("id",) and merge.decoupled(["date"])
     assert not kind(model_kind_metadata("append")).decoupled(["date"])
+
+
+@asset(
+    partitions_def=daily, code_version="1", metadata=model_kind_metadata("scd2", unique_key=["id"])
+)
+def users_history(changes: DataFrame) -> DataFrame:
+    return changes.select("id", "name")
+
+
+def history(lake: Path) -> list[tuple]:
+    rows = delta_rows(
+        table_path(str(lake), ["users_history"]),
+        ["id", "name", "valid_from", "valid_to", "is_current"],
+    )
+    return sorted(
+        (i, n, f.date().isoformat(), t.date().isoformat() if t else None, c)
+        for i, n, f, t, c in rows
+    )
+
+
+def test_scd2_keeps_history_per_key_and_reapplies_an_older_snapshot(
+    spark, lake: Path, instance
+) -> None:
+    snapshots = {
+        DAYS[0]: [(1, "ann", 0), (2, "bob", 0)],
+        DAYS[1]: [(1, "ann", 0), (2, "bobby", 0), (3, "cy", 0)],
+        DAYS[2]: [(2, "bobby", 0), (3, "cy", 0)],
+    }
+    defs = defs_for(lake, users_history)
+
+    def apply(day: str, ok: bool = True):
+        result = materialize(
+            [changes, users_history],
+            partition_key=day,
+            resources=defs.resources,
+            instance=instance,
+            selection=[AssetKey("users_history")],
+            raise_on_error=False,
+        )
+        assert result.success is ok
+        return result
+
+    for day, rows in snapshots.items():
+        write_changes(spark, lake, day, rows)
+        apply(day)
+    expected = [
+        (1, "ann", "2024-01-01", "2024-01-03", False),  # gone from the day-3 snapshot
+        (2, "bob", "2024-01-01", "2024-01-02", False),  # renamed on day 2
+        (2, "bobby", "2024-01-02", None, True),
+        (3, "cy", "2024-01-02", None, True),
+    ]
+    assert history(lake) == expected
+    assert last_record(lake, "users_history").metrics == {
+        "rows_inserted": 0,
+        "rows_updated": 0,
+        "rows_deleted": 1,
+        "rows_unchanged": 3,
+    }
+    # The same snapshot again changes nothing: no file added or removed.
+    path = table_path(str(lake), ["users_history"])
+    files = delta_files(path)
+    apply(DAYS[2])
+    assert history(lake) == expected and delta_files(path) == files
+
+    # Day 2's snapshot changes: history rolls back to day 2, then days 2 and 3 apply in order.
+    write_changes(spark, lake, DAYS[1], [(1, "ann", 0), (2, "rob", 0), (3, "cy", 0)])
+    apply(DAYS[1])
+    assert history(lake) == [
+        (1, "ann", "2024-01-01", None, True),
+        (2, "bob", "2024-01-01", "2024-01-02", False),
+        (2, "rob", "2024-01-02", None, True),
+        (3, "cy", "2024-01-02", None, True),
+    ]
+    write_changes(spark, lake, DAYS[2], [(2, "rob", 0), (3, "cy", 0)])
+    apply(DAYS[2])
+    assert history(lake) == [
+        (1, "ann", "2024-01-01", "2024-01-03", False),
+        (2, "bob", "2024-01-01", "2024-01-02", False),
+        (2, "rob", "2024-01-02", None, True),
+        (3, "cy", "2024-01-02", None, True),
+    ]
+
+    # A snapshot that already has the history columns is refused; the table stays as it was.
+    @asset(
+        name="users_history",
+        partitions_def=daily,
+        metadata=model_kind_metadata("scd2", unique_key=["id"]),
+    )
+    def with_history_columns(changes: DataFrame) -> DataFrame:
+        return changes.select("id", "name", F.lit(True).alias("is_current"))
+
+    version = log_versions(path)[-1]
+    result = materialize(
+        [changes, with_history_columns],
+        partition_key=DAYS[2],
+        resources=defs.resources,
+        instance=instance,
+        selection=[AssetKey("users_history")],
+        raise_on_error=False,
+    )
+    assert not result.success
+    message = str(result.get_step_failure_events()[0].step_failure_data.error)
+    assert "already has column(s) is_current, which the IO manager adds" in message
+    assert log_versions(path)[-1] == version

@@ -109,7 +109,10 @@ def merge_rows(
         stats_columns=unique_key,
     )
     try:
-        _check_keys(df.sparkSession, batch, unique_key, name)
+        paths = [os.path.join(batch.staging_dir, f.relative_path) for f in batch.files]
+        if any(f.num_records for f in batch.files):
+            staged_rows = df.sparkSession.read.parquet(*("file://" + p for p in paths))
+            check_keys(staged_rows, unique_key, name)
     except BaseException:
         shutil.rmtree(batch.staging_dir, ignore_errors=True)
         raise
@@ -238,14 +241,15 @@ def _rewrite_without_batch_keys(
     return replace(batch, staging_dir=stage, files=tuple(files))
 
 
-def _check_keys(spark: Any, batch: StagedWrite, unique_key: Sequence[str], name: str) -> None:
-    """No null and no repeated key in the batch (one Spark aggregation over the staged files)."""
+def check_keys(df: DataFrame, unique_key: Sequence[str], name: str) -> None:
+    """No null and no repeated key among the rows of `df` (one Spark aggregation).
+
+    Raises:
+        DuplicateKeyError: naming up to five offending keys.
+    """
     from pyspark.sql import functions as F
 
-    paths = [os.path.join(batch.staging_dir, f.relative_path) for f in batch.files if f.num_records]
-    if not paths:
-        return
-    rows = spark.read.parquet(*("file://" + p for p in paths)).select(*unique_key)
+    rows = df.select(*unique_key)
     any_null = F.lit(False)
     for column in unique_key:
         any_null = any_null | F.col(column).isNull()

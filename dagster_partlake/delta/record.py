@@ -9,11 +9,12 @@ never a silent "every partition looks stale".
 
 Format 2 adds what model kinds need: the `kind`, the partitions the commit `kept` as they were
 (with their lastUpdated: an early-cut-off `tracked` partition, a merge that touched no file of a
-partition), per-partition `content_hashes` (`tracked`) and the row `metrics`. Format 1 (written
-with `"format": 1`, or before that field existed) has none of them and is read as a `partition` or
-`table` write that kept nothing. A reader of format 1 refuses format 2 ("upgrade"), since it would
-take kept partitions for rewritten ones. A record without `commit_time_ms` predates recording what
-was consumed: it is read, but says nothing about freshness (`commit_time_ms is None`).
+partition), per-partition `content_hashes` (`tracked`), the row `metrics` and the `snapshot_ms`
+an scd2 write applied. Format 1 (written with `"format": 1`, or before that field existed) has
+none of them and is read as a `partition` or `table` write that kept nothing. A reader of format
+1 refuses format 2 ("upgrade"), since it would take kept partitions for rewritten ones. A record
+without `commit_time_ms` predates recording what was consumed: it is read, but says nothing about
+freshness (`commit_time_ms is None`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class CommitRecord:
     kept: Mapping[str, int] = field(default_factory=dict)
     content_hashes: Mapping[str, str] = field(default_factory=dict)  # partition id -> hash
     metrics: Mapping[str, int] = field(default_factory=dict)  # rows_inserted, rows_updated, ...
+    snapshot_ms: int | None = None  # scd2: the time of the snapshot applied
     # Not written: the table version the record was read from.
     table_version: int | None = None
 
@@ -101,6 +103,8 @@ class CommitRecord:
             body["content_hashes"] = dict(self.content_hashes)
         if self.metrics:
             body["metrics"] = dict(self.metrics)
+        if self.snapshot_ms is not None:
+            body["snapshot_ms"] = self.snapshot_ms
         return {RECORD_KEY: body}
 
     @classmethod
@@ -153,6 +157,7 @@ class CommitRecord:
             kept={str(k): int(v) for k, v in (body.get("kept") or {}).items()},
             content_hashes={str(k): str(v) for k, v in (body.get("content_hashes") or {}).items()},
             metrics={str(k): int(v) for k, v in (body.get("metrics") or {}).items()},
+            snapshot_ms=None if body.get("snapshot_ms") is None else int(body["snapshot_ms"]),
             table_version=table_version,
         )
 

@@ -43,6 +43,7 @@ class LiveFile:
     # Delta statistics of the columns asked for (absent: unknown, the file may hold anything).
     min_values: dict[str, Any] = field(default_factory=dict)
     max_values: dict[str, Any] = field(default_factory=dict)
+    null_count: dict[str, int] = field(default_factory=dict)
 
     def absolute_path(self, root: str) -> str:
         return os.path.join(root, unquote(self.path))
@@ -149,6 +150,7 @@ def live_files(
                     modification_time=columns["modification_time"][i],
                     min_values=_stats(columns, "min", stats_columns, i),
                     max_values=_stats(columns, "max", stats_columns, i),
+                    null_count=_stats(columns, "null_count", stats_columns, i),
                 )
             )
     return files

@@ -506,19 +506,20 @@ def _footer_stats(
             footer.row_group(g).column(index[column]).statistics
             for g in range(footer.num_row_groups)
         ]
-        if any(s is None or not s.has_min_max or not s.has_null_count for s in stats):
+        if any(s is None or not s.has_null_count for s in stats):
+            continue
+        nulls[column] = sum(s.null_count for s in stats)
+        if not all(s.has_min_max for s in stats):
             continue
         low, high = min(s.min for s in stats), max(s.max for s in stats)
-        if not all(
+        exact = all(
             isinstance(v, int | str | dt.date) and not isinstance(v, bool | dt.datetime)
             for v in (low, high)
-        ):
-            continue
-        if isinstance(high, str) and len(high) > _MAX_STAT_STRING:
+        )
+        if not exact or (isinstance(high, str) and len(high) > _MAX_STAT_STRING):
             continue
         mins[column] = low.isoformat() if isinstance(low, dt.date) else low
         maxs[column] = high.isoformat() if isinstance(high, dt.date) else high
-        nulls[column] = sum(s.null_count for s in stats)
     return mins, maxs, nulls
 
 

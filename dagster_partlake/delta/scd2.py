@@ -1,0 +1,286 @@
+"""Apply a snapshot of entities to an SCD type 2 history table: Spark compares, delta-rs commits.
+
+The asset returns the current snapshot; the table holds every version of every key, with
+`valid_from` (timestamp), `valid_to` (timestamp, null while current) and `is_current` (boolean).
+Applying a snapshot taken at time `t`:
+
+- a key whose other columns changed: its current row is closed (`valid_to = t`, `is_current`
+  false) and a new current row from `t` is added;
+- a key absent from the snapshot: its current row is closed;
+- a key new in the snapshot: a current row from `t`;
+- an unchanged key: untouched. A snapshot that changes nothing commits no file.
+
+Snapshots apply in time order. A snapshot at or before the newest one applied (re-running an
+older day) first rolls the history back to `t`: rows valid from `t` or later are dropped and rows
+closed at `t` or later are open again; then it applies, and later snapshots must be applied again
+after it (the planner makes them stale).
+
+Only files that hold current rows are read and rewritten (their `valid_to` null count in the log
+says so), unless a roll back needs every file. Closed and current rows are written to separate
+files, so history that no longer changes is never rewritten again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from dagster_partlake.delta.merge import check_keys
+from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.schema import arrow_to_spark, spark_to_arrow
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.table import (
+    LiveFile,
+    arrow_schema,
+    live_files,
+    load_table,
+    table_exists,
+)
+from dagster_partlake.delta.writer import (
+    DEFAULT_MAX_ATTEMPTS,
+    CommitResult,
+    InputsMovedError,
+    StagedWrite,
+    commit_staged,
+    publish_staged,
+    staged_files,
+    write_parquet_files,
+)
+from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
+from dagster_partlake.layout import staging_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
+
+
+class _Changed(Exception):
+    """The newest snapshot, applied again, differs from the first time: roll back first."""
+
+
+@dataclass(frozen=True)
+class Scd2Result:
+    commit: CommitResult
+    metrics: dict[str, int]
+    files_rewritten: int
+
+
+def apply_snapshot(
+    df: DataFrame,
+    root: str,
+    *,
+    unique_key: Sequence[str],
+    snapshot_time: dt.datetime,
+    newest_applied: dt.datetime | None,
+    record_for: Callable[[dict[str, int]], CommitRecord],
+    table_name: str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> Scd2Result:
+    """Apply the snapshot `df` taken at `snapshot_time` to the history table at `root`.
+
+    Args:
+        newest_applied: the newest snapshot time already applied (None: none); at or after
+            `snapshot_time` the history is rolled back to it first.
+        record_for: the commit record, given the row metrics.
+
+    Raises:
+        SchemaMismatchError: the snapshot has history columns or lacks a key column;
+            DuplicateKeyError: it repeats a key or has a null one. Nothing is written then.
+    """
+    name = table_name or os.path.basename(os.path.abspath(root))
+    present = [c for c in HISTORY_COLUMNS if c in df.columns]
+    if present:
+        raise SchemaMismatchError(
+            f"the snapshot for scd2 table {name} already has column(s) {', '.join(present)}, "
+            "which the IO manager adds; return the entities' own columns only (rename or drop "
+            "those)."
+        )
+    missing = [c for c in unique_key if c not in df.columns]
+    if missing:
+        raise SchemaMismatchError(
+            f"the unique key of table {name} names column(s) {', '.join(missing)} that the "
+            f"returned DataFrame does not have (columns: {', '.join(df.columns)}); fix "
+            "'partlake/unique_key' or return those columns."
+        )
+    check_keys(df, unique_key, name)
+    rollback = newest_applied is not None and snapshot_time < newest_applied
+    # The newest snapshot again: a no-op if it is unchanged, else rolled back and re-applied.
+    again = newest_applied is not None and snapshot_time == newest_applied
+    for _ in range(max_attempts):
+        try:
+            return _apply_once(
+                df,
+                root,
+                name,
+                unique_key,
+                snapshot_time,
+                rollback,
+                record_for,
+                max_attempts,
+                again=again,
+            )
+        except _Changed:
+            rollback, again = True, False
+        except InputsMovedError:
+            continue
+    raise CommitConflictError(
+        f"could not apply the snapshot to table {name}: concurrent writers kept changing it for "
+        f"{max_attempts} attempts. Nothing was committed."
+    )
+
+
+def _apply_once(
+    df: DataFrame,
+    root: str,
+    name: str,
+    unique_key: Sequence[str],
+    t: dt.datetime,
+    rollback: bool,
+    record_for: Callable[[dict[str, int]], CommitRecord],
+    max_attempts: int,
+    *,
+    again: bool = False,
+) -> Scd2Result:
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    values = [c for c in df.columns if c not in unique_key]
+    ts = F.lit(t).cast("timestamp")
+    candidates: list[LiveFile] = []
+    expected: frozenset[str] = frozenset()
+    rows_before = 0
+    existing = None
+    if table_exists(root):
+        table = load_table(root, table_name=name)
+        every = live_files(table, PartitionSelection.everything())
+        expected = frozenset(f.path for f in every)
+        rows_before = sum(f.num_records or 0 for f in every)
+        candidates = every if rollback else [f for f in every if _may_be_current(f)]
+        if candidates:
+            existing = (
+                spark.read.schema(arrow_to_spark(arrow_schema(table)))
+                .parquet(*("file://" + f.absolute_path(root) for f in candidates))
+                .select(*df.columns, *HISTORY_COLUMNS)
+            )
+    if existing is None:
+        existing = spark.createDataFrame([], df.select(*df.columns).schema).select(
+            "*",
+            F.lit(None).cast("timestamp").alias("valid_from"),
+            F.lit(None).cast("timestamp").alias("valid_to"),
+            F.lit(None).cast("boolean").alias("is_current"),
+        )
+    if rollback:
+        existing = existing.where(F.col("valid_from") < ts).withColumn(
+            "is_current", F.col("is_current") | (F.col("valid_to") >= ts)
+        )
+        existing = existing.withColumn(
+            "valid_to", F.when(F.col("valid_to") >= ts, F.lit(None)).otherwise(F.col("valid_to"))
+        )
+    history = existing.where(~F.col("is_current"))
+    current = existing.where(F.col("is_current"))
+    cur = current.select(
+        *unique_key, F.struct(*values).alias("_old"), F.col("valid_from").alias("_from")
+    )
+    snap = df.select(*unique_key, F.struct(*values).alias("_new"))
+    joined = cur.join(snap, on=list(unique_key), how="full_outer")
+    changed = (
+        F.col("_old").isNotNull()
+        & F.col("_new").isNotNull()
+        & ~F.col("_old").eqNullSafe(F.col("_new"))
+    )
+    status = (
+        F.when(F.col("_old").isNull(), F.lit("inserted"))
+        .when(F.col("_new").isNull(), F.lit("closed"))
+        .when(changed, F.lit("updated"))
+        .otherwise(F.lit("unchanged"))
+    )
+    joined = joined.withColumn("_status", status)
+    counts = {
+        row["_status"]: row["n"]
+        for row in joined.groupBy("_status").agg(F.count(F.lit(1)).alias("n")).collect()
+    }
+    inserted, updated = counts.get("inserted", 0), counts.get("updated", 0)
+    closed_keys = counts.get("closed", 0)
+    metrics = {
+        "rows_inserted": inserted,
+        "rows_updated": updated,
+        "rows_deleted": closed_keys,  # closed: the key is gone from the snapshot
+        "rows_unchanged": max(rows_before - updated - closed_keys, 0),
+    }
+    nothing = not rollback and not (inserted or updated or closed_keys)
+    if again and not nothing:
+        raise _Changed
+    record = record_for(metrics)
+    columns = [*df.columns, *HISTORY_COLUMNS]
+    base = StagedWrite(
+        root=os.path.abspath(root),
+        table_name=name,
+        staging_dir=os.path.join(staging_dir(root), uuid.uuid4().hex),
+        files=(),
+        schema=spark_to_arrow(existing.select(*columns).schema),
+        partition_by=(),
+        selection=PartitionSelection.everything(),
+        partition_ids=(WHOLE_TABLE_ID,),
+        removal="none" if nothing else "files",
+        remove_files=() if nothing else tuple(candidates),
+        expected_live=expected,
+    )
+    if nothing:
+        result = commit_staged(base, record=record, max_attempts=max_attempts)
+        return Scd2Result(result, metrics, 0)
+    old_cols = [F.col(f"_old.{c}").alias(c) for c in values]
+    new_cols = [F.col(f"_new.{c}").alias(c) for c in values]
+    keep = joined.where(F.col("_status") == "unchanged").select(
+        *unique_key,
+        *old_cols,
+        F.col("_from").alias("valid_from"),
+        F.lit(None).cast("timestamp").alias("valid_to"),
+        F.lit(True).alias("is_current"),
+    )
+    closed = joined.where(F.col("_status").isin("updated", "closed")).select(
+        *unique_key,
+        *old_cols,
+        F.col("_from").alias("valid_from"),
+        ts.alias("valid_to"),
+        F.lit(False).alias("is_current"),
+    )
+    opened = joined.where(F.col("_status").isin("updated", "inserted")).select(
+        *unique_key,
+        *new_cols,
+        ts.alias("valid_from"),
+        F.lit(None).cast("timestamp").alias("valid_to"),
+        F.lit(True).alias("is_current"),
+    )
+    result_df = (
+        history.select(*columns)
+        .unionByName(keep.select(*columns))
+        .unionByName(closed.select(*columns))
+        .unionByName(opened.select(*columns))
+        # Closed and current rows in separate files: later snapshots rewrite only current ones.
+        .repartitionByRange(2, "is_current")
+    )
+    write_parquet_files(result_df, base.staging_dir, ())
+    files = staged_files(base.staging_dir, (), ("valid_to",))
+    staged = replace(base, files=tuple(files))
+    publish_staged(staged)
+    try:
+        result = commit_staged(staged, record=record, max_attempts=max_attempts)
+    except InputsMovedError:
+        for f in staged.files:
+            try:
+                os.remove(os.path.join(staged.root, f.relative_path))
+            except FileNotFoundError:
+                pass
+        raise
+    return Scd2Result(result, metrics, len(candidates))
+
+
+def _may_be_current(f: LiveFile) -> bool:
+    """False only when the file's statistics prove every row is closed (no null `valid_to`)."""
+    nulls = f.null_count.get("valid_to")
+    return nulls is None or nulls > 0
