@@ -14,6 +14,7 @@ from dagster_partlake.errors import (
     TableUnreadableError,
 )
 from dagster_partlake.io_manager import DeltaPartitionIOManager
+from dagster_partlake.kinds import ModelKind, model_kind_metadata
 from dagster_partlake.layout import table_path
 from dagster_partlake.parallel import POOL
 from dagster_partlake.planner import Plan, StalePartition, plan
@@ -27,6 +28,7 @@ __all__ = [
     "CommitConflictError",
     "CommitRecord",
     "DeltaPartitionIOManager",
+    "ModelKind",
     "PartitionMismatchError",
     "PartlakeConfigError",
     "PartlakeError",
@@ -38,6 +40,7 @@ __all__ = [
     "StalePartition",
     "TableUnreadableError",
     "build_invalidation_sensor",
+    "model_kind_metadata",
     "partlake_source",
     "plan",
     "plan_runs",

@@ -107,7 +107,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
         runs,
         max_parallel=workers.runs,
         on_outcome=lambda o: click.echo(
-            outcome_line(o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error)
+            outcome_line(o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error, o.metrics)
         ),
     )
     failed = sum(1 for o in outcomes if o.status == "failed")

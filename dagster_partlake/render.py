@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 
 from dagster_partlake.planner import REASONS, Plan
 from dagster_partlake.runs import RunPlan
@@ -89,12 +90,20 @@ def outcome_line(
     rows: int | None,
     ms: int | None,
     error: str | None = None,
+    metrics: Mapping[str, int] | None = None,
 ) -> str:
     """`[OK] clean_events 2024-01-02|eu (upstream_changed, 977 rows, 15,953 ms)`; `[FAILED]`
     and `[SKIPPED]` lines end with the error."""
     parts = [reason]
     if rows is not None:
         parts.append(f"{rows:,} rows")
+    if metrics:
+        parts.append(
+            ", ".join(
+                f"{metrics.get(f'rows_{what}', 0):,} {what}"
+                for what in ("inserted", "updated", "deleted", "unchanged")
+            )
+        )
     if ms is not None:
         parts.append(f"{ms:,} ms")
     if error:

@@ -12,7 +12,7 @@ the instance, so runs launched elsewhere (the sensor's, the UI's) share the same
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +46,8 @@ class Outcome:
     ms: int | None
     run_id: str | None
     error: str | None = None
+    # Row counts of an append, merge, scd2 or tracked write (rows_inserted, rows_updated, ...).
+    metrics: Mapping[str, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -250,7 +252,7 @@ def _execute(
         run_id, ok, error = None, False, f"{type(exc).__name__}: {exc}"[:300]
     elapsed_ms = int((time.perf_counter() - started) * 1000)
     step_ms = _step_ms(instance, job, graph, run, run_id) if run_id else {}
-    rows = _rows_by_partition(graph, run, run_id, versions) if ok and run_id else {}
+    rows, metrics = _written(graph, run, run_id, versions) if ok and run_id else ({}, {})
     return [
         Outcome(
             status="ok" if ok else "failed",
@@ -261,6 +263,7 @@ def _execute(
             ms=step_ms.get(item.asset, elapsed_ms),
             run_id=run_id,
             error=error,
+            metrics=metrics.get(item.asset),
         )
         for item in run.items
     ]
@@ -297,12 +300,19 @@ def _latest_version(graph: LakeGraph, name: str) -> int:
     return versions[-1] if versions else -1
 
 
-def _rows_by_partition(
+def _written(
     graph: LakeGraph, run: PlannedRun, run_id: str, before: dict[str, int]
-) -> dict[tuple[str, Key], int]:
+) -> tuple[dict[tuple[str, Key], int], dict[str, Mapping[str, int]]]:
+    """Rows per asset partition the run wrote, and per asset the row counts of kinds that
+    report them (not `partition` / `table`: their rows say it all)."""
     rows: dict[tuple[str, Key], int] = {}
+    metrics: dict[str, Mapping[str, int]] = {}
     for name in run.assets:
         record = find_record(graph.assets[name].path, since=before[name] + 1, run_id=run_id)
-        for key, n in ((record.rows_by_partition or {}) if record else {}).items():
+        if record is None:
+            continue
+        for key, n in (record.rows_by_partition or {}).items():
             rows[(name, None if key == WHOLE_TABLE_ID else key)] = n
-    return rows
+        if record.metrics and record.kind not in (None, "partition", "table"):
+            metrics[name] = record.metrics
+    return rows, metrics

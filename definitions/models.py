@@ -1,0 +1,108 @@
+"""Example code location of the model kinds, over a daily export of users (`definitions.exports`).
+
+    user_exports (source) ─┬─ users              merge on user_id: the current users
+                           ├─ users_history      scd2 on user_id: every version of every user
+                           ├─ user_export_log    append: every export row ever received
+                           └─ plan_counts        tracked: users per plan and day
+                                └─ plan_mix      table: the share of each plan over all days
+
+Rewrite an export with the same rows and `partlake run -m definitions.models`: users,
+users_history, user_export_log and plan_counts run again, plan_counts comes out unchanged, and
+plan_mix is not run.
+"""
+
+import warnings
+
+from dagster import (
+    AssetIn,
+    BetaWarning,
+    DailyPartitionsDefinition,
+    Definitions,
+    asset,
+    in_process_executor,
+)
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+warnings.filterwarnings("ignore", category=BetaWarning)
+
+from dagster_partlake import (  # noqa: E402
+    DeltaPartitionIOManager,
+    model_kind_metadata,
+    partlake_source,
+)
+from definitions import spark  # noqa: E402
+from definitions.exports import END_DATE, START_DATE  # noqa: E402
+
+daily = DailyPartitionsDefinition(start_date=START_DATE, end_date=END_DATE)
+GROUP = "models"
+
+user_exports = partlake_source(
+    "user_exports",
+    partitions_def=daily,
+    group_name=GROUP,
+    description="Every user on each day (python -m definitions.exports --date ...).",
+)
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    group_name=GROUP,
+    metadata=model_kind_metadata("merge", unique_key=["user_id"], partition_by=[]),
+)
+def users(user_exports: DataFrame) -> DataFrame:
+    """The current users: each day's export upserted on user_id."""
+    return user_exports.select("user_id", "name", "plan")
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    group_name=GROUP,
+    metadata=model_kind_metadata("scd2", unique_key=["user_id"]),
+)
+def users_history(user_exports: DataFrame) -> DataFrame:
+    """Every version of every user (valid_from, valid_to, is_current), one export per day."""
+    return user_exports.select("user_id", "name", "plan")
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    group_name=GROUP,
+    metadata=model_kind_metadata("append", partition_by=[]),
+)
+def user_export_log(context, user_exports: DataFrame) -> DataFrame:
+    """Every export row received, with the run that received it."""
+    return user_exports.withColumn("received_by", F.lit(context.run_id))
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    group_name=GROUP,
+    metadata=model_kind_metadata("tracked"),
+)
+def plan_counts(user_exports: DataFrame) -> DataFrame:
+    """Users per plan and day; a day whose counts did not change is not rewritten."""
+    return user_exports.groupBy("date", "plan").agg(F.count(F.lit(1)).alias("users"))
+
+
+@asset(code_version="1", group_name=GROUP, ins={"plan_counts": AssetIn()})
+def plan_mix(plan_counts: DataFrame) -> DataFrame:
+    """Each plan's share of user-days over all days."""
+    total = plan_counts.agg(F.sum("users").alias("total"))
+    return (
+        plan_counts.groupBy("plan")
+        .agg(F.sum("users").alias("user_days"))
+        .crossJoin(total)
+        .select("plan", "user_days", (F.col("user_days") / F.col("total")).alias("share"))
+    )
+
+
+defs = Definitions(
+    assets=[user_exports, users, users_history, user_export_log, plan_counts, plan_mix],
+    resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
+    executor=in_process_executor,
+)
