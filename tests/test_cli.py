@@ -131,15 +131,27 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
                     f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=5
                 )
                 nodes = reply.json()["data"]["assetNodes"]
-                if nodes:
+                # Both code locations of the workspace: the lakehouse and the model kinds.
+                if {"plan_mix", "raw_events"} <= {"/".join(n["assetKey"]["path"]) for n in nodes}:
                     break
             except (requests.ConnectionError, requests.Timeout, KeyError, TypeError, ValueError):
                 pass
             time.sleep(1)
         assert nodes, "dagster dev never answered with the asset graph"
-        names = sorted("/".join(n["assetKey"]["path"]) for n in nodes)
-        assert names == ["clean_events", "daily_region_stats", "monthly_region_stats", "raw_events"]
-        assert all(n["isPartitioned"] for n in nodes)
+        groups = {"/".join(n["assetKey"]["path"]): n["groupName"] for n in nodes}
+        assert groups == {
+            **dict.fromkeys(
+                ["clean_events", "daily_region_stats", "monthly_region_stats", "raw_events"],
+                "lakehouse",
+            ),
+            **dict.fromkeys(
+                ["user_exports", "users", "users_history", "user_export_log", "plan_counts"],
+                "models",
+            ),
+            "plan_mix": "models",
+        }
+        unpartitioned = {"/".join(n["assetKey"]["path"]) for n in nodes if not n["isPartitioned"]}
+        assert unpartitioned == {"plan_mix"}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
