@@ -119,7 +119,8 @@ def make_batches(
         later: list[StalePartition] = []  # reads a partition that waits
         for item in items:
             ups = ups_of(item)
-            if any(up in waiting or up[0] in cutoff for up in ups):
+            # Its own earlier stale partition (a self-dependency) runs first, in an earlier run.
+            if any(up in waiting or up[0] in cutoff or up[0] == name for up in ups):
                 later.append(item)
             elif ups:
                 joining[item] = {group_of[up] for up in ups}

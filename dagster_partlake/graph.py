@@ -24,9 +24,9 @@ from dagster import (
 )
 
 from dagster_partlake.io_manager import DeltaPartitionIOManager
-from dagster_partlake.kinds import model_kind
+from dagster_partlake.kinds import ORDERED_KINDS, model_kind
 from dagster_partlake.layout import resolve_root, table_path
-from dagster_partlake.mappings import key_maps
+from dagster_partlake.mappings import key_maps, previous_partition_maps
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
 from dagster_partlake.partitions import (
     DimensionColumn,
@@ -157,6 +157,11 @@ class LakeGraph:
                 for parent in asset.parents
                 if parent in self.assets
             )
+            ordered = asset.kind in ORDERED_KINDS and asset.name not in asset.parents
+            maps = previous_partition_maps(asset.partitions_def, dynamic_partitions_store)
+            if ordered and maps is not None:
+                # A merge or scd2 applies its time partitions in order: day D+1 after day D.
+                deps += (Dependency(asset.name, *maps, order_only=True),)
             result.append(
                 PlanAsset(
                     name=asset.name,

@@ -31,6 +31,9 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 KIND_KEY = "partlake/kind"
 UNIQUE_KEY_KEY = "partlake/unique_key"
 PARTITION_BY_KEY = "partlake/partition_by"
+# Kinds whose runs apply in time order (the result depends on the order of the units of work):
+# the planner makes a later time partition stale when an earlier one is (`Dependency.order_only`).
+ORDERED_KINDS: tuple[Kind, ...] = ("merge", "scd2")
 # Kinds whose table may be partitioned other than by the Dagster partitions.
 _UNIT_OF_WORK_KINDS = ("append", "merge", "scd2")
 

@@ -178,3 +178,38 @@ def _dagster_maps(
             return tuple(result.get_partition_keys())
 
     return upstream_keys, downstream_keys
+
+
+def previous_partition_maps(
+    partitions_def: PartitionsDefinition | None, store: Any = None
+) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]] | None:
+    """(key -> the previous time partition, key -> the next one) of a definition with a time
+    dimension (other dimensions unchanged); None without one."""
+    if isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        time_def, position = partitions_def, None
+    elif isinstance(partitions_def, MultiPartitionsDefinition):
+        dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
+        timed = [n for n, d in dims.items() if isinstance(d, TimeWindowPartitionsDefinition)]
+        if not timed:
+            return None
+        time_def, position = dims[timed[0]], key_dimensions(partitions_def).index(timed[0])
+    else:
+        return None
+    keys = list(all_keys(time_def, store))
+    index = {k: i for i, k in enumerate(keys)}
+
+    def shifted(step: int) -> Callable[[Key], Iterable[Key]]:
+        @cache
+        def maps(key: Key) -> tuple[Key, ...]:
+            if key is None:
+                return ()
+            values = key_values(key) if position is not None else [key]
+            i = index.get(values[position or 0])
+            if i is None or not 0 <= i + step < len(keys):
+                return ()
+            values[position or 0] = keys[i + step]
+            return (multi_key(values) if position is not None else values[0],)
+
+        return maps
+
+    return shifted(-1), shifted(1)

@@ -32,6 +32,12 @@ are stale themselves (they will have data after the plan runs). For a managed as
   one recorded as read (including appearing or disappearing).
   For all three reasons, because = those changed upstream partitions (so a `code_changed`
   partition whose inputs also changed lists them; with unchanged inputs it is empty).
+An order-only self-dependency (an asset whose time partitions apply in order: `merge`, `scd2`)
+maps each partition to the previous one. It never makes a partition `missing` or keeps one from
+being due; a partition with a record is `upstream_changed` because of its previous partition when
+that one is stale, or was written after it (its lastUpdated is newer than this partition's
+written lastUpdated). Staleness thus runs forward in time: when day D is stale, so is every later
+day with a record.
 Sources (assets written by other systems) are never stale; their states feed their dependents.
 Nothing fresh is ever listed. An asset whose table could not be read (`unreadable`) and every
 asset downstream of it are not judged at all: the plan lists them in `Plan.unreadable` instead.
@@ -39,6 +45,7 @@ asset downstream of it are not judged at all: the plan lists them in `Plan.unrea
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -57,6 +64,9 @@ class Dependency:
     upstream_keys: KeyMap  # downstream key -> the upstream keys it reads
     downstream_keys: KeyMap  # upstream key -> the downstream keys that read it
     identity: bool = False  # both maps are k -> [k]; lets the planner skip the calls
+    # An asset's dependency on its own previous partition that exists only to order its writes
+    # (`merge` and `scd2` apply their time partitions in order; see the module docstring).
+    order_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,7 +166,11 @@ def render_partition(asset: str, key: Key) -> str:
 def topological_order(assets: Sequence[PlanAsset]) -> list[PlanAsset]:
     """Upstream before downstream; ties by name. Raises ValueError on a cycle."""
     by_name = {a.name: a for a in assets}
-    pending = {a.name: {d.upstream for d in a.deps if d.upstream in by_name} for a in assets}
+    # A self-dependency orders an asset's own partitions, not assets.
+    pending = {
+        a.name: {d.upstream for d in a.deps if d.upstream in by_name and d.upstream != a.name}
+        for a in assets
+    }
     order: list[PlanAsset] = []
     while pending:
         ready = sorted(name for name, ups in pending.items() if not ups)
@@ -190,7 +204,12 @@ def plan(inputs: PlanInput) -> Plan:
             continue
         states = inputs.states.get(asset.name, {})
         records = inputs.records.get(asset.name, {})
-        for key in sorted(_candidates(asset, inputs, stale), key=lambda k: k or ""):
+        own = [d for d in asset.deps if d.upstream == asset.name]
+        candidates = sorted(_candidates(asset, inputs, stale), key=lambda k: k or "")
+        if own:
+            items.extend(_judge_in_order(asset, own, candidates, inputs, stale))
+            continue
+        for key in candidates:
             item = _judge(asset, key, states.get(key), records.get(key), inputs, stale)
             if item is not None:
                 items.append(item)
@@ -209,6 +228,40 @@ def plan(inputs: PlanInput) -> Plan:
     return Plan(tuple(items), tuple(a.name for a in order), unreadable)
 
 
+def _judge_in_order(
+    asset: PlanAsset,
+    own: Sequence[Dependency],
+    candidates: Sequence[Key],
+    inputs: PlanInput,
+    stale: dict[str, set[Key]],
+) -> list[StalePartition]:
+    """Judge the partitions of an asset that depends on its own earlier partitions: a partition
+    that turns stale makes the ones reading it candidates again (a worklist in key order)."""
+    states = inputs.states.get(asset.name, {})
+    records = inputs.records.get(asset.name, {})
+    known = set(candidates)
+    heap = [(k or "", k) for k in candidates]
+    heapq.heapify(heap)
+    queued = set(candidates)
+    items = []
+    while heap:
+        _, key = heapq.heappop(heap)
+        queued.discard(key)
+        if key in stale[asset.name]:
+            continue
+        item = _judge(asset, key, states.get(key), records.get(key), inputs, stale)
+        if item is None:
+            continue
+        items.append(item)
+        stale[asset.name].add(key)
+        for dep in own:
+            for later in dep.downstream_keys(key):
+                if later in known and later not in queued and later not in stale[asset.name]:
+                    heapq.heappush(heap, (later or "", later))
+                    queued.add(later)
+    return items
+
+
 def _mapped(dep: Dependency, key: Key) -> Iterable[Key]:
     return (key,) if dep.identity else dep.upstream_keys(key)
 
@@ -220,12 +273,14 @@ def _has_data(asset: str, key: Key, inputs: PlanInput, stale: Mapping[str, set[K
 def _candidates(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> set[Key]:
     keys: set[Key] = set(inputs.records.get(asset.name, {}))
     keys.update(inputs.states.get(asset.name, {}))
-    if not asset.deps:
+    if not any(d.upstream != asset.name for d in asset.deps):
         if not asset.partitioned:
             keys.add(None)
         keys.update(inputs.partition_keys.get(asset.name, ()))
         return keys
     for dep in asset.deps:
+        if dep.upstream == asset.name:
+            continue  # its own partitions are candidates already
         upstream_with_data = set(inputs.states.get(dep.upstream, {})) | stale.get(
             dep.upstream, set()
         )
@@ -250,6 +305,8 @@ def _judge(
         for dep in asset.deps:
             with_data = [u for u in _mapped(dep, key) if _has_data(dep.upstream, u, inputs, stale)]
             if not with_data:
+                if dep.upstream == asset.name:
+                    continue  # its own earlier partition never keeps one from being due
                 return None
             because.extend(render_partition(dep.upstream, u) for u in with_data)
         return StalePartition(asset.name, key, "missing", tuple(sorted(because)))
@@ -262,7 +319,12 @@ def _judge(
         for u in _mapped(dep, key):
             current = upstream_states.get(u)
             now = current.last_updated if current is not None else None
-            if u in upstream_stale or now != consumed.get(u):
+            if dep.order_only:
+                written = record.written_last_updated
+                later = now is not None and written is not None and now > written
+                if u in upstream_stale or later:
+                    changed.append(render_partition(dep.upstream, u))
+            elif u in upstream_stale or now != consumed.get(u):
                 changed.append(render_partition(dep.upstream, u))
     own = state.last_updated if state is not None else None
     if record.code_version != asset.code_version:

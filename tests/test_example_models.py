@@ -18,16 +18,35 @@ pytestmark = pytest.mark.spark
 DAYS = [dt.date(2024, 1, 1) + dt.timedelta(days=n) for n in range(4)]
 
 
-def exports() -> dict[dt.date, list[tuple[int, str, str]]]:
+def exports(seeds: dict[dt.date, int] | None = None) -> dict[dt.date, list[tuple[int, str, str]]]:
+    seeds = seeds or {}
+    columns = ("user_id", "name", "plan")
     return {
         day: sorted(
             zip(
-                *(generate(day, 50).column(c).to_pylist() for c in ("user_id", "name", "plan")),
+                *(generate(day, 50, seeds.get(day, 0)).column(c).to_pylist() for c in columns),
                 strict=True,
             )
         )
         for day in DAYS
     }
+
+
+def check_tables(lake: Path, by_day: dict[dt.date, list[tuple[int, str, str]]]) -> None:
+    """users = every export upserted in day order; users_history = SCD2 of the exports."""
+    latest = {u: (n, p) for day in DAYS for u, n, p in by_day[day]}
+    assert delta_rows(table_path(str(lake), ["users"]), ["user_id", "name", "plan"]) == sorted(
+        (u, n, p) for u, (n, p) in latest.items()
+    )
+    rows = delta_rows(
+        table_path(str(lake), ["users_history"]),
+        ["user_id", "plan", "valid_from", "valid_to", "is_current"],
+    )
+    got = sorted(
+        ((u, p, f.date(), t.date() if t else None, c) for u, p, f, t, c in rows),
+        key=lambda r: (r[0], r[2]),
+    )
+    assert got == expected_history(by_day)
 
 
 def expected_history(by_day: dict[dt.date, list[tuple[int, str, str]]]) -> list[tuple]:
@@ -57,19 +76,7 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
     assert " inserted, 0 updated, 0 deleted, 0 unchanged" in proc.stdout
 
     by_day = exports()
-    latest = {u: (n, p) for day in DAYS for u, n, p in by_day[day]}
-    assert delta_rows(table_path(str(lake), ["users"]), ["user_id", "name", "plan"]) == sorted(
-        (u, n, p) for u, (n, p) in latest.items()
-    )
-    rows = delta_rows(
-        table_path(str(lake), ["users_history"]),
-        ["user_id", "plan", "valid_from", "valid_to", "is_current"],
-    )
-    got = sorted(
-        ((u, p, f.date(), t.date() if t else None, c) for u, p, f, t, c in rows),
-        key=lambda r: (r[0], r[2]),
-    )
-    assert got == expected_history(by_day)
+    check_tables(lake, by_day)
     log = delta_rows(table_path(str(lake), ["user_export_log"]), ["user_id"])
     assert len(log) == sum(len(rows) for rows in by_day.values())
     counts = delta_rows(table_path(str(lake), ["plan_counts"]), ["date", "plan", "users"])
@@ -90,5 +97,27 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
     assert len(delta_rows(table_path(str(lake), ["user_export_log"]), ["user_id"])) == len(
         log
     ) + len(by_day[DAYS[3]])
+    plan = run_partlake("plan", "-m", "definitions.models", "--json", env=env)
+    assert json.loads(plan.stdout) == [], plan.stdout
+
+    # Day 2's export changes: users and users_history re-apply day 2 and then every later day,
+    # in order (each waits for the previous run).
+    write_export(DAYS[1], 50, seed=3, root=str(lake))
+    plan = run_partlake("plan", "-m", "definitions.models", "--json", env=env)
+    stale = {(i["asset"], i["partition"]): i for i in json.loads(plan.stdout)}
+    for asset in ("users", "users_history"):
+        assert stale[(asset, "2024-01-02")]["because"] == ["user_exports[2024-01-02]"]
+        for day, previous in (("2024-01-03", "2024-01-02"), ("2024-01-04", "2024-01-03")):
+            item = stale[(asset, day)]
+            assert item["reason"] == "upstream_changed"
+            assert item["because"] == [f"{asset}[{previous}]"]
+    runs = run_partlake("plan", "-m", "definitions.models", "--runs-json", env=env)
+    by_key = {(r["assets"][0], r["partition_key"]): r for r in json.loads(runs.stdout)}
+    for asset in ("users", "users_history"):
+        for day, previous in (("2024-01-03", "2024-01-02"), ("2024-01-04", "2024-01-03")):
+            assert by_key[(asset, day)]["waits_for"] == [by_key[(asset, previous)]["run"]]
+    proc = run_partlake("run", "-m", "definitions.models", env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_tables(lake, exports({DAYS[1]: 3}))
     plan = run_partlake("plan", "-m", "definitions.models", "--json", env=env)
     assert json.loads(plan.stdout) == [], plan.stdout
