@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-fast lint check-java test-deps dev clean bench-backfill bench-plan screenshots
+.PHONY: install demo test test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -46,6 +46,13 @@ demo: check-java install
 	$(BIN)/partlake run -m definitions
 	@echo "== partlake run again: nothing changed, nothing runs"
 	$(BIN)/partlake run -m definitions
+	@echo
+	@echo "== Model kinds (definitions.models): daily user exports -> merge, scd2, append, tracked"
+	$(BIN)/python -m definitions.exports $(addprefix --date ,$(DEMO_DATES))
+	$(BIN)/partlake run -m definitions.models
+	@echo "== The 2024-01-02 export arrives again, unchanged: plan_counts comes out the same, plan_mix does not run"
+	$(BIN)/python -m definitions.exports --date 2024-01-02
+	$(BIN)/partlake run -m definitions.models
 
 dev: install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
@@ -69,6 +76,9 @@ bench-backfill: check-java install
 
 bench-plan: install
 	$(BIN)/python benchmarks/plan_scale.py $(BENCH_ARGS)
+
+bench-merge: check-java install
+	$(BIN)/python -m benchmarks.merge_scale $(BENCH_ARGS)
 
 # The README's screenshots of the Dagster UI (docs/*.png), taken by the browser test.
 screenshots: check-java install

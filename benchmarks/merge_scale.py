@@ -36,6 +36,7 @@ from dagster_partlake.delta import PartitionSelection, write_partitions
 from dagster_partlake.delta.merge import merge_rows
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.table import live_files, load_table
+from dagster_partlake.delta.writer import commit_staged, stage_partitions
 
 TARGET_RATIO = 0.2
 
@@ -52,22 +53,16 @@ def build_table(spark: SparkSession, path: str, rows: int, files: int) -> None:
         .repartitionByRange(files, "id")
         .sortWithinPartitions("id")
     )
-    write_partitions(
+    # With min/max statistics of the key in the log, as partlake's merge kind writes them.
+    staged = stage_partitions(
         df,
         path,
         partition_by=[],
         selection=PartitionSelection.everything(),
         partition_ids=["__all__"],
+        stats_columns=["id"],
     )
-    # Statistics for the key: what a table written by partlake's merge kind carries.
-    merge_rows(
-        spark.createDataFrame([(rows + 10**9, "seed", 0, "2024-01-01")], df.schema),
-        path,
-        unique_key=["id"],
-        partition_by=[],
-        selection=PartitionSelection.everything(),
-        record_for=lambda _b: CommitRecord("bench", (), None, "seed"),
-    )
+    commit_staged(staged)
 
 
 def batch(spark: SparkSession, rows: int, case: str, seed: int = 7) -> DataFrame:

@@ -33,7 +33,7 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
-from dagster_partlake.delta.table import latest_records
+from dagster_partlake.delta.table import latest_records, table_exists
 from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.errors import PartlakeError
 from dagster_partlake.kind_writes import WriteTarget, write_output
@@ -192,6 +192,13 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns = dimension_columns(partitions_def, upstream_metadata, asset_name=asset_name)
         if upstream_metadata.get(FORMAT_KEY) == "folder":
             return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
+        if _reads_itself(context) and (
+            (partitions_def is not None and not keys)
+            or not table_exists(self.table_root(asset_key))
+        ):
+            # A self-dependency's first partition: there is no earlier partition to read.
+            context.log.info(f"no earlier partition of {asset_name} to read: the input is None")
+            return None
         snapshot = open_table(self.table_root(asset_key), table_name=asset_name)
         if context.upstream_output is not None and model_kind(
             upstream_metadata, partitioned=partitions_def is not None, asset_name=asset_name
@@ -319,6 +326,17 @@ def _parents(context: OutputContext) -> set[str] | None:
         return None
     node = job.asset_layer.get(context.asset_key)
     return {key.to_user_string() for key in node.parent_keys}
+
+
+def _reads_itself(context: InputContext) -> bool:
+    """Whether the input is an earlier partition of the asset the step writes."""
+    try:
+        job = context.step_context.job_def
+        handle = context.step_context.node_handle
+    except DagsterInvariantViolationError:
+        return False
+    assets_def = job.asset_layer.get_assets_def_for_node(handle)
+    return assets_def is not None and context.asset_key in assets_def.keys
 
 
 def _instance(context: OutputContext) -> Any:

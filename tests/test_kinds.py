@@ -12,6 +12,7 @@ from dagster import (
     AssetKey,
     DailyPartitionsDefinition,
     Definitions,
+    TimeWindowPartitionMapping,
     asset,
     materialize,
 )
@@ -447,3 +448,50 @@ def test_scd2_keeps_history_per_key_and_reapplies_an_older_snapshot(
     message = str(result.get_step_failure_events()[0].step_failure_data.error)
     assert "already has column(s) is_current, which the IO manager adds" in message
     assert log_versions(path)[-1] == version
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    ins={
+        "running_total": AssetIn(
+            partition_mapping=TimeWindowPartitionMapping(
+                start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
+            )
+        )
+    },
+)
+def running_total(context, changes: DataFrame, running_total: DataFrame | None) -> DataFrame:
+    """The day's score sum plus the previous day's running total (an explicit self-dependency)."""
+    day = changes.groupBy("date").agg(F.sum("score").alias("day_total"))
+    if running_total is None or running_total.isEmpty():
+        return day.select("date", F.col("day_total").alias("total"))
+    before = running_total.agg(F.max("total").alias("before"))
+    return day.crossJoin(before).select(
+        "date", (F.col("day_total") + F.col("before")).alias("total")
+    )
+
+
+def test_an_asset_reading_its_previous_partition_is_planned_and_run_in_time_order(
+    spark, lake: Path, instance
+) -> None:
+    for n, day in enumerate(DAYS, start=1):
+        write_changes(spark, lake, day, [(1, "a", n), (2, "b", 10 * n)])
+    graph = LakeGraph(defs_for(lake, running_total))
+    assert stale(graph) == [("running_total", d, "missing") for d in DAYS]
+    assert all(o.ok for o in refresh(graph, instance))
+    path = table_path(str(lake), ["running_total"])
+    assert delta_rows(path, ["total"]) == [(11,), (33,), (66,)]
+    assert stale(graph) == []
+    # Day 1 changes: days 2 and 3 are stale because of their previous day, and run after it.
+    write_changes(spark, lake, DAYS[0], [(1, "a", 100)])
+    plan = make_plan(graph, StateCache()).plan
+    assert [(i.partition, i.reason, i.because) for i in plan.items] == [
+        (DAYS[0], "upstream_changed", (f"changes[{DAYS[0]}]",)),
+        (DAYS[1], "upstream_changed", (f"running_total[{DAYS[0]}]",)),
+        (DAYS[2], "upstream_changed", (f"running_total[{DAYS[1]}]",)),
+    ]
+    outcomes = refresh(graph, instance)
+    assert [(o.partition, o.status) for o in outcomes] == [(d, "ok") for d in DAYS]
+    assert delta_rows(path, ["total"]) == [(100,), (122,), (155,)]
+    assert stale(graph) == []
