@@ -58,7 +58,8 @@ class LakeAsset:
     @property
     def is_root(self) -> bool:
         """A managed, partitioned asset without upstream assets: it produces its own data."""
-        return not self.is_source and not self.parents and self.partitions_def is not None
+        others = [p for p in self.parents if p != self.name]  # its own earlier partitions aside
+        return not self.is_source and not others and self.partitions_def is not None
 
 
 class LakeGraph:

@@ -64,12 +64,28 @@ def reads(up_scheme: str, down_scheme: str, key: Key) -> tuple[Key, ...]:
     return tuple(f"{d}|{region}" for d in DAYS if d[:7] == month)
 
 
+def previous(scheme: str, key: Key) -> tuple[Key, ...]:
+    """The previous time partition of a key (same region), none for the first."""
+    assert key is not None
+    universe = UNIVERSE[scheme]
+    if "|" in key:
+        window, region = key.split("|")
+        windows = [k.split("|")[0] for k in universe if k.endswith("|" + region)]
+        i = windows.index(window)
+        return (f"{windows[i - 1]}|{region}",) if i > 0 else ()
+    i = universe.index(key)
+    return (universe[i - 1],) if i > 0 else ()
+
+
 @dataclass(frozen=True)
 class Spec:
     name: str
     scheme: str
     deps: tuple[str, ...]
     is_source: bool
+    # A dependency on its own previous time partition: "read" (an input, consumed like any
+    # other) or "order" (order-only: merge and scd2 apply their partitions in time order).
+    self_dep: str | None = None
 
 
 @dataclass
@@ -96,6 +112,10 @@ class World:
             up = self.states.get(d, {})
             consumed[d] = {u: up[u].last_updated for u in self.reads_of(name, d, key) if u in up}
         has_rows = all(consumed.values())
+        if self.specs[name].self_dep == "read":  # its previous partition, if it has data
+            own = self.states.get(name, {})
+            prev = previous(self.specs[name].scheme, key)
+            consumed[name] = {u: own[u].last_updated for u in prev if u in own}
         self.records.setdefault(name, {})[key] = Record(
             self.code[name], now if has_rows else None, consumed
         )
@@ -108,7 +128,7 @@ class World:
         assets = [
             PlanAsset(
                 s.name,
-                tuple(self.dependency(s.name, d) for d in s.deps),
+                tuple(self.dependency(s.name, d) for d in s.deps) + self.self_dependency(s),
                 self.code[s.name],
                 s.is_source,
                 s.scheme != "none",
@@ -122,7 +142,7 @@ class World:
             s.name: UNIVERSE[s.scheme]
             for s in self.specs.values()
             if not s.is_source and not s.deps and s.scheme != "none"
-        }
+        }  # a self-dependency does not make an asset any less of a root
         return PlanInput(
             assets,
             copy.deepcopy(readable),
@@ -130,6 +150,19 @@ class World:
             partition_keys=roots,
             unreadable={n: f"{n} is unreadable" for n in self.unreadable},
         )
+
+    def self_dependency(self, spec: Spec) -> tuple[Dependency, ...]:
+        if spec.self_dep is None:
+            return ()
+        universe = UNIVERSE[spec.scheme]
+
+        def up(key: Key) -> tuple[Key, ...]:
+            return previous(spec.scheme, key)
+
+        def down(u: Key) -> list[Key]:
+            return [k for k in universe if u in previous(spec.scheme, k)]
+
+        return (Dependency(spec.name, up, down, order_only=spec.self_dep == "order"),)
 
     def dependency(self, name: str, dep: str) -> Dependency:
         down_universe = UNIVERSE[self.specs[name].scheme]
@@ -179,6 +212,7 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
             return None
         record = records.get(asset, {}).get(key)
         mapped = {d: world.reads_of(asset, d, key) for d in spec.deps}
+        prev = previous(spec.scheme, key) if spec.self_dep else ()
         if record is None:
             with_data = {d: [u for u in us if has_data(d, u)] for d, us in mapped.items()}
             # Candidate: has data, or is mapped from data of some upstream, or belongs to an
@@ -186,7 +220,10 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
             candidate = key in states.get(asset, {}) or any(with_data.values()) or not spec.deps
             if not (candidate and all(with_data.values())):
                 return None
-            return "missing", tuple(sorted(render(d, u) for d, us in with_data.items() for u in us))
+            # Its own previous partition never keeps it from being due; listed when it has data.
+            because = [render(d, u) for d, us in with_data.items() for u in us]
+            because += [render(asset, u) for u in prev if has_data(asset, u)]
+            return "missing", tuple(sorted(because))
         changed = sorted(
             render(d, u)
             for d, us in mapped.items()
@@ -194,6 +231,14 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
             if verdict(d, u) is not None  # stale upstream, or appeared/disappeared/rewritten
             or last_updated(d, u) != record.consumed.get(d, {}).get(u)
         )
+        for u in prev:
+            if spec.self_dep == "read":
+                moved = last_updated(asset, u) != record.consumed.get(asset, {}).get(u)
+            else:  # order-only: the previous partition was written after this one
+                now, written = last_updated(asset, u), record.written_last_updated
+                moved = now is not None and written is not None and now > written
+            if verdict(asset, u) is not None or moved:
+                changed = sorted([*changed, render(asset, u)])
         own = last_updated(asset, key)
         # AMBIGUITY: the docstring states `because` for `missing` and `upstream_changed` only.
         # We read "reason = the first that applies" as choosing the reason alone, so `because`
@@ -279,11 +324,13 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[Event]]:
                             unique_by=lambda s: s.name))  # fmt: skip
         if not ups:
             scheme = draw(st.sampled_from(SOURCE_SCHEMES))
-            specs.append(Spec(names[i], scheme, (), False))
-            continue
-        partitioned = sorted(set.intersection(*(FEEDS[u.scheme] for u in ups)) - {"none"})
-        scheme = draw(st.sampled_from([*partitioned, *partitioned, "none"]))  # favour partitioned
-        specs.append(Spec(names[i], scheme, tuple(u.name for u in ups), False))
+        else:
+            partitioned = sorted(set.intersection(*(FEEDS[u.scheme] for u in ups)) - {"none"})
+            scheme = draw(st.sampled_from([*partitioned, *partitioned, "none"]))  # partitioned
+        self_dep = None
+        if scheme != "none":
+            self_dep = draw(st.sampled_from([None, None, "read", "order"]))
+        specs.append(Spec(names[i], scheme, tuple(u.name for u in ups), False, self_dep))
     code = {s.name: draw(st.sampled_from(CODE_VERSIONS)) for s in specs}
     event = st.tuples(st.sampled_from(KINDS), st.integers(0, 15), st.integers(0, 15))
     events = draw(st.lists(event, min_size=5, max_size=40))
