@@ -39,6 +39,7 @@ from dagster_partlake.delta.writer import (
     StagedFile,
     StagedWrite,
     commit_staged,
+    discard_published,
     publish_staged,
     stage_partitions,
     staged_files,
@@ -58,10 +59,27 @@ class DuplicateKeyError(SchemaMismatchError):
 
 
 @dataclass(frozen=True)
-class MergeResult:
+class RewriteResult:
+    """A merge or scd2 write: its commit, row counts, and how many table files it rewrote."""
+
     commit: CommitResult
     metrics: dict[str, int]
     files_rewritten: int
+
+
+def check_key_columns(df: DataFrame, unique_key: Sequence[str], name: str) -> None:
+    """Every unique key column is in `df`.
+
+    Raises:
+        SchemaMismatchError: naming the missing columns.
+    """
+    missing = [c for c in unique_key if c not in df.columns]
+    if missing:
+        raise SchemaMismatchError(
+            f"the unique key of table {name} names column(s) {', '.join(missing)} that the "
+            f"returned DataFrame does not have (columns: {', '.join(df.columns)}); fix "
+            "'partlake/unique_key' or return those columns."
+        )
 
 
 def merge_rows(
@@ -75,7 +93,7 @@ def merge_rows(
     allow_new_columns: bool = False,
     table_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-) -> MergeResult:
+) -> RewriteResult:
     """Upsert the rows of `df` into the Delta table at `root` on `unique_key`.
 
     Args:
@@ -90,13 +108,7 @@ def merge_rows(
             partitions. In each case nothing was committed.
     """
     name = table_name or os.path.basename(os.path.abspath(root))
-    missing = [c for c in unique_key if c not in df.columns]
-    if missing:
-        raise SchemaMismatchError(
-            f"the unique key of table {name} names column(s) {', '.join(missing)} that the "
-            f"returned DataFrame does not have (columns: {', '.join(df.columns)}); fix "
-            "'partlake/unique_key' or return those columns."
-        )
+    check_key_columns(df, unique_key, name)
     batch = stage_partitions(
         df,
         root,
@@ -166,7 +178,7 @@ def _merge_once(
     unique_key: Sequence[str],
     record: CommitRecord,
     max_attempts: int,
-) -> MergeResult:
+) -> RewriteResult:
     spark = df.sparkSession
     candidates: list[LiveFile] = []
     expected: frozenset[str] = frozenset()
@@ -207,11 +219,10 @@ def _merge_once(
             write, record=replace(record, metrics=metrics), max_attempts=max_attempts
         )
     except InputsMovedError:
-        if kept is not None:  # its files were published but never committed
-            for f in kept.files:
-                _remove_quietly(os.path.join(batch.root, f.relative_path))
+        if kept is not None:
+            discard_published(kept)
         raise
-    return MergeResult(result, metrics, len(candidates))
+    return RewriteResult(result, metrics, len(candidates))
 
 
 def _rewrite_without_batch_keys(
@@ -309,10 +320,3 @@ def _may_hold(
 def _comparable(value: Any) -> Any:
     # Staged statistics hold dates as ISO strings, the log's as dates: compare as text.
     return value.isoformat() if hasattr(value, "isoformat") else value
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass

@@ -26,10 +26,10 @@ import datetime as dt
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from dagster_partlake.delta.merge import check_keys
+from dagster_partlake.delta.merge import RewriteResult, check_key_columns, check_keys
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import arrow_to_spark, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
@@ -42,10 +42,10 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.delta.writer import (
     DEFAULT_MAX_ATTEMPTS,
-    CommitResult,
     InputsMovedError,
     StagedWrite,
     commit_staged,
+    discard_published,
     publish_staged,
     staged_files,
     write_parquet_files,
@@ -63,13 +63,6 @@ class _Changed(Exception):
     """The newest snapshot, applied again, differs from the first time: roll back first."""
 
 
-@dataclass(frozen=True)
-class Scd2Result:
-    commit: CommitResult
-    metrics: dict[str, int]
-    files_rewritten: int
-
-
 def apply_snapshot(
     df: DataFrame,
     root: str,
@@ -80,7 +73,7 @@ def apply_snapshot(
     record_for: Callable[[dict[str, int]], CommitRecord],
     table_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-) -> Scd2Result:
+) -> RewriteResult:
     """Apply the snapshot `df` taken at `snapshot_time` to the history table at `root`.
 
     Args:
@@ -100,13 +93,7 @@ def apply_snapshot(
             "which the IO manager adds; return the entities' own columns only (rename or drop "
             "those)."
         )
-    missing = [c for c in unique_key if c not in df.columns]
-    if missing:
-        raise SchemaMismatchError(
-            f"the unique key of table {name} names column(s) {', '.join(missing)} that the "
-            f"returned DataFrame does not have (columns: {', '.join(df.columns)}); fix "
-            "'partlake/unique_key' or return those columns."
-        )
+    check_key_columns(df, unique_key, name)
     check_keys(df, unique_key, name)
     rollback = newest_applied is not None and snapshot_time < newest_applied
     # The newest snapshot again: a no-op if it is unchanged, else rolled back and re-applied.
@@ -145,7 +132,7 @@ def _apply_once(
     max_attempts: int,
     *,
     again: bool = False,
-) -> Scd2Result:
+) -> RewriteResult:
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
@@ -232,7 +219,7 @@ def _apply_once(
     )
     if nothing:
         result = commit_staged(base, record=record, max_attempts=max_attempts)
-        return Scd2Result(result, metrics, 0)
+        return RewriteResult(result, metrics, 0)
     old_cols = [F.col(f"_old.{c}").alias(c) for c in values]
     new_cols = [F.col(f"_new.{c}").alias(c) for c in values]
     keep = joined.where(F.col("_status") == "unchanged").select(
@@ -271,13 +258,9 @@ def _apply_once(
     try:
         result = commit_staged(staged, record=record, max_attempts=max_attempts)
     except InputsMovedError:
-        for f in staged.files:
-            try:
-                os.remove(os.path.join(staged.root, f.relative_path))
-            except FileNotFoundError:
-                pass
+        discard_published(staged)
         raise
-    return Scd2Result(result, metrics, len(candidates))
+    return RewriteResult(result, metrics, len(candidates))
 
 
 def _may_be_current(f: LiveFile) -> bool:

@@ -426,6 +426,13 @@ def publish_staged(staged: StagedWrite) -> None:
     shutil.rmtree(staged.staging_dir, ignore_errors=True)
 
 
+def discard_published(staged: StagedWrite) -> None:
+    """Remove files `publish_staged` moved into the table that no commit will reference."""
+    for f in staged.files:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(staged.root, f.relative_path))
+
+
 def _txn_app_id(partition_id: str) -> str:
     return f"partlake:{partition_id}"
 
