@@ -4,7 +4,9 @@
                            ├─ users_history      scd2 on user_id: every version of every user
                            ├─ user_export_log    append: every export row ever received
                            └─ plan_counts        tracked: users per plan and day
-                                └─ plan_mix      table: the share of each plan over all days
+                                ├─ plan_mix      table: the share of each plan over all days
+                                └─ user_days     running total of user-days, reading its own
+                                                 previous day (a self-dependency)
 
 Rewrite an export with the same rows and `partlake run -m definitions.models`: users,
 users_history, user_export_log and plan_counts run again, plan_counts comes out unchanged, and
@@ -18,6 +20,7 @@ from dagster import (
     BetaWarning,
     DailyPartitionsDefinition,
     Definitions,
+    TimeWindowPartitionMapping,
     asset,
     in_process_executor,
 )
@@ -101,8 +104,37 @@ def plan_mix(plan_counts: DataFrame) -> DataFrame:
     )
 
 
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    group_name=GROUP,
+    ins={
+        "user_days": AssetIn(
+            partition_mapping=TimeWindowPartitionMapping(
+                start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
+            )
+        )
+    },
+)
+def user_days(plan_counts: DataFrame, user_days: DataFrame | None) -> DataFrame:
+    """User-days since the first export: the day's users plus the previous day's total."""
+    today = plan_counts.groupBy("date").agg(F.sum("users").alias("users"))
+    if user_days is None:  # the first day has no previous day
+        return today.select("date", F.col("users").alias("total"))
+    before = user_days.agg(F.coalesce(F.max("total"), F.lit(0)).alias("before"))
+    return today.crossJoin(before).select("date", (F.col("users") + F.col("before")).alias("total"))
+
+
 defs = Definitions(
-    assets=[user_exports, users, users_history, user_export_log, plan_counts, plan_mix],
+    assets=[
+        user_exports,
+        users,
+        users_history,
+        user_export_log,
+        plan_counts,
+        plan_mix,
+        user_days,
+    ],
     resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
     executor=in_process_executor,
 )

@@ -149,6 +149,7 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
                 "models",
             ),
             "plan_mix": "models",
+            "user_days": "models",
         }
         unpartitioned = {"/".join(n["assetKey"]["path"]) for n in nodes if not n["isPartitioned"]}
         assert unpartitioned == {"plan_mix"}

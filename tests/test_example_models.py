@@ -33,7 +33,13 @@ def exports(seeds: dict[dt.date, int] | None = None) -> dict[dt.date, list[tuple
 
 
 def check_tables(lake: Path, by_day: dict[dt.date, list[tuple[int, str, str]]]) -> None:
-    """users = every export upserted in day order; users_history = SCD2 of the exports."""
+    """users = every export upserted in day order; users_history = SCD2 of the exports;
+    user_days = the running total of users per day."""
+    totals, total = [], 0
+    for day in DAYS:
+        total += len(by_day[day])
+        totals.append((day, total))
+    assert delta_rows(table_path(str(lake), ["user_days"]), ["date", "total"]) == totals
     latest = {u: (n, p) for day in DAYS for u, n, p in by_day[day]}
     assert delta_rows(table_path(str(lake), ["users"]), ["user_id", "name", "plan"]) == sorted(
         (u, n, p) for u, (n, p) in latest.items()
@@ -90,9 +96,11 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
     proc = run_partlake("run", "-m", "definitions.models", env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[OK] plan_counts 2024-01-04 (upstream_changed, " in proc.stdout
-    assert "[UNCHANGED] plan_mix - (upstream_changed, not run: its inputs came out unchanged)" in (
-        proc.stdout
-    )
+    for cut_off in ("plan_mix -", "user_days 2024-01-04"):
+        assert f"[UNCHANGED] {cut_off} (upstream_changed, not run: its inputs came out" in (
+            proc.stdout
+        )
+    check_tables(lake, by_day)  # re-applying the same export changed nothing
     assert "0 inserted, 0 updated, 0 deleted" in proc.stdout  # users_history: same snapshot
     assert len(delta_rows(table_path(str(lake), ["user_export_log"]), ["user_id"])) == len(
         log
