@@ -47,12 +47,12 @@ demo: check-java install
 	@echo "== partlake run again: nothing changed, nothing runs"
 	$(BIN)/partlake run -m definitions
 	@echo
-	@echo "== Model kinds (definitions.models): daily user exports -> merge, scd2, append, tracked"
+	@echo "== Model kinds (group models of the example): daily user exports -> merge, scd2, append, tracked"
 	$(BIN)/python -m definitions.exports $(addprefix --date ,$(DEMO_DATES))
-	$(BIN)/partlake run -m definitions.models
+	$(BIN)/partlake run -m definitions
 	@echo "== The 2024-01-02 export arrives again, unchanged: plan_counts comes out the same, plan_mix does not run"
 	$(BIN)/python -m definitions.exports --date 2024-01-02
-	$(BIN)/partlake run -m definitions.models
+	$(BIN)/partlake run -m definitions
 
 dev: install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)

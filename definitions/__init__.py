@@ -19,6 +19,7 @@ from definitions.assets import (  # noqa: E402
     monthly_region_stats,
     raw_events,
 )
+from definitions.models import MODEL_ASSETS  # noqa: E402
 
 # Local Spark by default; PARTLAKE_SPARK_REMOTE=sc://127.0.0.1:15002 (see `partlake spark start`)
 # or PARTLAKE_SPARK_MASTER=spark://127.0.0.1:7077 share one Spark between all runs.
@@ -28,7 +29,8 @@ spark = SparkResource(
 )
 
 defs = Definitions(
-    assets=[raw_events, clean_events, daily_region_stats, monthly_region_stats],
+    # The lakehouse group, and the model kinds over a daily user export (group `models`).
+    assets=[raw_events, clean_events, daily_region_stats, monthly_region_stats, *MODEL_ASSETS],
     # The intervals are environment knobs so a demo or a test can tick faster than production.
     sensors=[
         build_invalidation_sensor(

@@ -1,4 +1,4 @@
-"""Example code location of the model kinds, over a daily export of users (`definitions.exports`).
+"""The example's model kinds (group `models`), over a daily export of users (`definitions.exports`).
 
     user_exports (source) ─┬─ users              merge on user_id: the current users
                            ├─ users_history      scd2 on user_id: every version of every user
@@ -8,7 +8,7 @@
                                 └─ user_days     running total of user-days, reading its own
                                                  previous day (a self-dependency)
 
-Rewrite an export with the same rows and `partlake run -m definitions.models`: users,
+Rewrite an export with the same rows and `partlake run -m definitions`: users,
 users_history, user_export_log and plan_counts run again, plan_counts comes out unchanged, and
 plan_mix is not run.
 """
@@ -19,22 +19,15 @@ from dagster import (
     AssetIn,
     BetaWarning,
     DailyPartitionsDefinition,
-    Definitions,
     TimeWindowPartitionMapping,
     asset,
-    in_process_executor,
 )
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 warnings.filterwarnings("ignore", category=BetaWarning)
 
-from dagster_partlake import (  # noqa: E402
-    DeltaPartitionIOManager,
-    model_kind_metadata,
-    partlake_source,
-)
-from definitions import spark  # noqa: E402
+from dagster_partlake import model_kind_metadata, partlake_source  # noqa: E402
 from definitions.exports import END_DATE, START_DATE  # noqa: E402
 
 daily = DailyPartitionsDefinition(start_date=START_DATE, end_date=END_DATE)
@@ -125,16 +118,12 @@ def user_days(plan_counts: DataFrame, user_days: DataFrame | None) -> DataFrame:
     return today.crossJoin(before).select("date", (F.col("users") + F.col("before")).alias("total"))
 
 
-defs = Definitions(
-    assets=[
-        user_exports,
-        users,
-        users_history,
-        user_export_log,
-        plan_counts,
-        plan_mix,
-        user_days,
-    ],
-    resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
-    executor=in_process_executor,
-)
+MODEL_ASSETS = [
+    user_exports,
+    users,
+    users_history,
+    user_export_log,
+    plan_counts,
+    plan_mix,
+    user_days,
+]

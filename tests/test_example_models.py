@@ -76,7 +76,7 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
     env = cli_env(tmp_path, lake)
     for day in DAYS:
         write_export(day, 50, root=str(lake))
-    proc = run_partlake("run", "-m", "definitions.models", env=env, timeout=900)
+    proc = run_partlake("run", "-m", "definitions", env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[OK] users 2024-01-01 (missing, " in proc.stdout
     assert " inserted, 0 updated, 0 deleted, 0 unchanged" in proc.stdout
@@ -87,13 +87,13 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
     assert len(log) == sum(len(rows) for rows in by_day.values())
     counts = delta_rows(table_path(str(lake), ["plan_counts"]), ["date", "plan", "users"])
     assert sum(n for _, _, n in counts) == len(log)
-    plan = run_partlake("plan", "-m", "definitions.models", "--json", env=env)
+    plan = run_partlake("plan", "-m", "definitions", "--json", env=env)
     assert plan.returncode == 0 and json.loads(plan.stdout) == [], plan.stdout
 
     # The same export again: everything reading it runs, plan_counts comes out unchanged and
     # plan_mix is not run.
     write_export(DAYS[3], 50, root=str(lake))
-    proc = run_partlake("run", "-m", "definitions.models", env=env, timeout=900)
+    proc = run_partlake("run", "-m", "definitions", env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[OK] plan_counts 2024-01-04 (upstream_changed, " in proc.stdout
     for cut_off in ("plan_mix -", "user_days 2024-01-04"):
@@ -105,13 +105,13 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
     assert len(delta_rows(table_path(str(lake), ["user_export_log"]), ["user_id"])) == len(
         log
     ) + len(by_day[DAYS[3]])
-    plan = run_partlake("plan", "-m", "definitions.models", "--json", env=env)
+    plan = run_partlake("plan", "-m", "definitions", "--json", env=env)
     assert json.loads(plan.stdout) == [], plan.stdout
 
     # Day 2's export changes: users and users_history re-apply day 2 and then every later day,
     # in order (each waits for the previous run).
     write_export(DAYS[1], 50, seed=3, root=str(lake))
-    plan = run_partlake("plan", "-m", "definitions.models", "--json", env=env)
+    plan = run_partlake("plan", "-m", "definitions", "--json", env=env)
     stale = {(i["asset"], i["partition"]): i for i in json.loads(plan.stdout)}
     for asset in ("users", "users_history"):
         assert stale[(asset, "2024-01-02")]["because"] == ["user_exports[2024-01-02]"]
@@ -119,13 +119,13 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
             item = stale[(asset, day)]
             assert item["reason"] == "upstream_changed"
             assert item["because"] == [f"{asset}[{previous}]"]
-    runs = run_partlake("plan", "-m", "definitions.models", "--runs-json", env=env)
+    runs = run_partlake("plan", "-m", "definitions", "--runs-json", env=env)
     by_key = {(r["assets"][0], r["partition_key"]): r for r in json.loads(runs.stdout)}
     for asset in ("users", "users_history"):
         for day, previous in (("2024-01-03", "2024-01-02"), ("2024-01-04", "2024-01-03")):
             assert by_key[(asset, day)]["waits_for"] == [by_key[(asset, previous)]["run"]]
-    proc = run_partlake("run", "-m", "definitions.models", env=env, timeout=900)
+    proc = run_partlake("run", "-m", "definitions", env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     check_tables(lake, exports({DAYS[1]: 3}))
-    plan = run_partlake("plan", "-m", "definitions.models", "--json", env=env)
+    plan = run_partlake("plan", "-m", "definitions", "--json", env=env)
     assert json.loads(plan.stdout) == [], plan.stdout

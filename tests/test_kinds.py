@@ -232,6 +232,15 @@ def test_merge_upserts_on_the_unique_key_and_downstream_reads_the_whole_table(
         "rows_deleted": 0,
         "rows_unchanged": 2,
     }
+    # The same counts in the Dagster materialization metadata.
+    from dagster import AssetRecordsFilter
+
+    latest = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey("users"), asset_partitions=[DAYS[1]]), limit=1
+    ).records[0]
+    metadata = {k: v.value for k, v in latest.asset_materialization.metadata.items()}
+    assert metadata["partlake/kind"] == "merge"
+    assert (metadata["partlake/rows_inserted"], metadata["partlake/rows_updated"]) == (1, 1)
     assert delta_rows(table_path(str(lake), ["user_count"]), ["n"]) == [(4,)]
     assert stale(graph) == []
 
