@@ -188,6 +188,7 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
         record_for=lambda metrics: replace(
             record, metrics=metrics, rows_by_partition=None, snapshot_ms=snapshot_ms
         ),
+        partition_by=target.partition_by,
         table_name=target.asset_name,
         max_attempts=target.max_attempts,
     )

@@ -15,7 +15,8 @@ For `append`, `merge` and `scd2` the Dagster partitions are units of work; `part
 (a list of columns, may be empty) sets how the table is partitioned, by default the dimension
 columns. When it differs from them the table's partitions are not Dagster partitions ("decoupled"):
 a partition's state then comes from the commits that wrote it, and a reader of the asset gets the
-whole table. An `scd2` table is never partitioned (its history spans every snapshot).
+whole table. An `scd2` table is unpartitioned unless `partlake/partition_by` names columns of
+the snapshot (its history rows span snapshots, so the dimension columns are not a default).
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ class ModelKind:
 
     def table_partition_by(self, dimension_columns: Sequence[str]) -> tuple[str, ...]:
         """The table's partition columns given the asset's dimension columns."""
-        if self.kind == "scd2":
-            return ()
+        if self.kind == "scd2":  # history rows span snapshots: no dimension column by default
+            return self.partition_by or ()
         return tuple(dimension_columns) if self.partition_by is None else self.partition_by
 
     def decoupled(self, dimension_columns: Sequence[str]) -> bool:
         """Whether the table's partitions differ from the asset's Dagster partitions."""
+        if self.kind == "scd2":  # a history table's partitions never are Dagster partitions
+            return bool(dimension_columns)
         return self.table_partition_by(dimension_columns) != tuple(dimension_columns)
 
 
@@ -126,11 +129,6 @@ def model_kind(metadata: Mapping[str, Any], *, partitioned: bool, asset_name: st
                 "'merge' or 'scd2'."
             )
         partition_by = _columns(metadata, PARTITION_BY_KEY, asset_name)
-        if kind == "scd2" and partition_by:
-            raise PartlakeConfigError(
-                f"asset {asset_name} sets '{PARTITION_BY_KEY}' {list(partition_by)} on an scd2 "
-                "model; scd2 tables are unpartitioned here, so remove it (or set [])."
-            )
     return ModelKind(kind, unique_key, partition_by)
 
 

@@ -16,6 +16,7 @@ from dagster import (
     asset,
     materialize,
 )
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -504,3 +505,42 @@ def test_an_asset_reading_its_previous_partition_is_planned_and_run_in_time_orde
     assert [(o.partition, o.status) for o in outcomes] == [(d, "ok") for d in DAYS]
     assert delta_rows(path, ["total"]) == [(100,), (122,), (155,)]
     assert stale(graph) == []
+
+
+@asset(
+    name="users_history",
+    partitions_def=daily,
+    code_version="1",
+    metadata=model_kind_metadata("scd2", unique_key=["id"], partition_by=["team"]),
+)
+def users_history_by_team(changes: DataFrame) -> DataFrame:
+    return changes.select(
+        "id", "name", F.when(F.col("score") > 5, "big").otherwise("small").alias("team")
+    )
+
+
+def test_scd2_history_partitioned_by_a_snapshot_column(spark, lake: Path, instance) -> None:
+    defs = defs_for(lake, users_history_by_team)
+    snapshots = {DAYS[0]: [(1, "ann", 1), (2, "bob", 9)], DAYS[1]: [(1, "ann", 7), (3, "cy", 2)]}
+    for day, rows in snapshots.items():
+        write_changes(spark, lake, day, rows)
+        result = materialize(
+            [changes, users_history_by_team],
+            partition_key=day,
+            resources=defs.resources,
+            instance=instance,
+            selection=[AssetKey("users_history")],
+        )
+        assert result.success
+    path = table_path(str(lake), ["users_history"])
+    assert DeltaTable(path).metadata().partition_columns == ["team"]
+    rows = delta_rows(path, ["id", "team", "valid_from", "valid_to", "is_current"])
+    assert sorted(
+        (i, team, f.date().isoformat(), t.date().isoformat() if t else None, c)
+        for i, team, f, t, c in rows
+    ) == [
+        (1, "big", "2024-01-02", None, True),  # moved team: closed in one partition, opened in
+        (1, "small", "2024-01-01", "2024-01-02", False),  # the other
+        (2, "big", "2024-01-01", "2024-01-02", False),  # gone from the second snapshot
+        (3, "small", "2024-01-02", None, True),
+    ]

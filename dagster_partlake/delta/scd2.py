@@ -71,6 +71,7 @@ def apply_snapshot(
     snapshot_time: dt.datetime,
     newest_applied: dt.datetime | None,
     record_for: Callable[[dict[str, int]], CommitRecord],
+    partition_by: Sequence[str] = (),
     table_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> RewriteResult:
@@ -80,6 +81,7 @@ def apply_snapshot(
         newest_applied: the newest snapshot time already applied (None: none); at or after
             `snapshot_time` the history is rolled back to it first.
         record_for: the commit record, given the row metrics.
+        partition_by: the history table's partition columns (columns of the snapshot).
 
     Raises:
         SchemaMismatchError: the snapshot has history columns or lacks a key column;
@@ -94,6 +96,13 @@ def apply_snapshot(
             "those)."
         )
     check_key_columns(df, unique_key, name)
+    outside = [c for c in partition_by if c not in df.columns]
+    if outside:
+        raise SchemaMismatchError(
+            f"scd2 table {name} is to be partitioned by {', '.join(outside)}, which the snapshot "
+            f"does not have (columns: {', '.join(df.columns)}); return those columns or fix "
+            "'partlake/partition_by'."
+        )
     check_keys(df, unique_key, name)
     rollback = newest_applied is not None and snapshot_time < newest_applied
     # The newest snapshot again: a no-op if it is unchanged, else rolled back and re-applied.
@@ -110,6 +119,7 @@ def apply_snapshot(
                 record_for,
                 max_attempts,
                 again=again,
+                partition_by=tuple(partition_by),
             )
         except _Changed:
             rollback, again = True, False
@@ -132,6 +142,7 @@ def _apply_once(
     max_attempts: int,
     *,
     again: bool = False,
+    partition_by: tuple[str, ...] = (),
 ) -> RewriteResult:
     from pyspark.sql import functions as F
 
@@ -144,6 +155,13 @@ def _apply_once(
     existing = None
     if table_exists(root):
         table = load_table(root, table_name=name)
+        existing_partition_by = tuple(table.metadata().partition_columns)
+        if existing_partition_by != partition_by:
+            shown = [", ".join(cols) or "nothing" for cols in (existing_partition_by, partition_by)]
+            raise SchemaMismatchError(
+                f"scd2 table {name} is partitioned by ({shown[0]}) but the write is partitioned "
+                f"by ({shown[1]}); keep 'partlake/partition_by' unchanged, or write a new table."
+            )
         every = live_files(table, PartitionSelection.everything())
         expected = frozenset(f.path for f in every)
         rows_before = sum(f.num_records or 0 for f in every)
@@ -151,6 +169,7 @@ def _apply_once(
         if candidates:
             existing = (
                 spark.read.schema(arrow_to_spark(arrow_schema(table)))
+                .option("basePath", "file://" + os.path.abspath(root))
                 .parquet(*("file://" + f.absolute_path(root) for f in candidates))
                 .select(*df.columns, *HISTORY_COLUMNS)
             )
@@ -209,8 +228,11 @@ def _apply_once(
         table_name=name,
         staging_dir=os.path.join(staging_dir(root), uuid.uuid4().hex),
         files=(),
-        schema=spark_to_arrow(existing.select(*columns).schema),
-        partition_by=(),
+        # Partition columns last, as a partitioned Delta table stores them.
+        schema=spark_to_arrow(
+            existing.select(*(c for c in columns if c not in partition_by), *partition_by).schema
+        ),
+        partition_by=partition_by,
         selection=PartitionSelection.everything(),
         partition_ids=(WHOLE_TABLE_ID,),
         removal="none" if nothing else "files",
@@ -251,8 +273,8 @@ def _apply_once(
         # Closed and current rows in separate files: later snapshots rewrite only current ones.
         .repartitionByRange(2, "is_current")
     )
-    write_parquet_files(result_df, base.staging_dir, ())
-    files = staged_files(base.staging_dir, (), ("valid_to",))
+    write_parquet_files(result_df, base.staging_dir, partition_by)
+    files = staged_files(base.staging_dir, partition_by, ("valid_to",))
     staged = replace(base, files=tuple(files))
     publish_staged(staged)
     try:
