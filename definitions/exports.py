@@ -19,10 +19,10 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from dagster_partlake.layout import table_path
+from definitions.partitions import EXPORTS_END, EXPORTS_START
 
 PLANS = ["free", "pro", "team"]
-START_DATE = "2024-01-01"
-END_DATE = "2024-01-08"  # exclusive: a week of exports
+START_DATE, END_DATE = EXPORTS_START, EXPORTS_END
 
 
 def generate(date: dt.date, users: int, seed: int = 0) -> pa.Table:

@@ -28,9 +28,11 @@ from pyspark.sql import functions as F
 warnings.filterwarnings("ignore", category=BetaWarning)
 
 from dagster_partlake import model_kind_metadata, partlake_source  # noqa: E402
-from definitions.exports import END_DATE, START_DATE  # noqa: E402
 
-daily = DailyPartitionsDefinition(start_date=START_DATE, end_date=END_DATE)
+# Not definitions.exports: it imports pyarrow, which a no-op `partlake run` must not load.
+from definitions.partitions import EXPORTS_END, EXPORTS_START  # noqa: E402
+
+daily = DailyPartitionsDefinition(start_date=EXPORTS_START, end_date=EXPORTS_END)
 GROUP = "models"
 
 user_exports = partlake_source(

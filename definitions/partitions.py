@@ -18,3 +18,7 @@ daily_region = MultiPartitionsDefinition(
 monthly_region = MultiPartitionsDefinition(
     {"month": MonthlyPartitionsDefinition(start_date="2024-01", fmt="%Y-%m"), "region": regions}
 )
+
+# The daily user exports of the model kinds (definitions.models, definitions.exports): a week.
+EXPORTS_START = "2024-01-01"
+EXPORTS_END = "2024-01-08"  # exclusive
