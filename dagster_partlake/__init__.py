@@ -4,6 +4,7 @@ The public names are those in `__all__`; `dagster_partlake.delta` is the Dagster
 adapter (its own `__all__`). Every other module is internal: its names may change.
 """
 
+from dagster_partlake.checks import partlake_asset_checks
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.errors import (
     CommitConflictError,
@@ -13,6 +14,7 @@ from dagster_partlake.errors import (
     SchemaMismatchError,
     TableUnreadableError,
 )
+from dagster_partlake.gates import GateFailedError
 from dagster_partlake.io_manager import DeltaPartitionIOManager
 from dagster_partlake.kinds import ModelKind, model_kind_metadata
 from dagster_partlake.layout import table_path
@@ -28,6 +30,7 @@ __all__ = [
     "CommitConflictError",
     "CommitRecord",
     "DeltaPartitionIOManager",
+    "GateFailedError",
     "ModelKind",
     "PartitionMismatchError",
     "PartlakeConfigError",
@@ -41,6 +44,7 @@ __all__ = [
     "TableUnreadableError",
     "build_invalidation_sensor",
     "model_kind_metadata",
+    "partlake_asset_checks",
     "partlake_source",
     "plan",
     "plan_runs",

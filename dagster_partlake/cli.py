@@ -58,12 +58,13 @@ def plan_command(module: str, select: str | None, as_json: bool, runs_json: bool
     if as_json and runs_json:
         raise click.UsageError("--json and --runs-json print different documents; choose one.")
     graph, result, runs = _plan(module, select, need_instance=False)
+    failures = _gate_failures(graph, result.plan)
     if as_json:
-        click.echo(plan_json(result.plan))
+        click.echo(plan_json(result.plan, failures))
     elif runs_json:
         click.echo(runs_json_text(runs))
     else:
-        click.echo(plan_text(runs, seconds=result.seconds))
+        click.echo(plan_text(runs, seconds=result.seconds, failures=failures))
     _fail_on_unreadable(result.plan)
 
 
@@ -197,6 +198,19 @@ def spark_status(root: str | None) -> None:
     else:
         click.echo("not running")
         sys.exit(3)
+
+
+def _gate_failures(graph: Any, plan: Any) -> dict[Any, Any]:
+    """The quality gates the last runs of stale partitions failed, where an instance is set
+    and a stale asset has gates (a fresh plan never opens the instance)."""
+    if not any(graph.assets[i.asset].gates for i in plan.items):
+        return {}
+    instance = _instance(False)
+    if instance is None:
+        return {}
+    from dagster_partlake.gate_failures import last_gate_failures
+
+    return last_gate_failures(instance, graph, plan.items)
 
 
 def _fail_on_unreadable(plan: Any) -> None:

@@ -23,6 +23,7 @@ from dagster import (
     PartitionsDefinition,
 )
 
+from dagster_partlake.gates import gates_of
 from dagster_partlake.io_manager import DeltaPartitionIOManager
 from dagster_partlake.kinds import ORDERED_KINDS, model_kind
 from dagster_partlake.layout import resolve_root, table_path
@@ -54,6 +55,7 @@ class LakeAsset:
     kind: str = "partition"  # the model kind (`dagster_partlake.kinds`)
     # The table's partitions are not the Dagster partitions (`ModelKind.decoupled`).
     decoupled: bool = False
+    gates: tuple[str, ...] = ()  # names of its quality gates (`dagster_partlake.gates`)
 
     @property
     def is_root(self) -> bool:
@@ -112,6 +114,9 @@ class LakeGraph:
                 backfill_policy=node.backfill_policy if node.is_materializable else None,
                 kind=kind.kind,
                 decoupled=node.is_materializable and kind.decoupled([c.column for c in columns]),
+                gates=tuple(g.name for g in gates_of(metadata, asset_name=name, kind=kind.kind).all)
+                if node.is_materializable
+                else (),
             )
         # Dynamic partition keys live in the Dagster instance, so planning needs it only then.
         self.has_dynamic_partitions = any(

@@ -28,6 +28,7 @@ from dagster._check import CheckError
 from dagster._core.errors import DagsterInvariantViolationError
 from pydantic import Field, PrivateAttr
 
+from dagster_partlake.checks import log_gate_results
 from dagster_partlake.delta.reader import open_table, read_snapshot
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
@@ -36,6 +37,7 @@ from dagster_partlake.delta.state import folder_state
 from dagster_partlake.delta.table import latest_records, table_exists
 from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.errors import PartlakeError
+from dagster_partlake.gates import gates_of
 from dagster_partlake.kind_writes import WriteTarget, write_output
 from dagster_partlake.kinds import model_kind
 from dagster_partlake.layout import table_path
@@ -136,6 +138,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
             max_attempts=self.max_commit_attempts,
             snapshot_time=_snapshot_time(context) if kind.kind == "scd2" else None,
+            gates=gates_of(definition_metadata, asset_name=asset_name, kind=kind.kind),
+            on_gates=lambda results: log_gate_results(context, results, keys),
         )
         written = write_output(
             obj,

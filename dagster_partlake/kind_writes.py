@@ -13,6 +13,12 @@ this module chooses the Delta operation and fills in what the kind adds to the c
 - `scd2`: apply the returned snapshot to the history (`dagster_partlake.delta.scd2`), one
   partition (snapshot) per run.
 
+Before any commit, the asset's quality gates (`dagster_partlake.gates`) are evaluated on the data
+about to be committed: the staged files, or for `merge` and `scd2` the incoming batch (persisted,
+so the rows checked are the rows written). Every result goes to `WriteTarget.on_gates` (the IO
+manager turns them into Dagster asset check evaluations); a failed gate of severity error
+discards the staged files and raises `GateFailedError`, so the table stays as it was.
+
 For `append` and `merge` on the dimension columns, a run partition that got no rows keeps its
 existing files and is recorded as `kept`, so it does not look written by someone else.
 """
@@ -20,14 +26,18 @@ existing files and is recorded as `kept`, so it does not look written by someone
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
 from dagster_partlake.delta.merge import merge_rows
+from dagster_partlake.delta.reader import open_table, read_snapshot
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.scd2 import apply_snapshot
+from dagster_partlake.delta.schema import arrow_to_spark
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.table import (
     latest_records,
@@ -39,6 +49,8 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.delta.writer import CommitResult, StagedWrite, commit_staged, stage_partitions
 from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.gate_eval import GateInput, evaluate
+from dagster_partlake.gates import GateFailedError, GateResult, Gates
 from dagster_partlake.kinds import ModelKind
 from dagster_partlake.partitions import DimensionColumn, KeyCodec, selection_for_keys
 
@@ -71,6 +83,9 @@ class WriteTarget:
     max_attempts: int
     # scd2: when the snapshot was taken (the run's time window start, else the run's start).
     snapshot_time: dt.datetime | None = None
+    gates: Gates = field(default_factory=Gates)
+    # Receives every gate result of the write, before it commits or fails.
+    on_gates: Callable[[Sequence[GateResult]], None] | None = None
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -98,13 +113,22 @@ def write_output(df: DataFrame, target: WriteTarget, record: CommitRecord) -> Ki
     """Write `df` as `target.kind` says, recording `record` (completed here)."""
     kind = target.kind.kind
     record = replace(record, kind=kind)
+    if kind in ("merge", "scd2"):
+        if not target.gates:
+            return (_merge if kind == "merge" else _scd2)(df, target, record)
+        # The batch is checked and then written: persisted, so both see the same rows.
+        batch = df.persist()
+        try:
+            _check_gates(target, batch)
+            return (
+                _merge(batch, target, record) if kind == "merge" else _scd2(batch, target, record)
+            )
+        finally:
+            batch.unpersist()
     if kind == "append":
         return _append(df, target, record)
-    if kind == "merge":
-        return _merge(df, target, record)
-    if kind == "scd2":
-        return _scd2(df, target, record)
     staged = _stage(df, target, removal="selection")
+    _check_staged(df, target, staged)
     rows = _rows_by_key(staged, target)
     record = replace(record, rows_by_partition=rows)
     unchanged: dict[str, int] = {}
@@ -141,6 +165,7 @@ def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWri
     if previous is not None:
         return KindWrite(None, previous, dict(previous.metrics))
     staged = _stage(df, target, removal="none")
+    _check_staged(df, target, staged)
     rows = staged.num_records
     metrics = {"rows_inserted": rows, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
     record = replace(record, metrics=metrics, **_unit_fields(staged, target))
@@ -198,6 +223,61 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
         applied.metrics,
         files_rewritten=applied.files_rewritten,
     )
+
+
+def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> None:
+    """Run the gates on the staged files; on a blocking failure remove them and raise."""
+    if not target.gates:
+        return
+    spark = df.sparkSession
+    schema = arrow_to_spark(staged.schema)
+    paths = ["file://" + os.path.join(staged.staging_dir, f.relative_path) for f in staged.files]
+    new = (
+        spark.read.schema(schema).option("basePath", "file://" + staged.staging_dir).parquet(*paths)
+        if paths
+        else spark.createDataFrame([], schema)
+    )
+    try:
+        _check_gates(target, new.select(*schema.fieldNames()))
+    except BaseException:
+        shutil.rmtree(staged.staging_dir, ignore_errors=True)
+        raise
+
+
+def _check_gates(target: WriteTarget, new: DataFrame) -> None:
+    old, old_rows = None, None
+    if target.gates.audits and table_exists(target.root):
+        snapshot = open_table(target.root, table_name=target.asset_name)
+        selection = target.selection([k for k in target.keys if k != WHOLE_TABLE_ID])
+        old_rows = {}
+        for f in live_files(snapshot.table, selection):
+            key = target.key_of(f.partition_values)
+            old_rows[key] = old_rows.get(key, 0) + (f.num_records or 0)
+        if any(g.type in ("column_sum", "column_mean") for g in target.gates.audits):
+            old = read_snapshot(new.sparkSession, snapshot, selection).df
+    keys = list(target.keys) or [WHOLE_TABLE_ID]
+    by = target.dimension_columns
+    if not set(by) <= set(new.columns):
+        # A batch without the partition columns (a decoupled merge): one group for the run.
+        by = []
+    whole = keys[0] if len(keys) == 1 else WHOLE_TABLE_ID
+    results = evaluate(
+        target.gates,
+        GateInput(
+            asset_name=target.asset_name,
+            new=new,
+            partition_columns=by,
+            keys=keys,
+            key_of=target.key_of if by else (lambda _values: whole),
+            old=old,
+            old_rows=old_rows,
+        ),
+    )
+    if target.on_gates is not None:
+        target.on_gates(results)
+    failed = [r for r in results if r.blocks]
+    if failed:
+        raise GateFailedError(target.asset_name, failed)
 
 
 def _newest_snapshot(root: str) -> int | None:

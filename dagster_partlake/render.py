@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from dagster_partlake.planner import REASONS, Plan
+from dagster_partlake.planner import REASONS, Key, Plan
 from dagster_partlake.runs import RunPlan
 
 MAX_LISTED = 20
 _TAGS = {"ok": "[OK]", "failed": "[FAILED]", "skipped": "[SKIPPED]", "unchanged": "[UNCHANGED]"}
 
 
-def plan_json(plan: Plan) -> str:
-    """The stale partitions, sorted by asset then partition (`partlake plan --json`)."""
-    return json.dumps([item.to_json() for item in plan.sorted_items()], indent=2)
+# (asset, partition) -> the quality gates its last run failed (`dagster_partlake.gate_failures`).
+GateFailures = Mapping[tuple[str, Key], Sequence[str]]
+
+
+def plan_json(plan: Plan, failures: GateFailures | None = None) -> str:
+    """The stale partitions, sorted by asset then partition (`partlake plan --json`); a
+    partition whose last run failed a gate also has `last_run_failed` (the gate names)."""
+    items = []
+    for item in plan.sorted_items():
+        body = item.to_json()
+        failed = (failures or {}).get((item.asset, item.partition))
+        if failed:
+            body["last_run_failed"] = list(failed)
+        items.append(body)
+    return json.dumps(items, indent=2)
 
 
 def runs_json_text(runs: RunPlan) -> str:
@@ -24,7 +36,9 @@ def runs_json_text(runs: RunPlan) -> str:
     return json.dumps(runs.to_json(), indent=2)
 
 
-def plan_text(runs: RunPlan, *, seconds: float | None = None) -> str:
+def plan_text(
+    runs: RunPlan, *, seconds: float | None = None, failures: GateFailures | None = None
+) -> str:
     """The stale partitions per asset with their reasons, then the runs that refresh them."""
     plan = runs.plan
     held = _held_text(plan)
@@ -50,7 +64,11 @@ def plan_text(runs: RunPlan, *, seconds: float | None = None) -> str:
         for item in items[:MAX_LISTED]:
             because = f"  because {', '.join(item.because[:4])}" if item.because else ""
             more = f" (+{len(item.because) - 4} more)" if len(item.because) > 4 else ""
-            lines.append(f"  {item.partition or '-':<{width}}  {item.reason:<16}{because}{more}")
+            failed = (failures or {}).get((item.asset, item.partition))
+            last = f"  last run failed: {', '.join(failed)}" if failed else ""
+            lines.append(
+                f"  {item.partition or '-':<{width}}  {item.reason:<16}{because}{more}{last}"
+            )
         if len(items) > MAX_LISTED:
             lines.append(f"  ... and {len(items) - MAX_LISTED} more (see --json)")
     lines.append("")

@@ -12,6 +12,7 @@ from dagster_partlake import (  # noqa: E402
     DeltaPartitionIOManager,
     SparkResource,
     build_invalidation_sensor,
+    partlake_asset_checks,
 )
 from definitions.assets import (  # noqa: E402
     clean_events,
@@ -28,9 +29,13 @@ spark = SparkResource(
     remote=os.environ.get("PARTLAKE_SPARK_REMOTE") or None,
 )
 
+ASSETS = [raw_events, clean_events, daily_region_stats, monthly_region_stats, *MODEL_ASSETS]
+
 defs = Definitions(
     # The lakehouse group, and the model kinds over a daily user export (group `models`).
-    assets=[raw_events, clean_events, daily_region_stats, monthly_region_stats, *MODEL_ASSETS],
+    assets=ASSETS,
+    # The quality gates declared in the assets' metadata, as asset checks the UI lists.
+    asset_checks=partlake_asset_checks(ASSETS),
     # The intervals are environment knobs so a demo or a test can tick faster than production.
     sensors=[
         build_invalidation_sensor(

@@ -19,6 +19,7 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dagster_partlake.gates import accepted_values, expression, not_null, row_count, unique
 from dagster_partlake.parallel import POOL
 from dagster_partlake.sources import partlake_source
 from definitions.partitions import daily_region, monthly_region
@@ -73,12 +74,38 @@ def build_lakehouse(
         "group_name": "lakehouse",
     }
 
-    @asset(partitions_def=daily, **common)
+    regions = daily.get_partitions_def_for_dimension("region").get_partition_keys()
+
+    # Quality gates, checked on the staged files before each commit (see dagster_partlake.gates):
+    # a violation commits nothing and fails the step; each gate is an asset check in the UI.
+    @asset(
+        partitions_def=daily,
+        metadata={
+            "partlake/constraints": [
+                not_null("user_id", "event_id"),
+                unique("event_id"),
+                accepted_values("region", regions),
+                expression("amount >= 0", name="non_negative"),
+                row_count(min=1),
+            ]
+        },
+        **common,
+    )
     def clean_events(raw_events: DataFrame) -> DataFrame:
         """raw_events without rows lacking a user, one row per event_id, non-negative amounts."""
         return clean(raw_events)
 
-    @asset(partitions_def=daily, **common)
+    @asset(
+        partitions_def=daily,
+        metadata={
+            # Audits compare each new partition with the one it replaces, before the commit.
+            "partlake/audits": [
+                {"no_partition_emptied": True},
+                {"column_sum": {"column": "revenue", "max_change": 0.5}, "severity": "warn"},
+            ]
+        },
+        **common,
+    )
     def daily_region_stats(clean_events: DataFrame) -> DataFrame:
         """Per day and region: events, distinct users, purchases and revenue."""
         return daily_stats(clean_events)

@@ -1,0 +1,312 @@
+"""Quality gates in real Dagster runs on real Spark and Delta: a violated gate commits nothing and
+shows a failed asset check; a warned one commits; audits compare with the replaced partitions."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from dagster import (
+    AssetCheckKey,
+    AssetCheckSeverity,
+    AssetKey,
+    AssetSelection,
+    DailyPartitionsDefinition,
+    Definitions,
+    asset,
+    define_asset_job,
+)
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame
+
+from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_asset_checks
+from dagster_partlake.delta.writer import write_partitions
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.gates import (
+    accepted_values,
+    expression,
+    gates_of,
+    not_null,
+    row_count,
+    unique,
+)
+from dagster_partlake.layout import table_path
+from dagster_partlake.partitions import dimension_columns, selection_for_keys
+from tests.conftest import delta_rows
+
+daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
+SCHEMA = "date date, id long, region string, amount long"
+GOOD = [(1, "eu", 5), (2, "us", 7), (3, "eu", 0)]
+
+
+def _source(spark, lake: Path, day: str, rows: list[tuple]) -> None:
+    df = spark.createDataFrame([(dt.date.fromisoformat(day), *r) for r in rows], SCHEMA)
+    columns = dimension_columns(daily, {}, asset_name="events")
+    write_partitions(
+        df,
+        table_path(str(lake), ["events"]),
+        partition_by=["date"],
+        selection=selection_for_keys(columns, [day], {"date": "date"}, asset_name="events"),
+        partition_ids=[day],
+    )
+
+
+def _defs(lake: Path, metadata: dict, kind_metadata: dict | None = None) -> Definitions:
+    from dagster_partlake import partlake_source
+
+    events = partlake_source("events", partitions_def=daily)
+
+    @asset(partitions_def=daily, metadata={**metadata, **(kind_metadata or {})})
+    def checked(events: DataFrame) -> DataFrame:
+        return events
+
+    spark = SparkResource(master="local[2]")
+    return Definitions(
+        assets=[events, checked],
+        asset_checks=partlake_asset_checks([checked]),
+        jobs=[define_asset_job("checked_job", selection=[checked.key])],
+        resources={
+            "spark": spark,
+            "io_manager": DeltaPartitionIOManager(spark=spark, root=str(lake)),
+        },
+    )
+
+
+def _run(defs: Definitions, instance, day: str):
+    job = defs.resolve_job_def("checked_job")
+    return job.execute_in_process(instance=instance, partition_key=day, raise_on_error=False)
+
+
+def _check(instance, name: str):
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey("checked"), name), limit=1
+    )
+    assert history, f"no result for check {name}"
+    return history[0]
+
+
+def _failure(result) -> str:
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failures, "the step did not fail"
+    return failures[0].step_failure_data.error.to_string()
+
+
+def _version(lake: Path) -> int:
+    return DeltaTable(table_path(str(lake), ["checked"])).version()
+
+
+CONSTRAINTS = [
+    not_null("region"),
+    unique("id"),
+    accepted_values("region", ["eu", "us"]),
+    expression("amount >= 0", name="non_negative"),
+    row_count(max=3),
+]
+VIOLATIONS = {
+    "not_null_region": [(1, None, 5)],
+    "unique_id": [(1, "eu", 5), (1, "us", 6)],
+    "accepted_values_region": [(1, "apac", 5), (2, "mars", 5)],
+    "non_negative": [(1, "eu", -5), (2, "eu", None)],
+    "row_count": [(i, "eu", 1) for i in range(10, 15)],
+}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("violated", list(VIOLATIONS))
+def test_a_violated_constraint_commits_nothing_and_fails_its_check(
+    spark, lake: Path, instance, violated: str
+) -> None:
+    defs = _defs(lake, {"partlake/constraints": CONSTRAINTS})
+    _source(spark, lake, "2024-01-01", GOOD)
+    assert _run(defs, instance, "2024-01-01").success
+    before = _version(lake)
+    rows_before = delta_rows(table_path(str(lake), ["checked"]))
+    assert _check(instance, violated).status.value == "SUCCEEDED"
+
+    bad = VIOLATIONS[violated]
+    _source(spark, lake, "2024-01-01", GOOD[2:] + bad if violated != "unique_id" else bad)
+    result = _run(defs, instance, "2024-01-01")
+
+    assert not result.success
+    error = _failure(result)
+    assert f"quality gate failed on checked: constraint {violated} failed" in error
+    assert "Nothing was committed" in error
+    assert _version(lake) == before
+    assert delta_rows(table_path(str(lake), ["checked"])) == rows_before
+    record = _check(instance, violated)
+    assert record.status.value == "FAILED"
+    assert record.run_id == result.run_id
+    evaluation = record.event.dagster_event.event_specific_data
+    metadata = {k: v.value for k, v in evaluation.metadata.items()}
+    assert metadata["partlake/outcome"] == "failed"
+    expected_offending = {"unique_id": 2, "row_count": 1}.get(violated, len(bad))
+    assert metadata["partlake/offending"] == expected_offending
+    assert 1 <= len(metadata["partlake/samples"]) <= 5
+    # The other gates were evaluated in the same run and passed.
+    for other in set(VIOLATIONS) - {violated}:
+        assert _check(instance, other).run_id == result.run_id
+    # Nothing staged is left behind.
+    staging = Path(table_path(str(lake), ["checked"])) / "_partlake_staging"
+    assert not staging.exists() or not any(staging.iterdir())
+
+
+@pytest.mark.spark
+def test_a_warned_constraint_commits_and_records_the_warning(spark, lake: Path, instance) -> None:
+    defs = _defs(
+        lake,
+        {"partlake/constraints": [expression("amount >= 0", name="positive", severity="warn")]},
+    )
+    _source(spark, lake, "2024-01-02", [(1, "eu", -1), (2, "eu", 3)])
+    result = _run(defs, instance, "2024-01-02")
+    assert result.success
+    assert delta_rows(table_path(str(lake), ["checked"]), ["id"]) == [(1,), (2,)]
+    record = _check(instance, "positive")
+    assert record.status.value == "FAILED"  # Dagster's status of a check that did not pass
+    evaluation = record.event.dagster_event.event_specific_data
+    assert evaluation.severity == AssetCheckSeverity.WARN
+    assert evaluation.metadata["partlake/outcome"].value == "warned"
+    assert evaluation.metadata["partlake/offending"].value == 1
+
+
+AUDITS = [
+    {"row_count_change": {"max_change": 0.5}},
+    {"no_partition_emptied": True},
+    {"column_sum": {"column": "amount", "max_change": 0.2}},
+    {"column_mean": {"column": "amount", "max_change": 0.2}, "severity": "warn"},
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("rows", "failed"),
+    [
+        # Row count 4 -> 1: a 75% change; sum 40 -> 10.
+        ([(1, "eu", 10)], {"row_count_change", "column_sum_amount"}),
+        # Same rows, one amount doubled: sum 40 -> 50 (+25%), mean +25% (warn only).
+        ([(1, "eu", 10), (2, "eu", 10), (3, "eu", 10), (4, "eu", 20)], {"column_sum_amount"}),
+        # The partition emptied.
+        ([], {"row_count_change", "no_partition_emptied", "column_sum_amount"}),
+    ],
+)
+def test_audits_compare_with_the_replaced_partition(
+    spark, lake: Path, instance, rows: list[tuple], failed: set[str]
+) -> None:
+    defs = _defs(lake, {"partlake/audits": AUDITS})
+    _source(spark, lake, "2024-01-03", [(i, "eu", 10) for i in range(1, 5)])
+    assert _run(defs, instance, "2024-01-03").success
+    before = _version(lake)
+
+    _source(spark, lake, "2024-01-03", rows)
+    result = _run(defs, instance, "2024-01-03")
+
+    assert not result.success
+    assert _version(lake) == before
+    outcomes = {
+        name: _check(instance, name)
+        .event.dagster_event.event_specific_data.metadata["partlake/outcome"]
+        .value
+        for name in ("row_count_change", "no_partition_emptied", "column_sum_amount")
+    }
+    assert {n for n, o in outcomes.items() if o == "failed"} == failed
+    # A small change passes every audit and commits.
+    _source(spark, lake, "2024-01-03", [(i, "eu", 10) for i in range(1, 5)] + [(5, "eu", 1)])
+    assert _run(defs, instance, "2024-01-03").success
+    assert _version(lake) == before + 1
+
+
+@pytest.mark.spark
+def test_constraints_gate_a_merge_batch(spark, lake: Path, instance) -> None:
+    from dagster_partlake import model_kind_metadata
+
+    defs = _defs(
+        lake,
+        {"partlake/constraints": [unique("id")]},
+        model_kind_metadata("merge", unique_key=["id"], partition_by=[]),
+    )
+    _source(spark, lake, "2024-01-01", GOOD)
+    assert _run(defs, instance, "2024-01-01").success
+    before = _version(lake)
+    _source(spark, lake, "2024-01-02", [(7, "eu", 1), (7, "us", 2)])
+    result = _run(defs, instance, "2024-01-02")
+    assert not result.success
+    assert "unique_id" in _failure(result)
+    assert _version(lake) == before
+
+
+@pytest.mark.spark
+def test_a_check_executed_on_its_own_checks_the_current_rows(spark, lake: Path, instance) -> None:
+    defs = _defs(lake, {"partlake/constraints": [accepted_values("region", ["eu"])]})
+    _source(spark, lake, "2024-01-01", [(1, "eu", 1)])
+    assert _run(defs, instance, "2024-01-01").success
+    checks_only = Definitions.merge(
+        defs,
+        Definitions(
+            jobs=[
+                define_asset_job(
+                    "checks_only", selection=AssetSelection.checks_for_assets(AssetKey("checked"))
+                )
+            ]
+        ),
+    ).resolve_job_def("checks_only")
+    assert checks_only.execute_in_process(instance=instance).success
+    assert _check(instance, "accepted_values_region").status.value == "SUCCEEDED"
+
+    # Someone else writes a row the constraint forbids, bypassing the gate.
+    df = spark.createDataFrame([(dt.date(2024, 1, 1), 9, "us", 1)], SCHEMA)
+    columns = dimension_columns(daily, {}, asset_name="checked")
+    write_partitions(
+        df,
+        table_path(str(lake), ["checked"]),
+        partition_by=["date"],
+        selection=selection_for_keys(columns, ["2024-01-01"], {"date": "date"}, asset_name="c"),
+        partition_ids=["2024-01-01"],
+    )
+    result = checks_only.execute_in_process(instance=instance, raise_on_error=False)
+    record = _check(instance, "accepted_values_region")
+    assert record.run_id == result.run_id
+    assert record.status.value == "FAILED"
+    evaluation = record.event.dagster_event.event_specific_data
+    assert evaluation.metadata["partlake/offending"].value == 1
+    assert evaluation.metadata["partlake/samples"].value[0]["region"] == "us"
+
+
+def test_gate_declarations_are_validated() -> None:
+    with pytest.raises(PartlakeConfigError, match="exactly one of"):
+        gates_of({"partlake/constraints": [{"not_nul": ["a"]}]}, asset_name="a")
+    with pytest.raises(PartlakeConfigError, match="severity 'fatal'"):
+        gates_of(
+            {"partlake/constraints": [{"not_null": ["a"], "severity": "fatal"}]}, asset_name="a"
+        )
+    with pytest.raises(PartlakeConfigError, match="two gates named 'x'"):
+        gates_of(
+            {
+                "partlake/constraints": [
+                    {"not_null": ["a"], "name": "x"},
+                    {"unique": ["a"], "name": "x"},
+                ]
+            },
+            asset_name="a",
+        )
+    with pytest.raises(PartlakeConfigError, match="kind merge declares partlake/audits"):
+        gates_of(
+            {"partlake/audits": [{"no_partition_emptied": True}]}, asset_name="a", kind="merge"
+        )
+    with pytest.raises(PartlakeConfigError, match="max_change"):
+        gates_of({"partlake/audits": [{"column_sum": {"column": "x"}}]}, asset_name="a")
+    with pytest.raises(PartlakeConfigError, match="non-negative integers"):
+        gates_of({"partlake/constraints": [{"row_count": {"min": -1}}]}, asset_name="a")
+    gates = gates_of({"partlake/constraints": CONSTRAINTS}, asset_name="a")
+    assert [g.name for g in gates.all] == list(VIOLATIONS)
+
+
+@pytest.mark.spark
+def test_an_invalid_expression_names_the_fix_and_commits_nothing(
+    spark, lake: Path, instance
+) -> None:
+    defs = _defs(lake, {"partlake/constraints": [expression("no_such_column > 0", name="bad")]})
+    _source(spark, lake, "2024-01-01", GOOD)
+    result = _run(defs, instance, "2024-01-01")
+    assert not result.success
+    assert "cannot be evaluated on its data" in _failure(result)
+    assert not DeltaTable.is_deltatable(table_path(str(lake), ["checked"]))
