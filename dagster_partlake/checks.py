@@ -70,8 +70,10 @@ def _checks_for(key: AssetKey, gates: Gates, asset_spec: Any) -> AssetChecksDefi
             gate.name,
             asset=key,
             description=f"partlake {gate.family} ({gate.severity}): {gate.describe()}",
-            blocking=gate.severity == "error",
-            metadata={"partlake/gate": gate.type},
+            # Not Dagster-blocking: the gate already stopped a bad batch before its commit, and
+            # a blocking spec would make downstream steps wait for this check step.
+            blocking=False,
+            metadata={"partlake/gate": gate.type, "partlake/severity": gate.severity},
         )
         for gate in gates.all
     ]
@@ -165,7 +167,7 @@ def log_gate_results(context: Any, results: Sequence[GateResult], keys: Sequence
                 },
                 severity=_severity(result),
                 description=result.summary(),
-                blocking=result.gate.severity == "error",
+                blocking=False,
             ),
         )
 
