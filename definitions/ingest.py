@@ -44,8 +44,11 @@ def raw_events_path(root: str | None = None) -> str:
     return table_path(root, ["raw_events"])
 
 
-def generate(date: dt.date, region: str, rows: int, seed: int = 0) -> pa.Table:
-    """Deterministic events of one day and region; a few rows are dirty on purpose."""
+def generate(
+    date: dt.date, region: str, rows: int, seed: int = 0, missing_ids: int = 0
+) -> pa.Table:
+    """Deterministic events of one day and region; a few rows are dirty on purpose, and the
+    first `missing_ids` rows lack their event id (a bad batch that clean_events' gate stops)."""
     rng = np.random.default_rng(zlib.crc32(f"{date}|{region}|{seed}".encode()))
     user_id = rng.integers(1, 5_000, rows)
     user_mask = rng.random(rows) < 0.02  # 2% of rows lack a user: clean_events drops them
@@ -66,7 +69,9 @@ def generate(date: dt.date, region: str, rows: int, seed: int = 0) -> pa.Table:
     start_us = int(start.timestamp()) * 1_000_000
     return pa.table(
         {
-            "event_id": pa.array(base_id + np.arange(rows), pa.int64()),
+            "event_id": pa.array(
+                base_id + np.arange(rows), pa.int64(), mask=np.arange(rows) < missing_ids
+            ),
             "user_id": pa.array(user_id, pa.int64(), mask=user_mask),
             "event_type": pa.array(event_type, pa.string()),
             "amount": amount,
@@ -83,13 +88,18 @@ def generate(date: dt.date, region: str, rows: int, seed: int = 0) -> pa.Table:
 
 
 def write_partition(
-    date: dt.date, region: str, rows: int = 1000, seed: int = 0, root: str | None = None
+    date: dt.date,
+    region: str,
+    rows: int = 1000,
+    seed: int = 0,
+    root: str | None = None,
+    missing_ids: int = 0,
 ) -> str:
     """Write (or replace) one partition of raw_events; returns the table path."""
     path = raw_events_path(root)
     write_deltalake(
         path,
-        generate(date, region, rows, seed),
+        generate(date, region, rows, seed, missing_ids),
         mode="overwrite",
         partition_by=["date", "region"],
         predicate=f"date = '{date.isoformat()}' AND region = '{region}'",
@@ -107,6 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=1000, help="rows per partition (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="change it to produce different rows")
+    parser.add_argument(
+        "--missing-ids",
+        type=int,
+        default=0,
+        help="blank the event id of the first N rows: a bad batch for the quality gates",
+    )
     args = parser.parse_args(argv)
     start = dt.date.fromisoformat(START_DATE)
     for raw_date in args.date:
@@ -125,7 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--seed must be between 0 and 8999 (it offsets the event ids)")
     for raw_date in args.date:
         for region in args.region:
-            path = write_partition(dt.date.fromisoformat(raw_date), region, args.rows, args.seed)
+            path = write_partition(
+                dt.date.fromisoformat(raw_date),
+                region,
+                args.rows,
+                args.seed,
+                missing_ids=args.missing_ids,
+            )
             print(f"wrote raw_events {raw_date}|{region}: {args.rows} rows -> {path}")
     return 0
 

@@ -318,17 +318,13 @@ class TestSqliteInstance:
     def test_failing_partition_is_retried_with_back_off_not_every_tick(
         self, refreshed: Refreshed
     ) -> None:
-        """A source file goes missing under a new commit: the run of its partition fails, and
-        the daemon retries after RETRY_SECONDS, then after twice that, with ticks between."""
-        from deltalake import DeltaTable
-
-        dev, lake = refreshed.dev, refreshed.lake
-        ingest(dev.env, "--date", "2024-01-01", "--region", "eu", "--seed", "9")
-        raw = lake / "warehouse" / "raw_events"
-        for path in DeltaTable(str(raw)).file_uris(
-            partition_filters=[("date", "=", "2024-01-01"), ("region", "=", "eu")]
-        ):
-            Path(path.removeprefix("file://")).unlink()
+        """A batch with missing event ids fails clean_events' quality gate (nothing committed):
+        the daemon retries after RETRY_SECONDS, then after twice that, with ticks between, and
+        `partlake plan` names the gate the last run failed."""
+        dev = refreshed.dev
+        ingest(
+            dev.env, "--date", "2024-01-01", "--region", "eu", "--seed", "9", "--missing-ids", "3"
+        )
         broke_at = time.time()
 
         def attempts(count: int) -> list[dict[str, Any]] | None:
@@ -356,6 +352,16 @@ class TestSqliteInstance:
         ]
         assert len(between) >= 2, between
         assert all(not t["runIds"] and "backing-off" in (t["skipReason"] or "") for t in between)
+        plan = subprocess.run(
+            [sys.executable, "-m", "dagster_partlake.cli", "plan", "-m", "definitions"],
+            cwd=REPO_ROOT,
+            env=dev.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        line = next(x for x in plan.stdout.splitlines() if x.strip().startswith("2024-01-01|eu"))
+        assert line.rstrip().endswith("last run failed: not_null_user_id_event_id"), plan.stdout
 
         # The next retry waits twice as long: none within 1.75 x RETRY_SECONDS of the failure.
         quiet_until = second["endTime"] + 1.75 * RETRY_SECONDS

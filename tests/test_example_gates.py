@@ -9,39 +9,18 @@ import json
 import re
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 from dagster_partlake.layout import table_path
-from definitions.ingest import generate, raw_events_path, write_partition
+from definitions.ingest import write_partition
 from tests.conftest import cli_env, run_partlake
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli]
 
 SELECT = "clean_events,daily_region_stats"
 DAY = dt.date(2024, 1, 1)
-
-
-def _events_without_ids(root: Path) -> None:
-    """2024-01-01|eu again, with the event id of three rows missing."""
-    events = generate(DAY, "eu", 100, seed=3)
-    ids = events.column("event_id")
-    missing = pa.array([i < 3 for i in range(events.num_rows)])
-    events = events.set_column(
-        events.schema.get_field_index("event_id"),
-        "event_id",
-        pc.if_else(missing, pa.scalar(None, pa.int64()), ids),
-    )
-    write_deltalake(
-        raw_events_path(str(root)),
-        events,
-        mode="overwrite",
-        partition_by=["date", "region"],
-        predicate=f"date = '{DAY.isoformat()}' AND region = 'eu'",
-    )
 
 
 def test_a_failed_gate_stops_the_batch_and_the_plan_names_it(tmp_path: Path) -> None:
@@ -54,7 +33,8 @@ def test_a_failed_gate_stops_the_batch_and_the_plan_names_it(tmp_path: Path) -> 
     clean = table_path(str(lake), ["clean_events"])
     version = DeltaTable(clean).version()
 
-    _events_without_ids(lake)
+    # 2024-01-01|eu again, with the event id of three rows missing.
+    write_partition(DAY, "eu", 100, seed=3, root=str(lake), missing_ids=3)
     failed = run_partlake("run", "-m", "definitions", "--select", SELECT, env=env, timeout=900)
 
     assert failed.returncode == 1, failed.stdout + failed.stderr
