@@ -10,6 +10,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -145,6 +146,141 @@ def _plan(module: str, select: str | None, *, need_instance: bool) -> tuple[Any,
     )
     runs = runs_for(graph, result)
     return graph, result, runs
+
+
+@main.command("history")
+@click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
+@click.argument("asset")
+@click.option("--partition", help="Partition key (default: the whole table).")
+@click.option("--json", "as_json", is_flag=True, help="Print the commits as a JSON list.")
+@_boundary
+def history_command(module: str, asset: str, partition: str | None, as_json: bool) -> None:
+    """List the commits that changed an asset's table (or one partition of it), newest first:
+    what the Delta log still has (checkpointing may have removed older commits)."""
+    import json
+
+    from dagster_partlake.delta.history import table_history
+
+    target = _history_target(module, asset, partition)
+    entries = table_history(
+        target.path,
+        selection=target.selection,
+        partition_id=partition,
+        table_name=target.name,
+    )
+    if as_json:
+        click.echo(json.dumps([e.to_json() for e in entries], indent=2))
+        return
+    what = f"{target.name} partition {partition}" if partition else target.name
+    click.echo(f"{what}: {len(entries)} commit(s) that changed its data, newest first")
+    if not entries:
+        return
+    header = ("version", "time", "operation", "run id", "code version", "rows", "upstream versions")
+    rows = [
+        (
+            str(e.version),
+            e.timestamp,
+            e.operation,
+            e.run_id or "-",
+            e.code_version or "-",
+            "-" if e.rows is None else str(e.rows),
+            ", ".join(f"{k}={v}" for k, v in sorted(e.upstream_versions.items())) or "-",
+        )
+        for e in entries
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [f"{c:<{w}}" for c, w in zip(row, widths, strict=False)] + [row[-1]]
+        click.echo("  ".join(cells).rstrip())
+
+
+@main.command("restore")
+@click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
+@click.argument("asset")
+@click.option(
+    "--version", "version", type=click.IntRange(min=0), required=True, help="Version to restore."
+)
+@click.option("--partition", help="Partition key to restore (default: every partition).")
+@_boundary
+def restore_command(module: str, asset: str, version: int, partition: str | None) -> None:
+    """Bring an asset's table, or one partition of it, back to an earlier version in one commit.
+    The restored partitions show as out_of_band in `partlake plan`, their dependents as
+    upstream_changed."""
+    from dagster_partlake.delta.history import restore_partitions
+
+    target = _history_target(module, asset, partition)
+    result = restore_partitions(
+        target.path,
+        version,
+        selection=target.selection,
+        partition_id=target.partition_id,
+        table_name=target.name,
+    )
+    what = f"{target.name} partition {partition}" if partition else target.name
+    if result.version is None:
+        click.echo(f"{what} is already as at version {version}: nothing committed.")
+        return
+    click.echo(
+        f"Restored {what} to version {version} in version {result.version}: "
+        f"{len(result.partition_ids)} partition(s) ({', '.join(result.partition_ids[:5])}"
+        f"{' ...' if len(result.partition_ids) > 5 else ''}), {result.files_added} file(s) "
+        f"added, {result.files_removed} removed. `partlake plan` shows what to recompute."
+    )
+
+
+@dataclass(frozen=True)
+class _HistoryTarget:
+    name: str
+    path: str
+    selection: Any  # PartitionSelection
+    partition_id: Callable[[Any], str] | None  # partition values -> partition key
+
+
+def _history_target(module: str, asset: str, partition: str | None) -> _HistoryTarget:
+    """The table of `asset` and the table partitions of `partition` (all: None)."""
+    from dagster_partlake.delta.reader import open_table
+    from dagster_partlake.delta.record import WHOLE_TABLE_ID
+    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.location import load_definitions
+    from dagster_partlake.partitions import KeyCodec, selection_for_keys, validate_keys
+
+    graph = LakeGraph(load_definitions(module))
+    found = graph.assets.get(asset)
+    if found is None:
+        raise PartlakeError(
+            f"unknown asset {asset}; the code location has {', '.join(sorted(graph.assets))}."
+        )
+    if found.is_folder:
+        raise PartlakeError(
+            f"asset {asset} is a folder of files without a Delta log, so it has no history."
+        )
+    if partition is not None:
+        store = _instance(False) if graph.has_dynamic_partitions else None
+        validate_keys(
+            found.partitions_def, [partition], asset_name=asset, dynamic_partitions_store=store
+        )
+        if found.decoupled:
+            raise PartlakeError(
+                f"the table of asset {asset} (kind {found.kind}) is not partitioned by its Dagster "
+                "partitions, so its partitions have no history of their own; run without "
+                "--partition."
+            )
+    snapshot = open_table(found.path, table_name=asset)
+    if not found.columns or found.decoupled:
+        return _HistoryTarget(asset, found.path, None, lambda _values: WHOLE_TABLE_ID)
+    codec = KeyCodec(found.columns, snapshot.column_types)
+    columns = [c.column for c in found.columns]
+
+    def partition_id(values: Any) -> str:
+        key = codec.key([values.get(c) for c in columns])
+        return key or "/".join(f"{c}={values.get(c)}" for c in columns)
+
+    selection = (
+        selection_for_keys(found.columns, [partition], snapshot.column_types, asset_name=asset)
+        if partition is not None
+        else None
+    )
+    return _HistoryTarget(asset, found.path, selection, partition_id)
 
 
 @main.group("spark")

@@ -36,12 +36,18 @@ from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
 from dagster_partlake.delta.table import latest_records, table_exists
 from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS
-from dagster_partlake.errors import PartlakeError
+from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates import gates_of
 from dagster_partlake.kind_writes import WriteTarget, write_output
 from dagster_partlake.kinds import model_kind
 from dagster_partlake.layout import table_path
-from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, SCHEMA_MODE_KEY
+from dagster_partlake.metadata import (
+    FORMAT_KEY,
+    PATH_KEY,
+    SCHEMA_MODE_KEY,
+    TIMESTAMP_KEY,
+    VERSION_KEY,
+)
 from dagster_partlake.partitions import (
     DimensionColumn,
     KeyCodec,
@@ -203,7 +209,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # A self-dependency's first partition: there is no earlier partition to read.
             context.log.info(f"no earlier partition of {asset_name} to read: the input is None")
             return None
-        snapshot = open_table(self.table_root(asset_key), table_name=asset_name)
+        version, timestamp = _pinned(context, asset_name)
+        snapshot = open_table(
+            self.table_root(asset_key), table_name=asset_name, version=version, timestamp=timestamp
+        )
         if context.upstream_output is not None and model_kind(
             upstream_metadata, partitioned=partitions_def is not None, asset_name=asset_name
         ).decoupled([c.column for c in columns]):
@@ -309,6 +318,41 @@ def _folder_partitions(
         for values in chosen
     ]
     return dirs, chosen
+
+
+def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, Any]:
+    """The (version, timestamp) an input pins its upstream table to with its `AssetIn`
+    metadata `partlake/version` or `partlake/timestamp` (neither: (None, None), the latest)."""
+    metadata = context.definition_metadata or {}
+    version = metadata.get(VERSION_KEY)
+    timestamp = metadata.get(TIMESTAMP_KEY)
+    version = getattr(version, "value", version)  # a MetadataValue, if Dagster wrapped it
+    timestamp = getattr(timestamp, "value", timestamp)
+    if version is not None and timestamp is not None:
+        raise PartlakeConfigError(
+            f"the input {asset_name} pins both {VERSION_KEY} and {TIMESTAMP_KEY}; keep one."
+        )
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, int) or version < 0
+    ):
+        raise PartlakeConfigError(
+            f"input metadata {VERSION_KEY} of {asset_name} is {version!r}; it must be a Delta "
+            "table version, an integer >= 0."
+        )
+    if timestamp is not None and not isinstance(timestamp, (str, dt.datetime)):
+        raise PartlakeConfigError(
+            f"input metadata {TIMESTAMP_KEY} of {asset_name} is {timestamp!r}; it must be an "
+            "ISO 8601 string such as '2024-01-02T00:00:00Z' or a datetime."
+        )
+    if isinstance(timestamp, str):
+        try:
+            dt.datetime.fromisoformat(timestamp)
+        except ValueError as error:
+            raise PartlakeConfigError(
+                f"input metadata {TIMESTAMP_KEY} of {asset_name} is {timestamp!r}, not ISO "
+                "8601; write it like '2024-01-02T00:00:00Z'."
+            ) from error
+    return version, timestamp
 
 
 def _output_partition_keys(context: OutputContext) -> list[str]:

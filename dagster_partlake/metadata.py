@@ -6,6 +6,8 @@
 | `schema_mode` | managed assets | `"add_columns"` lets a write add new columns |
 | `partlake/format` | sources | `"delta"` (default) or `"folder"` (Parquet in `col=value/`) |
 | `partlake/path` | sources | where the source lives, relative to the lake root |
+| `partlake/version` | inputs (`AssetIn`) | read the upstream table at this Delta version |
+| `partlake/timestamp` | inputs (`AssetIn`) | read the upstream table as of this time (ISO 8601) |
 """
 
 from __future__ import annotations
@@ -14,3 +16,5 @@ PARTITION_EXPR_KEY = "partition_expr"
 SCHEMA_MODE_KEY = "schema_mode"
 FORMAT_KEY = "partlake/format"
 PATH_KEY = "partlake/path"
+VERSION_KEY = "partlake/version"
+TIMESTAMP_KEY = "partlake/timestamp"

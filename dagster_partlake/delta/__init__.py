@@ -1,5 +1,14 @@
 """The storage adapter: Delta tables written by Spark + delta-rs. Knows nothing about Dagster."""
 
+from dagster_partlake.delta.history import (
+    MAINTENANCE_KEY,
+    HistoryEntry,
+    RestoreResult,
+    load_version,
+    resolve_version,
+    restore_partitions,
+    table_history,
+)
 from dagster_partlake.delta.reader import (
     ReadResult,
     TableSnapshot,
@@ -19,22 +28,29 @@ from dagster_partlake.delta.writer import (
 )
 
 __all__ = [
+    "MAINTENANCE_KEY",
     "WHOLE_TABLE_ID",
     "Box",
     "CommitRecord",
     "CommitResult",
     "DateRanges",
+    "HistoryEntry",
     "PartitionSelection",
     "ReadResult",
+    "RestoreResult",
     "StagedWrite",
     "StateCache",
     "TableSnapshot",
     "TableState",
     "commit_staged",
     "folder_state",
+    "load_version",
     "open_table",
     "read_partitions",
     "read_snapshot",
+    "resolve_version",
+    "restore_partitions",
     "stage_partitions",
+    "table_history",
     "write_partitions",
 ]

@@ -7,6 +7,7 @@ folders (the layout our writer and Spark's own Delta writer use). The driver see
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from urllib.parse import unquote
 
 from deltalake import DeltaTable
 
+from dagster_partlake.delta.history import load_version, resolve_version
 from dagster_partlake.delta.schema import arrow_to_spark, delta_types
 from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.table import (
@@ -55,11 +57,26 @@ class TableSnapshot:
         return delta_types(self.schema)
 
 
-def open_table(root: str, *, table_name: str | None = None) -> TableSnapshot:
-    """Load the latest version of the Delta table at `root`.
+def open_table(
+    root: str,
+    *,
+    table_name: str | None = None,
+    version: int | None = None,
+    timestamp: dt.datetime | str | None = None,
+) -> TableSnapshot:
+    """Load the Delta table at `root`: its latest version, or the one asked for.
+
+    Args:
+        root: path of the table.
+        table_name: name used in error messages (default: the folder name).
+        version: load this version (time travel).
+        timestamp: load the newest version committed at or before this time (ISO 8601 string
+            or datetime; without a time zone: UTC).
 
     Raises:
+        ValueError: both `version` and `timestamp` are given.
         PartlakeConfigError: there is no Delta table at `root`.
+        PartlakeError: the version or timestamp is not available in the table's log.
         TableUnreadableError: its log cannot be read.
     """
     root = os.path.abspath(root)
@@ -69,7 +86,11 @@ def open_table(root: str, *, table_name: str | None = None) -> TableSnapshot:
             f"there is no Delta table for {name} at {root}; materialize it first (or, for a "
             "source, run the system that writes it)."
         )
-    table = load_table(root, table_name=name)
+    wanted = resolve_version(root, version=version, timestamp=timestamp, table_name=name)
+    if wanted is None:
+        table = load_table(root, table_name=name)
+    else:
+        table = load_version(root, wanted, table_name=name)
     return TableSnapshot(root, name, table, arrow_schema(table))
 
 
@@ -79,9 +100,13 @@ def read_partitions(
     selection: PartitionSelection,
     *,
     table_name: str | None = None,
+    version: int | None = None,
+    timestamp: dt.datetime | str | None = None,
 ) -> ReadResult:
-    """Spark DataFrame of the rows in `selection` of the Delta table at `root`."""
-    return read_snapshot(spark, open_table(root, table_name=table_name), selection)
+    """Spark DataFrame of the rows in `selection` of the Delta table at `root`: at its latest
+    version, or at `version` / `timestamp` (see `open_table`)."""
+    snapshot = open_table(root, table_name=table_name, version=version, timestamp=timestamp)
+    return read_snapshot(spark, snapshot, selection)
 
 
 def read_snapshot(
