@@ -316,7 +316,9 @@ def commit_staged(
             old = _files_to_remove(table, staged)
             removes = [
                 RemoveAction(
-                    path=f.path,
+                    # The log's path is URL-encoded and delta-rs encodes again: a value such as
+                    # 'a b:c%' would otherwise match no file and the old file would stay live.
+                    path=unquote(f.path),
                     data_change=True,
                     deletion_timestamp=now_ms,
                     size=f.size,

@@ -345,3 +345,20 @@ def test_a_file_must_lie_in_exactly_its_partition_folder(spark, tmp_path: Path) 
         PartlakeConfigError, match="is not in the folder 'date=2024-01-02/region=eu/'"
     ):
         read_partitions(spark, str(root), box((2, 3), {"eu"}))
+
+
+def test_replacing_a_partition_whose_value_needs_url_encoding_removes_its_old_files(
+    spark, tmp_path: Path
+) -> None:
+    """The log stores paths URL-encoded and delta-rs encodes a remove's path again: a value such
+    as 'a b:c%' once kept its old file live next to the new one (duplicated rows)."""
+    root = str(tmp_path / "t")
+    values = ["a b:c%", "eu/2", "plain"]
+    selection = PartitionSelection((Box({"region": frozenset(values)}),))
+    for run in range(2):
+        df = spark.createDataFrame([(v, run) for v in values], "region string, x long")
+        write_partitions(
+            df, root, partition_by=["region"], selection=selection, partition_ids=values
+        )
+    assert delta_rows(root, ["region", "x"]) == sorted((v, 1) for v in values)
+    assert len(DeltaTable(root).file_uris()) == 3
