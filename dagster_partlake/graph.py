@@ -28,7 +28,7 @@ from dagster_partlake.io_manager import DeltaPartitionIOManager
 from dagster_partlake.kinds import ORDERED_KINDS, model_kind
 from dagster_partlake.layout import resolve_root, table_path
 from dagster_partlake.mappings import key_maps, previous_partition_maps
-from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
+from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, TIMESTAMP_KEY, VERSION_KEY
 from dagster_partlake.partitions import (
     DimensionColumn,
     all_keys,
@@ -161,7 +161,8 @@ class LakeGraph:
             deps = tuple(
                 self._dependency(asset, self.assets[parent], dynamic_partitions_store)
                 for parent in asset.parents
-                if parent in self.assets
+                # An input pinned to a version or time never sees its upstream change.
+                if parent in self.assets and not _pins(self.input_metadata(asset.name, parent))
             )
             ordered = asset.kind in ORDERED_KINDS and asset.name not in asset.parents
             maps = previous_partition_maps(asset.partitions_def, dynamic_partitions_store)
@@ -208,6 +209,16 @@ class LakeGraph:
             if asset.is_root and asset.partitions_def is not None
         }
 
+    def input_metadata(self, child: str, parent: str) -> dict[str, Any]:
+        """The `AssetIn` metadata of `child`'s input that reads `parent` ({} if none)."""
+        node = self.asset_graph.get(self.assets[child].key)
+        assets_def = node.assets_def
+        parent_key = self.assets[parent].key
+        for input_name, key in assets_def.node_keys_by_input_name.items():
+            if key == parent_key:
+                return dict(assets_def.node_def.input_def_named(input_name).metadata or {})
+        return {}
+
     def _dependency(self, child: LakeAsset, parent: LakeAsset, store: Any) -> Dependency:
         mapping = self.asset_graph.get_partition_mapping(child.key, parent.key)
         up, down = key_maps(parent.partitions_def, child.partitions_def, mapping, store)
@@ -217,6 +228,10 @@ class LakeGraph:
             and isinstance(mapping, IdentityPartitionMapping)
         )
         return Dependency(parent.name, up, down, identity=identity)
+
+
+def _pins(metadata: dict[str, Any]) -> bool:
+    return metadata.get(VERSION_KEY) is not None or metadata.get(TIMESTAMP_KEY) is not None
 
 
 def repository_root(repository: Any, io_manager_key: str) -> str | None:

@@ -7,12 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetIn, AssetsDefinition, asset, materialize
+from dagster import AssetIn, AssetsDefinition, Definitions, asset, materialize
 from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource
+from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import commit_info, latest_records
 from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.gather import make_plan
+from dagster_partlake.graph import LakeGraph
 from tests.conftest import delta_rows
 
 pytestmark = pytest.mark.spark
@@ -64,6 +67,14 @@ def test_an_input_pinned_to_a_version_reads_that_version(spark, lake: Path, inst
     assert record.upstream_versions == {"numbers": first}
     event = result.get_asset_materialization_events()[0]
     assert event.materialization.metadata["partlake/upstream_versions"].data == {"numbers": first}
+    # A pinned input does not make its asset stale when the upstream moves on.
+    pinned = LakeGraph(
+        Definitions(
+            assets=[numbers_asset([10, 20]), copy_asset({"partlake/version": first})],
+            resources=resources(lake),
+        )
+    )
+    assert not make_plan(pinned, StateCache()).plan.items
 
     unpinned = materialize(
         [numbers_asset([10, 20]), copy_asset({})],
@@ -73,6 +84,15 @@ def test_an_input_pinned_to_a_version_reads_that_version(spark, lake: Path, inst
     )
     assert unpinned.success
     assert delta_rows(lake / "warehouse" / "copy") == [(10,), (20,)]
+    # The upstream moves on: only the unpinned reading of it is stale.
+    write_numbers(lake, instance, [7])
+    assert not make_plan(pinned, StateCache()).plan.items
+    following = LakeGraph(
+        Definitions(assets=[numbers_asset([7]), copy_asset({})], resources=resources(lake))
+    )
+    assert [(i.asset, i.reason) for i in make_plan(following, StateCache()).plan.items] == [
+        ("copy", "upstream_changed")
+    ]
 
 
 def test_an_input_pinned_to_a_time_reads_the_version_of_that_time(
