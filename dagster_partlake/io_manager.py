@@ -14,6 +14,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import (
@@ -38,6 +40,9 @@ from dagster_partlake.delta.table import latest_records, table_exists
 from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates import gates_of
+from dagster_partlake.guards import RunFacts, judge
+from dagster_partlake.incremental import Incremental, incremental_of
+from dagster_partlake.incremental_reads import read_incremental
 from dagster_partlake.kind_writes import WriteTarget, write_output
 from dagster_partlake.kinds import model_kind
 from dagster_partlake.layout import table_path
@@ -57,8 +62,15 @@ from dagster_partlake.partitions import (
 )
 from dagster_partlake.resource import SparkResource
 
-# What load_input read of one upstream asset: (table version, partition id -> lastUpdated ms).
-_Read = tuple[int, dict[str, int]]
+
+@dataclass(frozen=True)
+class _Read:
+    """What load_input read of one upstream asset."""
+
+    version: int  # table version
+    partitions: dict[str, int]  # partition id -> lastUpdated (ms): what the run consumed
+    rows: int | None = None  # rows the input held, where the log or the read counted them
+    watermark: Mapping[str, str] | None = None  # an incremental input's high watermark
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -133,7 +145,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns = dimension_columns(partitions_def, definition_metadata, asset_name=asset_name)
         reads = self._inputs_of(context)
         code_version = _code_version(context)
-        upstream_versions = {name: version for name, (version, _) in reads.items()}
+        upstream_versions = {name: read.version for name, read in reads.items()}
         target = WriteTarget(
             root=self.table_root(context.asset_key),
             asset_name=asset_name,
@@ -156,9 +168,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 code_version=code_version,
                 run_id=context.run_id,
                 # lastUpdated of every upstream partition read: what the planner compares with.
-                consumed={name: partitions for name, (_, partitions) in reads.items()},
+                consumed={name: read.partitions for name, read in reads.items()},
                 upstream_versions=upstream_versions,
+                watermarks={n: r.watermark for n, r in reads.items() if r.watermark is not None},
             ),
+            skip=self._skip(context, obj, definition_metadata, keys, reads),
         )
         result, record = written.commit, written.record
         metadata: dict[str, Any] = {
@@ -218,14 +232,25 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         ).decoupled([c.column for c in columns]):
             return self._load_decoupled(context, asset_name, snapshot, keys)
         selection = selection_for_keys(columns, keys, snapshot.column_types, asset_name=asset_name)
+        consumer = _consumer(context)
+        incremental = (
+            incremental_of(
+                context.definition_metadata,
+                consumer[1],
+                input_name=asset_name,
+                asset_name=consumer[0].to_user_string(),
+            )
+            if consumer is not None and version is None and timestamp is None
+            else None
+        )
+        if incremental is not None and consumer is not None:
+            return self._load_incremental(
+                context, snapshot, selection, columns, incremental, consumer[0]
+            )
         result = read_snapshot(self.spark.spark_session, snapshot, selection)
-        codec = KeyCodec(columns, snapshot.column_types)
-        partitions: dict[str, int] = {}
-        for f in result.files:
-            key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
-            key = key or WHOLE_TABLE_ID
-            partitions[key] = max(partitions.get(key, 0), f.modification_time)
-        self._remember(context, asset_name, result.version, partitions)
+        rows = sum(f.num_records or 0 for f in result.files)
+        partitions = _lastupdated(result.files, columns, snapshot.column_types)
+        self._remember(context, asset_name, _Read(result.version, partitions, rows))
         summary = {
             "partlake/table_version": result.version,
             "partlake/files_read": result.num_files,
@@ -251,18 +276,68 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             for pid, record in records.items()
             if (updated := record.written_last_updated(pid)) is not None
         }
-        self._remember(context, asset_name, result.version, partitions)
+        rows = sum(f.num_records or 0 for f in result.files)
+        self._remember(context, asset_name, _Read(result.version, partitions, rows))
         context.log.info(
             f"read all of {asset_name} (its table is not partitioned by its Dagster partitions): "
             f"version {result.version}, {result.num_files} file(s)"
         )
         return result.df
 
-    def _remember(
-        self, context: InputContext, asset_name: str, version: int, partitions: dict[str, int]
-    ) -> None:
+    def _load_incremental(
+        self,
+        context: InputContext,
+        snapshot: Any,
+        selection: PartitionSelection,
+        columns: list[DimensionColumn],
+        incremental: Incremental,
+        consumer: AssetKey,
+    ) -> Any:
+        """Only what the consuming asset has not read yet (`dagster_partlake.incremental`)."""
+        read = read_incremental(
+            self.spark.spark_session,
+            snapshot,
+            selection,
+            incremental,
+            consumer_root=self.table_root(consumer),
+            consumer=consumer.to_user_string(),
+        )
+        partitions = _lastupdated(read.state, columns, snapshot.column_types)
+        version = snapshot.table.version()
+        self._remember(
+            context, snapshot.name, _Read(version, partitions, read.rows, read.watermark)
+        )
+        context.log.info(f"read incrementally (version {version}): {read.description}")
+        return read.df
+
+    def _skip(
+        self,
+        context: OutputContext,
+        obj: Any,
+        metadata: Mapping[str, Any],
+        keys: list[str],
+        reads: dict[str, _Read],
+    ) -> str | None:
+        """Why the run guards say this run writes nothing (None: write)."""
+        facts = RunFacts(
+            partition_keys=keys,
+            input_rows={n: r.rows for n, r in reads.items() if r.rows is not None},
+            watermarks={
+                n: (r.watermark or {}).get("value") for n, r in reads.items() if r.watermark
+            },
+            run_tags=_run_tags(context),
+        )
+        condition = judge(
+            obj.sparkSession, metadata, facts, asset_name=context.asset_key.to_user_string()
+        )
+        if condition is None:
+            return None
+        context.log.info(f"run condition '{condition.description}' does not hold: skipped")
+        return condition.description
+
+    def _remember(self, context: InputContext, asset_name: str, read: _Read) -> None:
         step = context.step_context
-        self._reads.setdefault((step.run_id, step.step.key), {})[asset_name] = (version, partitions)
+        self._reads.setdefault((step.run_id, step.step.key), {})[asset_name] = read
 
     def _inputs_of(self, context: OutputContext) -> dict[str, _Read]:
         """What this step read of the output asset's own upstream assets."""
@@ -295,7 +370,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         partitions = {
             codec.key(list(values)) or WHOLE_TABLE_ID: updated for values, updated in chosen.items()
         }
-        self._remember(context, asset_name, -1, partitions)
+        self._remember(context, asset_name, _Read(-1, partitions))
         df = spark.read.option("basePath", "file://" + root).parquet(*("file://" + d for d in dirs))
         for c in columns:  # folder names are text; keep them as strings, like the keys
             df = df.withColumn(c.column, df[c.column].cast("string"))
@@ -353,6 +428,42 @@ def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, Any]:
                 "8601; write it like '2024-01-02T00:00:00Z'."
             ) from error
     return version, timestamp
+
+
+def _lastupdated(
+    files: Any, columns: list[DimensionColumn], column_types: Mapping[str, Any]
+) -> dict[str, int]:
+    """Partition id -> lastUpdated (ms) of the files read."""
+    codec = KeyCodec(columns, column_types)
+    partitions: dict[str, int] = {}
+    for f in files:
+        key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
+        key = key or WHOLE_TABLE_ID
+        partitions[key] = max(partitions.get(key, 0), f.modification_time)
+    return partitions
+
+
+def _consumer(context: InputContext) -> tuple[AssetKey, Mapping[str, Any]] | None:
+    """The asset the step writes from this input, with its definition metadata."""
+    try:
+        job = context.step_context.job_def
+        handle = context.step_context.node_handle
+    except DagsterInvariantViolationError:
+        return None
+    assets_def = job.asset_layer.get_assets_def_for_node(handle)
+    if assets_def is None:
+        return None
+    for key, spec in assets_def.specs_by_key.items():
+        if any(dep.asset_key == context.asset_key for dep in spec.deps):
+            return key, dict(spec.metadata or {})
+    return None
+
+
+def _run_tags(context: OutputContext) -> dict[str, str]:
+    try:
+        return dict(context.step_context.dagster_run.tags)
+    except DagsterInvariantViolationError:
+        return {}
 
 
 def _output_partition_keys(context: OutputContext) -> list[str]:

@@ -109,10 +109,15 @@ class WriteTarget:
         return codec.key([values[c.column] for c in self.columns]) or WHOLE_TABLE_ID
 
 
-def write_output(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
-    """Write `df` as `target.kind` says, recording `record` (completed here)."""
+def write_output(
+    df: DataFrame, target: WriteTarget, record: CommitRecord, *, skip: str | None = None
+) -> KindWrite:
+    """Write `df` as `target.kind` says, recording `record` (completed here); with `skip` (a
+    run guard's reason) write no rows and only record what the run consumed."""
     kind = target.kind.kind
     record = replace(record, kind=kind)
+    if skip is not None:
+        return _record_only(df, target, record)
     if kind in ("merge", "scd2"):
         if not target.gates:
             return (_merge if kind == "merge" else _scd2)(df, target, record)
@@ -158,6 +163,18 @@ def write_output(df: DataFrame, target: WriteTarget, record: CommitRecord) -> Ki
         "rows_unchanged": sum(rows.get(pid, 0) for pid in unchanged),
     }
     return KindWrite(result, result.record, metrics, tuple(sorted(unchanged)))
+
+
+def _record_only(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+    """A commit without files: the run's partitions keep their data and lastUpdated, and the
+    record says what was consumed, so they are not planned again until an input changes."""
+    staged = _stage(df.limit(0), target, removal="none")
+    # Spark writes one empty file for an unpartitioned table: commit none.
+    staged = staged.without(staged.files, staged.selection)
+    metrics = {"rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
+    record = replace(record, metrics=metrics, **_unit_fields(staged, target))
+    result = commit_staged(staged, record=record, max_attempts=target.max_attempts)
+    return KindWrite(result, result.record, metrics)
 
 
 def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:

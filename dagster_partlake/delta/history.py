@@ -41,6 +41,7 @@ from dagster_partlake.delta.record import RECORD_KEY, WHOLE_TABLE_ID, CommitReco
 from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.table import (
     LiveFile,
+    commit_actions,
     commit_info,
     live_files,
     load_table,
@@ -145,7 +146,7 @@ def table_history(
     selection = selection or PartitionSelection.everything()
     entries = []
     for version in reversed(log_versions(root)):
-        info, adds, removes = _read_commit(root, version)
+        info, adds, removes = commit_actions(root, version)
         adds = [a for a in adds if a.get("dataChange", True) and _in(selection, a)]
         removes = [r for r in removes if r.get("dataChange", True) and _in(selection, r)]
         if not adds and not removes:
@@ -404,30 +405,6 @@ def _iso(ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _read_commit(
-    root: str, version: int
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """(commitInfo, add actions, remove actions) of one JSON commit."""
-    info: dict[str, Any] = {}
-    adds: list[dict[str, Any]] = []
-    removes: list[dict[str, Any]] = []
-    try:
-        with open(commit_file(root, version), encoding="utf-8") as log_file:
-            for line in log_file:
-                if not line.strip():
-                    continue
-                action = json.loads(line)
-                if "commitInfo" in action:
-                    info = dict(action["commitInfo"])
-                elif "add" in action:
-                    adds.append(action["add"])
-                elif "remove" in action:
-                    removes.append(action["remove"])
-    except ValueError as error:  # a damaged commit file
-        raise unreadable(root, error) from error
-    return info, adds, removes
-
-
 def _in(selection: PartitionSelection, action: Mapping[str, Any]) -> bool:
     values = action.get("partitionValues") or {}
     return selection.contains({k: None if v == "" else v for k, v in values.items()})
@@ -516,7 +493,7 @@ def _raw_stats(root: str, version: int, paths: set[str]) -> dict[str, str]:
             break
         if candidate > version:
             continue
-        for add in _read_commit(root, candidate)[1]:
+        for add in commit_actions(root, candidate)[1]:
             path = add.get("path")
             if path in wanted and add.get("stats"):
                 found[path] = add["stats"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -117,9 +118,20 @@ def read_snapshot(
     Raises:
         PartlakeConfigError: the selected files are not laid out in `col=value/` folders.
     """
+    return read_files(spark, snapshot, live_files(snapshot.table, selection))
+
+
+def read_files(
+    spark: SparkSession, snapshot: TableSnapshot, files: Sequence[LiveFile]
+) -> ReadResult:
+    """Spark DataFrame of exactly `files` of a loaded table version (e.g. those added since a
+    version, `dagster_partlake.delta.increments`).
+
+    Raises:
+        PartlakeConfigError: a file is not laid out in `col=value/` folders.
+    """
     root, name, table = snapshot.root, snapshot.name, snapshot.table
     schema = arrow_to_spark(snapshot.schema)
-    files = live_files(table, selection)
     columns = [field.name for field in schema.fields]
     if not files:
         return ReadResult(spark.createDataFrame([], schema), table.version(), ())

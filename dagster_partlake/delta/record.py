@@ -9,12 +9,12 @@ never a silent "every partition looks stale".
 
 Format 2 adds what model kinds need: the `kind`, the partitions the commit `kept` as they were
 (with their lastUpdated: an early-cut-off `tracked` partition, a merge that touched no file of a
-partition), per-partition `content_hashes` (`tracked`), the row `metrics` and the `snapshot_ms`
-an scd2 write applied. Format 1 (written with `"format": 1`, or before that field existed) has
-none of them and is read as a `partition` or `table` write that kept nothing. A reader of format
-1 refuses format 2 ("upgrade"), since it would take kept partitions for rewritten ones. A record
-without `commit_time_ms` predates recording what was consumed: it is read, but says nothing about
-freshness (`commit_time_ms is None`).
+partition), per-partition `content_hashes` (`tracked`), the row `metrics` and the `snapshot_ms` an
+scd2 write applied, and the `watermarks` of incremental inputs. Format 1 (written with `"format":
+1`, or before that field existed) has none of them and is read as a `partition` or `table` write
+that kept nothing. A reader of format 1 refuses format 2 ("upgrade"), since it would take kept
+partitions for rewritten ones. A record without `commit_time_ms` predates recording what was
+consumed: it is read, but says nothing about freshness (`commit_time_ms is None`).
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ class CommitRecord:
     content_hashes: Mapping[str, str] = field(default_factory=dict)  # partition id -> hash
     metrics: Mapping[str, int] = field(default_factory=dict)  # rows_inserted, rows_updated, ...
     snapshot_ms: int | None = None  # scd2: the time of the snapshot applied
+    # Incremental inputs: upstream asset -> the high watermark read (a Spark SQL literal and
+    # its type, `{"value": "2024-01-02 10:00:00", "type": "timestamp"}`).
+    watermarks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Not written: the table version the record was read from.
     table_version: int | None = None
 
@@ -105,6 +108,8 @@ class CommitRecord:
             body["metrics"] = dict(self.metrics)
         if self.snapshot_ms is not None:
             body["snapshot_ms"] = self.snapshot_ms
+        if self.watermarks:
+            body["watermarks"] = {k: dict(v) for k, v in self.watermarks.items()}
         return {RECORD_KEY: body}
 
     @classmethod
@@ -158,6 +163,10 @@ class CommitRecord:
             content_hashes={str(k): str(v) for k, v in (body.get("content_hashes") or {}).items()},
             metrics={str(k): int(v) for k, v in (body.get("metrics") or {}).items()},
             snapshot_ms=None if body.get("snapshot_ms") is None else int(body["snapshot_ms"]),
+            watermarks={
+                str(k): {"value": str(v["value"]), "type": str(v["type"])}
+                for k, v in (body.get("watermarks") or {}).items()
+            },
             table_version=table_version,
         )
 

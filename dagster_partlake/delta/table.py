@@ -192,6 +192,35 @@ def commit_info(root: str, version: int) -> dict[str, Any]:
     return {}
 
 
+def commit_actions(
+    root: str, version: int
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(commitInfo, add actions, remove actions) of one JSON commit.
+
+    Raises:
+        FileNotFoundError: the log no longer holds that commit.
+        TableUnreadableError: the commit file is damaged.
+    """
+    info: dict[str, Any] = {}
+    adds: list[dict[str, Any]] = []
+    removes: list[dict[str, Any]] = []
+    try:
+        with open(commit_file(root, version), encoding="utf-8") as log_file:
+            for line in log_file:
+                if not line.strip():
+                    continue
+                action = json.loads(line)
+                if "commitInfo" in action:
+                    info = dict(action["commitInfo"])
+                elif "add" in action:
+                    adds.append(action["add"])
+                elif "remove" in action:
+                    removes.append(action["remove"])
+    except ValueError as error:  # a damaged commit file
+        raise unreadable(root, error) from error
+    return info, adds, removes
+
+
 def read_record(root: str, version: int) -> CommitRecord | None:
     """The partlake record of one commit (None if partlake did not write it)."""
     return CommitRecord.from_commit_info(commit_info(root, version), table_version=version)
@@ -215,6 +244,15 @@ def find_record(
         if (write_id is not None and record.write_id == write_id) or (
             run_id is not None and record.run_id == run_id
         ):
+            return record
+    return None
+
+
+def newest_record(root: str) -> CommitRecord | None:
+    """The newest partlake record in the table's log (None: partlake never wrote it)."""
+    for version in reversed(log_versions(root)):
+        record = read_record(root, version)
+        if record is not None:
             return record
     return None
 
