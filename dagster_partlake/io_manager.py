@@ -36,7 +36,7 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
-from dagster_partlake.delta.table import latest_records, table_exists
+from dagster_partlake.delta.table import latest_records, newest_record, table_exists
 from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates import gates_of
@@ -45,6 +45,14 @@ from dagster_partlake.incremental import Incremental, incremental_of
 from dagster_partlake.incremental_reads import read_incremental
 from dagster_partlake.kind_writes import WriteTarget, write_output
 from dagster_partlake.kinds import model_kind
+from dagster_partlake.landing import (
+    AFTER_COMMIT_KEY,
+    ARCHIVE_DIR,
+    AfterCommit,
+    after_commit_of,
+    data_files,
+    finish,
+)
 from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import (
     FORMAT_KEY,
@@ -71,6 +79,8 @@ class _Read:
     partitions: dict[str, int]  # partition id -> lastUpdated (ms): what the run consumed
     rows: int | None = None  # rows the input held, where the log or the read counted them
     watermark: Mapping[str, str] | None = None  # an incremental input's high watermark
+    # A landing folder consumed once: its root, what to do after the commit, the files read.
+    landing: tuple[str, AfterCommit, tuple[str, ...]] | None = None
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -171,10 +181,17 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 consumed={name: read.partitions for name, read in reads.items()},
                 upstream_versions=upstream_versions,
                 watermarks={n: r.watermark for n, r in reads.items() if r.watermark is not None},
+                consumed_files={n: r.landing[2] for n, r in reads.items() if r.landing},
             ),
             skip=self._skip(context, obj, definition_metadata, keys, reads),
         )
         result, record = written.commit, written.record
+        for name, read in reads.items():
+            if read.landing is not None:
+                # Only now that the commit naming them landed (`dagster_partlake.landing`).
+                folder, mode, files = read.landing
+                moved = finish(folder, files, mode)
+                context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
         metadata: dict[str, Any] = {
             "dagster/row_count": MetadataValue.int(
                 result.num_records if result else written.metrics.get("rows_inserted", 0)
@@ -359,8 +376,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
+        mode = after_commit_of(metadata.get(AFTER_COMMIT_KEY), asset_name=asset_name)
+        consumer = _consumer(context)
+        if mode is not None and consumer is not None:
+            return self._load_landing(context, asset_name, root, columns, selection, mode, consumer)
         dirs, chosen = _folder_partitions(root, columns, selection)
-        spark = self.spark.spark_session
         if not dirs:
             raise PartlakeError(
                 f"source folder {root} has no files for the partitions read by this run "
@@ -371,7 +391,55 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             codec.key(list(values)) or WHOLE_TABLE_ID: updated for values, updated in chosen.items()
         }
         self._remember(context, asset_name, _Read(-1, partitions))
-        df = spark.read.option("basePath", "file://" + root).parquet(*("file://" + d for d in dirs))
+        return self._read_folder(root, dirs, columns)
+
+    def _load_landing(
+        self,
+        context: InputContext,
+        asset_name: str,
+        root: str,
+        columns: list[DimensionColumn],
+        selection: PartitionSelection,
+        mode: AfterCommit,
+        consumer: tuple[AssetKey, Mapping[str, Any]],
+    ) -> Any:
+        """The files of a landing folder no commit of the consumer has read yet."""
+        consumer_root = self.table_root(consumer[0])
+        previous = newest_record(consumer_root) if table_exists(consumer_root) else None
+        # Files a run that died after its commit left behind: read by that run, never again.
+        pending = set(previous.consumed_files.get(asset_name, ())) if previous else set()
+        dirs, _ = _folder_partitions(root, columns, selection)
+        files = tuple(f for f in data_files(root, dirs) if f not in pending)
+        left = [f for f in sorted(pending) if os.path.exists(os.path.join(root, f))]
+        archive = os.path.join(root, ARCHIVE_DIR)
+        # The schema, for a run with nothing new: from a file it reads, a pending or an
+        # archived one (read now, before any of them moves).
+        base, schema_from = root, [os.path.join(root, f) for f in (*files, *left)]
+        if not schema_from and os.path.isdir(archive):
+            base, schema_from = (
+                archive,
+                [os.path.join(archive, f) for f in data_files(archive, [archive])],
+            )
+        if not schema_from:
+            raise PartlakeError(
+                f"landing folder {root} has no new files to read (and no archived one to take "
+                "the schema from); write new files first. The planner does not plan such a run."
+            )
+        df = self._read_folder(base, schema_from[:1], columns)
+        if finish(root, left, mode):
+            context.log.info(f"{mode}d {len(left)} file(s) of {asset_name} an earlier run read")
+        # Consumed files leave the folder: an empty folder is what "nothing new" looks like.
+        self._remember(context, asset_name, _Read(-1, {}, landing=(root, mode, files)))
+        context.log.info(f"read {len(files)} new file(s) of landing folder {asset_name}")
+        if not files:
+            return self.spark.spark_session.createDataFrame([], df.schema)
+        return self._read_folder(root, [os.path.join(root, f) for f in files], columns)
+
+    def _read_folder(self, root: str, paths: list[str], columns: list[DimensionColumn]) -> Any:
+        """Spark reads `paths` (folders or files) under `root`, partition columns as text."""
+        spark = self.spark.spark_session
+        uris = ["file://" + p for p in paths]
+        df = spark.read.option("basePath", "file://" + root).parquet(*uris)
         for c in columns:  # folder names are text; keep them as strings, like the keys
             df = df.withColumn(c.column, df[c.column].cast("string"))
         return df

@@ -6,6 +6,10 @@
 | `schema_mode` | managed assets | `"add_columns"` lets a write add new columns |
 | `partlake/format` | sources | `"delta"` (default) or `"folder"` (Parquet in `col=value/`) |
 | `partlake/path` | sources | where the source lives, relative to the lake root |
+| `partlake/after_commit` | folder sources | archive or delete consumed files after the commit |
+| `partlake/incremental` | inputs, assets | read only new rows: `"log"` or `{"column": ...}` |
+| `partlake/fail_if_no_input`, `partlake/conditions` | managed assets | run guards |
+| `partlake/constraints`, `partlake/audits` | managed assets | quality gates |
 | `partlake/version` | inputs (`AssetIn`) | read the upstream table at this Delta version |
 | `partlake/timestamp` | inputs (`AssetIn`) | read the upstream table as of this time (ISO 8601) |
 """

@@ -20,8 +20,10 @@ from dagster import (
 )
 
 from dagster_partlake.delta.state import StateCache
+from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gather import read_state, to_partition_states
 from dagster_partlake.graph import LakeAsset, io_manager_root
+from dagster_partlake.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
 from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
 from dagster_partlake.partitions import dimension_columns
@@ -40,6 +42,7 @@ def partlake_source(
     group_name: str | None = None,
     description: str | None = None,
     io_manager_key: str = "io_manager",
+    after_commit: AfterCommit | None = None,
 ) -> SourceAsset:
     """An observable source asset over a Delta table (default) or a folder of Parquet files.
 
@@ -53,6 +56,9 @@ def partlake_source(
             `.partlake`.
         metadata: extra asset metadata (e.g. `partition_expr`).
         group_name, description, io_manager_key: as for any Dagster asset.
+        after_commit: a folder whose files are consumed once: after the commit of the run that
+            read them, move them to `<folder>/_archive/` ("archive") or delete them ("delete")
+            (`dagster_partlake.landing`).
     """
     asset_key = AssetKey.from_coercible(key)
     full_metadata = dict(metadata or {})
@@ -61,6 +67,13 @@ def partlake_source(
     if path:
         full_metadata[PATH_KEY] = path
     name = asset_key.to_user_string()
+    if after_commit_of(after_commit, asset_name=name) is not None:
+        if not folder:
+            raise PartlakeConfigError(
+                f"source {name} sets after_commit={after_commit!r}, which moves consumed files "
+                "of a folder; add folder=True (a Delta table's files belong to its log)."
+            )
+        full_metadata[AFTER_COMMIT_KEY] = after_commit
     columns = tuple(dimension_columns(partitions_def, full_metadata, asset_name=name))
 
     @observable_source_asset(

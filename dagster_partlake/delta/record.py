@@ -10,11 +10,12 @@ never a silent "every partition looks stale".
 Format 2 adds what model kinds need: the `kind`, the partitions the commit `kept` as they were
 (with their lastUpdated: an early-cut-off `tracked` partition, a merge that touched no file of a
 partition), per-partition `content_hashes` (`tracked`), the row `metrics` and the `snapshot_ms` an
-scd2 write applied, and the `watermarks` of incremental inputs. Format 1 (written with `"format":
-1`, or before that field existed) has none of them and is read as a `partition` or `table` write
-that kept nothing. A reader of format 1 refuses format 2 ("upgrade"), since it would take kept
-partitions for rewritten ones. A record without `commit_time_ms` predates recording what was
-consumed: it is read, but says nothing about freshness (`commit_time_ms is None`).
+scd2 write applied, the `watermarks` of incremental inputs and the `consumed_files` of landing
+folders. Format 1 (written with `"format": 1`, or before that field existed) has none of them and
+is read as a `partition` or `table` write that kept nothing. A reader of format 1 refuses format 2
+("upgrade"), since it would take kept partitions for rewritten ones. A record without
+`commit_time_ms` predates recording what was consumed: it is read, but says nothing about freshness
+(`commit_time_ms is None`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class CommitRecord:
     # Incremental inputs: upstream asset -> the high watermark read (a Spark SQL literal and
     # its type, `{"value": "2024-01-02 10:00:00", "type": "timestamp"}`).
     watermarks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Landing folders consumed once: upstream asset -> the files read (relative paths).
+    consumed_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Not written: the table version the record was read from.
     table_version: int | None = None
 
@@ -110,6 +113,8 @@ class CommitRecord:
             body["snapshot_ms"] = self.snapshot_ms
         if self.watermarks:
             body["watermarks"] = {k: dict(v) for k, v in self.watermarks.items()}
+        if self.consumed_files:
+            body["consumed_files"] = {k: list(v) for k, v in self.consumed_files.items()}
         return {RECORD_KEY: body}
 
     @classmethod
@@ -166,6 +171,10 @@ class CommitRecord:
             watermarks={
                 str(k): {"value": str(v["value"]), "type": str(v["type"])}
                 for k, v in (body.get("watermarks") or {}).items()
+            },
+            consumed_files={
+                str(k): tuple(str(f) for f in v)
+                for k, v in (body.get("consumed_files") or {}).items()
             },
             table_version=table_version,
         )
