@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
+from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
 from dagster_partlake.graph import LakeAsset, LakeGraph
+from dagster_partlake.incremental import Incremental
 from dagster_partlake.layout import log_dir
 from dagster_partlake.partitions import KeyCodec
 from dagster_partlake.planner import Key, PartitionState, Plan, PlanInput, Record, plan
@@ -180,10 +182,56 @@ def make_plan(
     inputs, states = gather_plan_input(
         graph, cache, dynamic_partitions_store=dynamic_partitions_store
     )
-    result = plan(inputs)
+    result = _with_increments(graph, plan(inputs), states)
     if select:
         result = result.select(select)
     return PlanResult(result, inputs, states, time.perf_counter() - started)
+
+
+def _with_increments(
+    graph: LakeGraph, result: Plan, states: Mapping[str, TableState | None]
+) -> Plan:
+    """For an incremental input, `because` names the range it will read instead of the
+    upstream partitions: `events[versions 4..6]`, `changes[updated_at > 2024-01-02 10:00:00]`."""
+    ranges: dict[str, dict[str, str]] = {}
+    items = []
+    for item in result.items:
+        incremental = graph.incremental_inputs(item.asset)
+        if not incremental:
+            items.append(item)
+            continue
+        if item.asset not in ranges:
+            ranges[item.asset] = _ranges(graph, item.asset, incremental, states)
+        described = ranges[item.asset]
+        because: list[str] = []
+        for entry in item.because:
+            upstream = entry.split("[", 1)[0]
+            shown = f"{upstream}[{described[upstream]}]" if upstream in described else entry
+            if shown not in because:
+                because.append(shown)
+        items.append(replace(item, because=tuple(because)))
+    return replace(result, items=tuple(items))
+
+
+def _ranges(
+    graph: LakeGraph,
+    asset: str,
+    incremental: Mapping[str, Incremental],
+    states: Mapping[str, TableState | None],
+) -> dict[str, str]:
+    root = graph.assets[asset].path
+    previous = newest_record(root) if table_exists(root) else None
+    described = {}
+    for upstream, how in incremental.items():
+        state = states.get(upstream)
+        if how.mode == "log":
+            since = None if previous is None else previous.upstream_versions.get(upstream)
+            now = state.version if state is not None else "?"
+            described[upstream] = "all" if since is None else f"versions {since + 1}..{now}"
+        else:
+            mark = None if previous is None else previous.watermarks.get(upstream)
+            described[upstream] = "all" if mark is None else f"{how.column} > {mark['value']}"
+    return described
 
 
 def runs_for(

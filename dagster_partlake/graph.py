@@ -24,6 +24,7 @@ from dagster import (
 )
 
 from dagster_partlake.gates import gates_of
+from dagster_partlake.incremental import Incremental, incremental_of
 from dagster_partlake.io_manager import DeltaPartitionIOManager
 from dagster_partlake.kinds import ORDERED_KINDS, model_kind
 from dagster_partlake.layout import resolve_root, table_path
@@ -86,6 +87,7 @@ class LakeGraph:
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
         # Per asset: (table version, partition states, records) of the last conversion.
         self.converted: dict[str, tuple[int, dict[Key, PartitionState], dict[Key, Record]]] = {}
+        self._incremental: dict[str, dict[str, Incremental]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)
             if not (node.is_materializable or node.is_observable or node.is_external):
@@ -208,6 +210,25 @@ class LakeGraph:
             for asset in self.assets.values()
             if asset.is_root and asset.partitions_def is not None
         }
+
+    def incremental_inputs(self, name: str) -> dict[str, Incremental]:
+        """The asset's inputs read incrementally (`dagster_partlake.incremental`), by upstream."""
+        if name not in self._incremental:
+            asset = self.assets[name]
+            metadata = dict(self.asset_graph.get(asset.key).metadata or {})
+            found = {}
+            for parent in asset.parents:
+                if parent in self.assets and not asset.is_source:
+                    how = incremental_of(
+                        self.input_metadata(name, parent),
+                        metadata,
+                        input_name=parent,
+                        asset_name=name,
+                    )
+                    if how is not None:
+                        found[parent] = how
+            self._incremental[name] = found
+        return self._incremental[name]
 
     def input_metadata(self, child: str, parent: str) -> dict[str, Any]:
         """The `AssetIn` metadata of `child`'s input that reads `parent` ({} if none)."""

@@ -78,6 +78,12 @@ def _stale(lake: Path, consumer: AssetsDefinition) -> list[tuple[str, str]]:
     return [(i.asset, i.reason) for i in make_plan(graph, StateCache()).plan.items]
 
 
+def _because(lake: Path, consumer: AssetsDefinition) -> tuple[str, ...]:
+    graph = LakeGraph(Definitions(assets=[events, consumer], resources=_resources(lake)))
+    (item,) = make_plan(graph, StateCache()).plan.items
+    return item.because
+
+
 def _log(lake: Path) -> list[int]:
     return [row[0] for row in delta_rows(table_path(str(lake), ["event_log"]), ["id"])]
 
@@ -93,6 +99,13 @@ def test_an_incremental_input_reads_exactly_the_new_rows(
 
     _append(lake, range(5, 8), hour=2)
     assert _stale(lake, consumer) == [("event_log", "upstream_changed")]
+    # The plan names the range the run will read.
+    expected = (
+        "events[versions 1..1]"
+        if incremental == "log"
+        else "events[updated_at > 2024-01-01 01:00:00]"
+    )
+    assert _because(lake, consumer) == (expected,)
     assert _run(lake, instance, consumer).success
     # Each row once: the second run read only the three new rows.
     assert _log(lake) == list(range(8))
