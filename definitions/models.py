@@ -120,6 +120,49 @@ def user_days(plan_counts: DataFrame, user_days: DataFrame | None) -> DataFrame:
     return today.crossJoin(before).select("date", (F.col("users") + F.col("before")).alias("total"))
 
 
+# Incremental inputs (group `feeds`, written by `python -m definitions.feeds`).
+FEEDS = "feeds"
+
+user_changes = partlake_source(
+    "user_changes",
+    group_name=FEEDS,
+    description="A change feed of user plans that only grows (python -m definitions.feeds).",
+)
+
+
+@asset(
+    code_version="1",
+    group_name=FEEDS,
+    ins={"user_changes": AssetIn(metadata={"partlake/incremental": {"column": "updated_at"}})},
+    metadata=model_kind_metadata("merge", unique_key=["user_id"]),
+)
+def user_plans(user_changes: DataFrame) -> DataFrame:
+    """Each user's current plan: the changes since the last run (by updated_at) upserted."""
+    return user_changes.select("user_id", "plan", "updated_at")
+
+
+payment_files = partlake_source(
+    "payment_files",
+    folder=True,
+    after_commit="archive",
+    group_name=FEEDS,
+    description="A landing folder of payment files (python -m definitions.feeds payments).",
+)
+
+
+@asset(
+    code_version="1",
+    group_name=FEEDS,
+    metadata={
+        **model_kind_metadata("append"),
+        "partlake/constraints": [{"not_null": ["payment_id", "user_id"]}],
+    },
+)
+def payments(payment_files: DataFrame) -> DataFrame:
+    """Every payment, each landed file read once (then moved to payment_files/_archive/)."""
+    return payment_files.select("payment_id", "user_id", "amount_cents")
+
+
 MODEL_ASSETS = [
     user_exports,
     users,
@@ -128,4 +171,8 @@ MODEL_ASSETS = [
     plan_counts,
     plan_mix,
     user_days,
+    user_changes,
+    user_plans,
+    payment_files,
+    payments,
 ]
