@@ -204,3 +204,16 @@ def test_conditions_skip_or_fail_a_run(spark, lake: Path, instance) -> None:
         error.step_failure_data.error.to_string()
     )
     assert _log(lake) == [2, 3, 4]
+
+
+def test_an_asset_level_declaration_applies_to_its_inputs(spark, lake: Path, instance) -> None:
+    @asset(metadata={**model_kind_metadata("append"), "partlake/incremental": "log"})
+    def event_log(events: DataFrame) -> DataFrame:
+        return events.select("id", "updated_at")
+
+    _append(lake, range(0, 2), hour=1)
+    assert _run(lake, instance, event_log).success
+    _append(lake, range(2, 3), hour=2)
+    assert _because(lake, event_log) == ("events[versions 1..1]",)
+    assert _run(lake, instance, event_log).success
+    assert _log(lake) == [0, 1, 2]
