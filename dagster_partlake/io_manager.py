@@ -511,14 +511,19 @@ def _lastupdated(
     return partitions
 
 
-def _consumer(context: InputContext) -> tuple[AssetKey, Mapping[str, Any]] | None:
-    """The asset the step writes from this input, with its definition metadata."""
+def _step_assets(context: InputContext) -> Any:
+    """The AssetsDefinition of the step reading this input (None outside a run)."""
     try:
         job = context.step_context.job_def
         handle = context.step_context.node_handle
     except DagsterInvariantViolationError:
         return None
-    assets_def = job.asset_layer.get_assets_def_for_node(handle)
+    return job.asset_layer.get_assets_def_for_node(handle)
+
+
+def _consumer(context: InputContext) -> tuple[AssetKey, Mapping[str, Any]] | None:
+    """The asset the step writes from this input, with its definition metadata."""
+    assets_def = _step_assets(context)
     if assets_def is None:
         return None
     for key, spec in assets_def.specs_by_key.items():
@@ -557,12 +562,7 @@ def _parents(context: OutputContext) -> set[str] | None:
 
 def _reads_itself(context: InputContext) -> bool:
     """Whether the input is an earlier partition of the asset the step writes."""
-    try:
-        job = context.step_context.job_def
-        handle = context.step_context.node_handle
-    except DagsterInvariantViolationError:
-        return False
-    assets_def = job.asset_layer.get_assets_def_for_node(handle)
+    assets_def = _step_assets(context)
     return assets_def is not None and context.asset_key in assets_def.keys
 
 

@@ -49,7 +49,7 @@ from dagster_partlake.delta.table import (
     table_exists,
     unreadable,
 )
-from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, _txn_app_id
+from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, _txn_app_id, remove_action
 from dagster_partlake.errors import (
     CommitConflictError,
     PartlakeConfigError,
@@ -320,16 +320,7 @@ def restore_partitions(
             )
             for f in to_add
         ]
-        actions += [
-            RemoveAction(
-                path=unquote(f.path),
-                data_change=True,
-                deletion_timestamp=now_ms,
-                size=f.size,
-                partition_values=f.partition_values,
-            )
-            for f in to_remove
-        ]
+        actions += [remove_action(f, now_ms) for f in to_remove]
         before = table.version()
         properties = CommitProperties(
             custom_metadata={

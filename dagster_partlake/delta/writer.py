@@ -314,18 +314,7 @@ def commit_staged(
             _add_new_columns(table, staged.schema)
             before = table.version()
             old = _files_to_remove(table, staged)
-            removes = [
-                RemoveAction(
-                    # The log's path is URL-encoded and delta-rs encodes again: a value such as
-                    # 'a b:c%' would otherwise match no file and the old file would stay live.
-                    path=unquote(f.path),
-                    data_change=True,
-                    deletion_timestamp=now_ms,
-                    size=f.size,
-                    partition_values=f.partition_values,
-                )
-                for f in old
-            ]
+            removes = [remove_action(f, now_ms) for f in old]
             table.create_write_transaction(
                 [*adds, *removes],
                 mode="append",
@@ -364,6 +353,19 @@ def commit_staged(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
         "parallel writers of this table or raise max_attempts. Nothing was committed."
+    )
+
+
+def remove_action(live: LiveFile, now_ms: int) -> RemoveAction:
+    """The Delta remove action of a live file (a data change, at `now_ms`)."""
+    return RemoveAction(
+        # The log's path is URL-encoded and delta-rs encodes again: a value such as 'a b:c%'
+        # would otherwise match no file and the old file would stay live.
+        path=unquote(live.path),
+        data_change=True,
+        deletion_timestamp=now_ms,
+        size=live.size,
+        partition_values=live.partition_values,
     )
 
 
