@@ -120,7 +120,10 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
         stderr=subprocess.STDOUT,
         preexec_fn=_default_signals,
     )
-    query = "{ assetNodes { assetKey { path } groupName isPartitioned } }"
+    query = (
+        "{ assetNodes { assetKey { path } groupName isPartitioned "
+        "assetChecksOrError { ... on AssetChecks { checks { name } } } } }"
+    )
     try:
         nodes = None
         deadline = time.time() + 180
@@ -150,9 +153,32 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
             ),
             "plan_mix": "models",
             "user_days": "models",
+            **dict.fromkeys(["user_changes", "user_plans", "payment_files", "payments"], "feeds"),
         }
         unpartitioned = {"/".join(n["assetKey"]["path"]) for n in nodes if not n["isPartitioned"]}
-        assert unpartitioned == {"plan_mix"}
+        assert unpartitioned == {
+            "plan_mix",
+            "user_changes",
+            "user_plans",
+            "payment_files",
+            "payments",
+        }
+        # The quality gates are asset checks the UI lists on their assets.
+        checks = {
+            "/".join(n["assetKey"]["path"]): sorted(
+                c["name"] for c in (n["assetChecksOrError"] or {}).get("checks", [])
+            )
+            for n in nodes
+        }
+        assert checks["clean_events"] == [
+            "accepted_values_region",
+            "non_negative",
+            "not_null_user_id_event_id",
+            "row_count",
+            "unique_event_id",
+        ]
+        assert checks["daily_region_stats"] == ["column_sum_revenue", "no_partition_emptied"]
+        assert checks["payments"] == ["not_null_payment_id_user_id"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
