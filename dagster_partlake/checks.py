@@ -19,13 +19,13 @@ from typing import Any
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckExecutionContext,
-    AssetCheckKey,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetKey,
     AssetsDefinition,
+    DagsterEventType,
     MetadataValue,
     multi_asset_check,
 )
@@ -37,6 +37,8 @@ from dagster_partlake.kinds import model_kind
 GATE_OUTCOME_KEY = "partlake/outcome"
 FAILING_PARTITIONS_KEY = "partlake/failing_partitions"
 WRITTEN_PARTITIONS_KEY = "partlake/partitions_written"
+# The check op of an asset is named <asset path joined by __> + this suffix.
+CHECK_OP_SUFFIX = "_partlake_gates"
 
 
 def partlake_asset_checks(assets: Sequence[Any]) -> list[AssetChecksDefinition]:
@@ -79,7 +81,7 @@ def _checks_for(key: AssetKey, gates: Gates, asset_spec: Any) -> AssetChecksDefi
     ]
 
     @multi_asset_check(
-        name=f"{'__'.join(key.path)}_partlake_gates",
+        name=f"{'__'.join(key.path)}{CHECK_OP_SUFFIX}",
         specs=specs,
         can_subset=True,
         required_resource_keys={"io_manager"},
@@ -99,15 +101,20 @@ def _checks_for(key: AssetKey, gates: Gates, asset_spec: Any) -> AssetChecksDefi
 
 
 def _evaluated_in_run(context: AssetCheckExecutionContext, key: AssetKey, names: set[str]) -> bool:
-    """Whether this run's write of the asset already logged the gates' results."""
-    storage = context.instance.event_log_storage
-    for name in names:
-        history = storage.get_asset_check_execution_history(AssetCheckKey(key, name), limit=1)
-        if not history or history[0].run_id != context.run.run_id or history[0].event is None:
-            return False
-        if history[0].event.dagster_event_type != "ASSET_CHECK_EVALUATION":
-            return False
-    return True
+    """Whether this run's write of the asset already logged the gates' results.
+
+    Read from this run's own events: the latest evaluation in the instance may belong to another
+    run writing the same asset at the same time.
+    """
+    logged = {
+        record.dagster_event.event_specific_data.check_name
+        for record in context.instance.all_logs(
+            context.run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+        )
+        if record.dagster_event is not None
+        and record.dagster_event.event_specific_data.asset_key == key
+    }
+    return names <= logged
 
 
 def _on_current_rows(
