@@ -1,5 +1,14 @@
 """The storage adapter: Delta tables written by Spark + delta-rs. Knows nothing about Dagster."""
 
+from dagster_partlake.delta.maintenance import (
+    CheckpointResult,
+    CompactedPartition,
+    CompactResult,
+    VacuumResult,
+    checkpoint_table,
+    compact_table,
+    vacuum_table,
+)
 from dagster_partlake.delta.reader import (
     ReadResult,
     TableSnapshot,
@@ -21,8 +30,11 @@ from dagster_partlake.delta.writer import (
 __all__ = [
     "WHOLE_TABLE_ID",
     "Box",
+    "CheckpointResult",
     "CommitRecord",
     "CommitResult",
+    "CompactResult",
+    "CompactedPartition",
     "DateRanges",
     "PartitionSelection",
     "ReadResult",
@@ -30,11 +42,15 @@ __all__ = [
     "StateCache",
     "TableSnapshot",
     "TableState",
+    "VacuumResult",
+    "checkpoint_table",
     "commit_staged",
+    "compact_table",
     "folder_state",
     "open_table",
     "read_partitions",
     "read_snapshot",
     "stage_partitions",
+    "vacuum_table",
     "write_partitions",
 ]

@@ -8,6 +8,7 @@ folders (the layout our writer and Spark's own Delta writer use). The driver see
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -92,12 +93,24 @@ def read_snapshot(
     Raises:
         PartlakeConfigError: the selected files are not laid out in `col=value/` folders.
     """
-    root, name, table = snapshot.root, snapshot.name, snapshot.table
-    schema = arrow_to_spark(snapshot.schema)
+    table = snapshot.table
     files = live_files(table, selection)
+    return ReadResult(files_frame(spark, snapshot, files), table.version(), tuple(files))
+
+
+def files_frame(
+    spark: SparkSession, snapshot: TableSnapshot, files: Sequence[LiveFile]
+) -> DataFrame:
+    """Spark DataFrame of the rows of some live files of a loaded table version.
+
+    Raises:
+        PartlakeConfigError: a file is not laid out in its `col=value/` folders.
+    """
+    root, name = snapshot.root, snapshot.name
+    schema = arrow_to_spark(snapshot.schema)
     columns = [field.name for field in schema.fields]
     if not files:
-        return ReadResult(spark.createDataFrame([], schema), table.version(), ())
+        return spark.createDataFrame([], schema)
     paths = []
     for f in files:
         expected = [
@@ -111,7 +124,7 @@ def read_snapshot(
             )
         paths.append("file://" + f.absolute_path(root))
     df = spark.read.schema(schema).option("basePath", "file://" + root).parquet(*paths)
-    return ReadResult(df.select(*columns), table.version(), tuple(files))
+    return df.select(*columns)
 
 
 def _folders(log_path: str) -> list[str]:
