@@ -1,4 +1,5 @@
-"""`partlake`: show what is out of date and why (`plan`), and refresh it through Dagster (`run`).
+"""`partlake`: show what is out of date and why (`plan`), refresh it through Dagster (`run`),
+and maintain the tables (`maintain compact|vacuum|checkpoint`).
 
 One error boundary: a PartlakeError prints `Error: ...` and exits 1 (`--debug` for a traceback).
 """
@@ -347,6 +348,190 @@ def _gate_failures(graph: Any, plan: Any) -> dict[Any, Any]:
     from dagster_partlake.gate_failures import last_gate_failures
 
     return last_gate_failures(instance, graph, plan.items)
+
+
+# --- partlake maintain: table maintenance (dagster_partlake.delta.maintenance) -----------------
+
+
+@main.group("maintain")
+@click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
+@click.option(
+    "--select", help="Comma-separated asset names to maintain (default: every managed one)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per table instead.")
+@click.pass_context
+def maintain_group(ctx: click.Context, module: str, select: str | None, as_json: bool) -> None:
+    """Maintain the Delta tables of a code location's managed (non-source) assets. No partition
+    looks changed afterwards: nothing becomes stale."""
+    ctx.obj = {"module": module, "select": _selection(select), "json": as_json}
+
+
+@maintain_group.command("compact")
+@click.option(
+    "--target-file-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=128,
+    show_default=True,
+    help="Files smaller than this are rewritten into files of about this size.",
+)
+@click.pass_context
+@_boundary
+def maintain_compact(ctx: click.Context, target_file_mb: float) -> None:
+    """Rewrite each partition's small files into fewer files (one Spark job and one commit per
+    table; rows and lastUpdated unchanged)."""
+    from dagster_partlake.delta.maintenance import compact_table
+
+    tables = _maintained_tables(ctx.obj["module"], ctx.obj["select"])
+    spark, owned = _maintenance_spark(tables[0][2] if tables else None)
+    try:
+        _maintain_each(
+            tables,
+            ctx.obj["json"],
+            lambda root, name: compact_table(
+                spark(),
+                root,
+                target_file_bytes=int(target_file_mb * 1024 * 1024),
+                table_name=name,
+            ),
+        )
+    finally:
+        owned()
+
+
+@maintain_group.command("vacuum")
+@click.option(
+    "--retention-hours",
+    type=click.IntRange(min=0),
+    default=168,
+    show_default=True,
+    help="Keep files removed or written within this many hours.",
+)
+@click.option("--force", is_flag=True, help="Allow a retention below 1 hour.")
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@click.pass_context
+@_boundary
+def maintain_vacuum(ctx: click.Context, retention_hours: int, force: bool, dry_run: bool) -> None:
+    """Delete files no table version references (removed or never committed) and abandoned
+    staging folders, older than the retention."""
+    from dagster_partlake.delta.maintenance import vacuum_table
+
+    if retention_hours < 1 and not force:  # refuse before loading the code location
+        from dagster_partlake.errors import PartlakeConfigError
+
+        raise PartlakeConfigError(
+            f"--retention-hours {retention_hours} would delete files that a writer has written "
+            "but not committed yet; use at least 1 hour, or add --force when no writer is running."
+        )
+    _maintain_each(
+        _maintained_tables(ctx.obj["module"], ctx.obj["select"]),
+        ctx.obj["json"],
+        lambda root, name: vacuum_table(
+            root, retention_hours=retention_hours, force=force, dry_run=dry_run, table_name=name
+        ),
+    )
+
+
+@maintain_group.command("checkpoint")
+@click.option(
+    "--keep-log-hours",
+    type=click.FloatRange(min=0),
+    default=720,
+    show_default=True,
+    help="Keep log files modified within this many hours (delta.logRetentionDuration).",
+)
+@click.pass_context
+@_boundary
+def maintain_checkpoint(ctx: click.Context, keep_log_hours: float) -> None:
+    """Write a checkpoint and delete old log files, keeping the commits whose partlake records
+    are still read."""
+    from dagster_partlake.delta.maintenance import checkpoint_table
+
+    _maintain_each(
+        _maintained_tables(ctx.obj["module"], ctx.obj["select"]),
+        ctx.obj["json"],
+        lambda root, name: checkpoint_table(root, keep_log_hours=keep_log_hours, table_name=name),
+    )
+
+
+def _maintained_tables(module: str, select: list[str] | None) -> list[tuple[str, str, Any]]:
+    """(asset name, table root, graph) of the managed Delta tables to maintain."""
+    from dagster_partlake.errors import PartlakeConfigError
+    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.location import load_definitions
+
+    graph = LakeGraph(load_definitions(module))
+    managed = sorted(n for n, a in graph.assets.items() if not a.is_source and not a.is_folder)
+    if select:
+        unknown = sorted(set(select) - set(managed))
+        if unknown:
+            raise PartlakeConfigError(
+                f"cannot maintain {', '.join(unknown)}: not a managed asset of {module}; "
+                f"the managed assets are {', '.join(managed)}."
+            )
+        managed = [n for n in managed if n in select]
+    return [(name, graph.assets[name].path, graph) for name in managed]
+
+
+def _maintenance_spark(graph: Any) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """A lazily started session from the code location's SparkResource (default: local), and
+    a function stopping it if this command started it."""
+    from dagster_partlake.resource import SparkResource, running_session
+
+    resources = (graph.defs.resources if graph is not None and graph.defs else None) or {}
+    resource = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
+    resource = resource or SparkResource()
+    started: list[Any] = []
+
+    def session() -> Any:
+        if not started:
+            owned = running_session() is None
+            started.append((resource.spark_session, owned))
+        return started[0][0]
+
+    def stop() -> None:
+        if started and started[0][1]:
+            started[0][0].stop()
+
+    return session, stop
+
+
+def _maintain_each(
+    tables: list[tuple[str, str, Any]], as_json: bool, action: Callable[[str, str], Any]
+) -> None:
+    """Run `action` on each table, printing one line (or JSON object) per table; a table that
+    fails is reported and the others still run (exit 1 at the end)."""
+    import dataclasses
+    import json
+
+    from dagster_partlake.delta.maintenance import CompactResult, describe
+    from dagster_partlake.delta.table import table_exists
+
+    failed = 0
+    for name, root, _ in tables:
+        if not table_exists(root):
+            result: dict[str, Any] = {"asset": name, "status": "no_table"}
+            line = f"{name}: no table yet, skipped"
+        else:
+            try:
+                outcome = action(root, name)
+            except PartlakeError as error:
+                failed += 1
+                result = {"asset": name, "status": "failed", "error": str(error)}
+                line = f"{name}: failed: {error}"
+            else:
+                skipped = isinstance(outcome, CompactResult) and outcome.skipped
+                result = {
+                    "asset": name,
+                    "status": "skipped" if skipped else "ok",
+                    **dataclasses.asdict(outcome),
+                }
+                line = f"{name}: {describe(outcome)}"
+        click.echo(json.dumps(result) if as_json else line)
+    if failed:
+        sys.exit(1)
+
+
+# --- end of partlake maintain ------------------------------------------------------------------
 
 
 def _fail_on_unreadable(plan: Any) -> None:

@@ -9,6 +9,15 @@ from dagster_partlake.delta.history import (
     restore_partitions,
     table_history,
 )
+from dagster_partlake.delta.maintenance import (
+    CheckpointResult,
+    CompactedPartition,
+    CompactResult,
+    VacuumResult,
+    checkpoint_table,
+    compact_table,
+    vacuum_table,
+)
 from dagster_partlake.delta.reader import (
     ReadResult,
     TableSnapshot,
@@ -31,8 +40,11 @@ __all__ = [
     "MAINTENANCE_KEY",
     "WHOLE_TABLE_ID",
     "Box",
+    "CheckpointResult",
     "CommitRecord",
     "CommitResult",
+    "CompactResult",
+    "CompactedPartition",
     "DateRanges",
     "HistoryEntry",
     "PartitionSelection",
@@ -42,7 +54,10 @@ __all__ = [
     "StateCache",
     "TableSnapshot",
     "TableState",
+    "VacuumResult",
+    "checkpoint_table",
     "commit_staged",
+    "compact_table",
     "folder_state",
     "load_version",
     "open_table",
@@ -52,5 +67,6 @@ __all__ = [
     "restore_partitions",
     "stage_partitions",
     "table_history",
+    "vacuum_table",
     "write_partitions",
 ]

@@ -49,7 +49,13 @@ from dagster_partlake.delta.table import (
     table_exists,
     unreadable,
 )
-from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, _txn_app_id, remove_action
+from dagster_partlake.delta.writer import (
+    DEFAULT_MAX_ATTEMPTS,
+    POST_COMMIT,
+    _txn_app_id,
+    files_transactions,
+    remove_action,
+)
 from dagster_partlake.errors import (
     CommitConflictError,
     PartlakeConfigError,
@@ -331,7 +337,11 @@ def restore_partitions(
                     "id": restore_id,
                 }
             },
-            app_transactions=[Transaction(_txn_app_id(pid), now_ms) for pid in ids],
+            app_transactions=[
+                *(Transaction(_txn_app_id(pid), now_ms) for pid in ids),
+                # Conflicts with a concurrent compaction of the same table partitions.
+                *files_transactions(to_remove, now_ms),
+            ],
         )
         try:
             table.create_write_transaction(
@@ -340,6 +350,7 @@ def restore_partitions(
                 schema=table.schema(),
                 partition_by=partition_by or None,
                 commit_properties=properties,
+                post_commithook_properties=POST_COMMIT,
             )
         except CommitFailedError as error:
             last_error = error

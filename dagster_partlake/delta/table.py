@@ -189,6 +189,9 @@ def commit_info(root: str, version: int) -> dict[str, Any]:
                     return dict(json.loads(line)["commitInfo"])
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
+    except FileNotFoundError:
+        # `checkpoint_table` deleted it after the log was listed: it held no needed record.
+        return {}
     return {}
 
 

@@ -33,7 +33,7 @@ import random
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
@@ -45,6 +45,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
+    PostCommitHookProperties,
     RemoveAction,
     Transaction,
 )
@@ -76,6 +77,10 @@ if TYPE_CHECKING:
 
 STALE_STAGING_SECONDS = 6 * 3600
 DEFAULT_MAX_ATTEMPTS = 30
+# Checkpoints as delta-rs makes them (every 100 commits), but never its expired-log cleanup: that
+# deletes JSON commits older than delta.logRetentionDuration (30 days) whatever partlake records
+# they hold; `dagster_partlake.delta.maintenance.checkpoint_table` trims the log keeping those.
+POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
 @dataclass(frozen=True)
@@ -302,18 +307,21 @@ def commit_staged(
             for f in staged.files
         ]
         written = record.committed(write_id=write_id, commit_time_ms=now_ms)
-        properties = CommitProperties(
-            custom_metadata=written.to_commit_info(),
-            app_transactions=[
-                Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids
-            ],
-        )
         try:
             _ensure_table(staged, delta_schema)
             table = load_table(staged.root, table_name=staged.table_name)
             _add_new_columns(table, staged.schema)
             before = table.version()
             old = _files_to_remove(table, staged)
+            properties = CommitProperties(
+                custom_metadata=written.to_commit_info(),
+                app_transactions=[
+                    *(Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids),
+                    # Conflicts with a compaction of the same table partitions, whose
+                    # dataChange=false removes delta-rs's conflict checks do not see.
+                    *files_transactions(old, now_ms),
+                ],
+            )
             removes = [remove_action(f, now_ms) for f in old]
             table.create_write_transaction(
                 [*adds, *removes],
@@ -321,6 +329,7 @@ def commit_staged(
                 schema=delta_schema,
                 partition_by=list(staged.partition_by),
                 commit_properties=properties,
+                post_commithook_properties=POST_COMMIT,
             )
             removed = len(removes)
         except (CommitFailedError, DeltaError) as error:
@@ -356,13 +365,13 @@ def commit_staged(
     )
 
 
-def remove_action(live: LiveFile, now_ms: int) -> RemoveAction:
-    """The Delta remove action of a live file (a data change, at `now_ms`)."""
+def remove_action(live: LiveFile, now_ms: int, *, data_change: bool = True) -> RemoveAction:
+    """The Delta remove action of a live file at `now_ms` (a compaction's is no data change)."""
     return RemoveAction(
         # The log's path is URL-encoded and delta-rs encodes again: a value such as 'a b:c%'
         # would otherwise match no file and the old file would stay live.
         path=unquote(live.path),
-        data_change=True,
+        data_change=data_change,
         deletion_timestamp=now_ms,
         size=live.size,
         partition_values=live.partition_values,
@@ -415,7 +424,9 @@ def _add_new_columns(table: DeltaTable, schema: pa.Schema) -> None:
     existing = set(arrow_schema(table).names)
     new = [field for field in schema if field.name not in existing]
     if new:
-        table.alter.add_columns([DeltaField.from_arrow(field) for field in new])
+        table.alter.add_columns(
+            [DeltaField.from_arrow(field) for field in new], post_commithook_properties=POST_COMMIT
+        )
         table.update_incremental()
 
 
@@ -439,6 +450,20 @@ def discard_published(staged: StagedWrite) -> None:
 
 def _txn_app_id(partition_id: str) -> str:
     return f"partlake:{partition_id}"
+
+
+def files_txn_id(partition_values: Mapping[str, str | None]) -> str:
+    """The application transaction id of one table partition's files: a commit that removes
+    files of that partition names it, so two such commits conflict (delta-rs does not compare a
+    commit's removes with a concurrent commit's `dataChange=false` removes)."""
+    return "partlake-files:" + json.dumps(sorted(partition_values.items()))
+
+
+def files_transactions(files: Iterable[LiveFile], now_ms: int) -> list[Transaction]:
+    """One application transaction per table partition of `files` (`files_txn_id`), for a
+    commit that removes them."""
+    ids = sorted({files_txn_id(f.partition_values) for f in files})
+    return [Transaction(txn_id, now_ms) for txn_id in ids]
 
 
 def _is_conflict(error: Exception, root: str) -> bool:
