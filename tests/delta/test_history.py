@@ -128,10 +128,14 @@ def test_restore_of_one_partition_brings_back_its_rows_in_one_commit(table) -> N
     assert info[MAINTENANCE_KEY]["version"] == v1
     assert info[MAINTENANCE_KEY]["partitions"] == ["region=eu"]
     assert CommitRecord.from_commit_info(info) is None
-    # The same application transaction id as a writer of that partition.
+    # The same application transaction ids as a writer of that partition: its partlake
+    # partition, and the files of its table partition (which a compaction names too).
     with open(commit_file(str(root), result.version), encoding="utf-8") as log_file:
         txns = [json.loads(line)["txn"] for line in log_file if line.startswith('{"txn"')]
-    assert [t["appId"] for t in txns] == ["partlake:region=eu"]
+    assert sorted(t["appId"] for t in txns) == [
+        "partlake-files:" + json.dumps([["region", "eu"]]),
+        "partlake:region=eu",
+    ]
     # lastUpdated of eu moved; us kept its own.
     after = StateCache().sync(str(root))
     assert after is not None
