@@ -18,6 +18,7 @@ from dagster_partlake.gates import GateFailedError
 from dagster_partlake.io_manager import DeltaPartitionIOManager
 from dagster_partlake.kinds import ModelKind, model_kind_metadata
 from dagster_partlake.layout import table_path
+from dagster_partlake.maintenance_job import MaintenanceConfig, build_maintenance_job
 from dagster_partlake.parallel import POOL
 from dagster_partlake.planner import Plan, StalePartition, plan
 from dagster_partlake.resource import SparkResource
@@ -31,6 +32,7 @@ __all__ = [
     "CommitRecord",
     "DeltaPartitionIOManager",
     "GateFailedError",
+    "MaintenanceConfig",
     "ModelKind",
     "PartitionMismatchError",
     "PartlakeConfigError",
@@ -43,6 +45,7 @@ __all__ = [
     "StalePartition",
     "TableUnreadableError",
     "build_invalidation_sensor",
+    "build_maintenance_job",
     "model_kind_metadata",
     "partlake_asset_checks",
     "partlake_source",

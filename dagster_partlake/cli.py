@@ -379,23 +379,9 @@ def maintain_group(ctx: click.Context, module: str, select: str | None, as_json:
 def maintain_compact(ctx: click.Context, target_file_mb: float) -> None:
     """Rewrite each partition's small files into fewer files (one Spark job and one commit per
     table; rows and lastUpdated unchanged)."""
-    from dagster_partlake.delta.maintenance import compact_table
+    from dagster_partlake.maintain import MaintainOptions
 
-    tables = _maintained_tables(ctx.obj["module"], ctx.obj["select"])
-    spark, owned = _maintenance_spark(tables[0][2] if tables else None)
-    try:
-        _maintain_each(
-            tables,
-            ctx.obj["json"],
-            lambda root, name: compact_table(
-                spark(),
-                root,
-                target_file_bytes=int(target_file_mb * 1024 * 1024),
-                table_name=name,
-            ),
-        )
-    finally:
-        owned()
+    _maintain(ctx, "compact", MaintainOptions(target_file_bytes=int(target_file_mb * 1024 * 1024)))
 
 
 @maintain_group.command("vacuum")
@@ -413,22 +399,10 @@ def maintain_compact(ctx: click.Context, target_file_mb: float) -> None:
 def maintain_vacuum(ctx: click.Context, retention_hours: int, force: bool, dry_run: bool) -> None:
     """Delete files no table version references (removed or never committed) and abandoned
     staging folders, older than the retention."""
-    from dagster_partlake.delta.maintenance import vacuum_table
+    from dagster_partlake.maintain import MaintainOptions
 
-    if retention_hours < 1 and not force:  # refuse before loading the code location
-        from dagster_partlake.errors import PartlakeConfigError
-
-        raise PartlakeConfigError(
-            f"--retention-hours {retention_hours} would delete files that a writer has written "
-            "but not committed yet; use at least 1 hour, or add --force when no writer is running."
-        )
-    _maintain_each(
-        _maintained_tables(ctx.obj["module"], ctx.obj["select"]),
-        ctx.obj["json"],
-        lambda root, name: vacuum_table(
-            root, retention_hours=retention_hours, force=force, dry_run=dry_run, table_name=name
-        ),
-    )
+    options = MaintainOptions(retention_hours=retention_hours, force=force, dry_run=dry_run)
+    _maintain(ctx, "vacuum", options)
 
 
 @maintain_group.command("checkpoint")
@@ -444,32 +418,32 @@ def maintain_vacuum(ctx: click.Context, retention_hours: int, force: bool, dry_r
 def maintain_checkpoint(ctx: click.Context, keep_log_hours: float) -> None:
     """Write a checkpoint and delete old log files, keeping the commits whose partlake records
     are still read."""
-    from dagster_partlake.delta.maintenance import checkpoint_table
+    from dagster_partlake.maintain import MaintainOptions
 
-    _maintain_each(
-        _maintained_tables(ctx.obj["module"], ctx.obj["select"]),
-        ctx.obj["json"],
-        lambda root, name: checkpoint_table(root, keep_log_hours=keep_log_hours, table_name=name),
-    )
+    _maintain(ctx, "checkpoint", MaintainOptions(keep_log_hours=keep_log_hours))
 
 
-def _maintained_tables(module: str, select: list[str] | None) -> list[tuple[str, str, Any]]:
-    """(asset name, table root, graph) of the managed Delta tables to maintain."""
-    from dagster_partlake.errors import PartlakeConfigError
+def _maintain(ctx: click.Context, operation: Any, options: Any) -> None:
+    """Run one operation on the selected tables, one line (or JSON object) per table; exit 1
+    when a table failed (the others still ran)."""
+    import json
+
     from dagster_partlake.graph import LakeGraph
     from dagster_partlake.location import load_definitions
+    from dagster_partlake.maintain import maintain_tables, managed_tables
 
-    graph = LakeGraph(load_definitions(module))
-    managed = sorted(n for n, a in graph.assets.items() if not a.is_source and not a.is_folder)
-    if select:
-        unknown = sorted(set(select) - set(managed))
-        if unknown:
-            raise PartlakeConfigError(
-                f"cannot maintain {', '.join(unknown)}: not a managed asset of {module}; "
-                f"the managed assets are {', '.join(managed)}."
-            )
-        managed = [n for n in managed if n in select]
-    return [(name, graph.assets[name].path, graph) for name in managed]
+    options.check(operation)  # refuse before loading the code location
+    graph = LakeGraph(load_definitions(ctx.obj["module"]))
+    tables = managed_tables(graph, ctx.obj["select"])
+    spark, stop = _maintenance_spark(graph)
+    try:
+        outcomes = maintain_tables(tables, operation, options, spark)
+    finally:
+        stop()
+    for outcome in outcomes:
+        click.echo(json.dumps(outcome.to_json()) if ctx.obj["json"] else outcome.text)
+    if any(o.status == "failed" for o in outcomes):
+        sys.exit(1)
 
 
 def _maintenance_spark(graph: Any) -> tuple[Callable[[], Any], Callable[[], None]]:
@@ -477,7 +451,7 @@ def _maintenance_spark(graph: Any) -> tuple[Callable[[], Any], Callable[[], None
     a function stopping it if this command started it."""
     from dagster_partlake.resource import SparkResource, running_session
 
-    resources = (graph.defs.resources if graph is not None and graph.defs else None) or {}
+    resources = (graph.defs.resources if graph.defs else None) or {}
     resource = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
     resource = resource or SparkResource()
     started: list[Any] = []
@@ -493,42 +467,6 @@ def _maintenance_spark(graph: Any) -> tuple[Callable[[], Any], Callable[[], None
             started[0][0].stop()
 
     return session, stop
-
-
-def _maintain_each(
-    tables: list[tuple[str, str, Any]], as_json: bool, action: Callable[[str, str], Any]
-) -> None:
-    """Run `action` on each table, printing one line (or JSON object) per table; a table that
-    fails is reported and the others still run (exit 1 at the end)."""
-    import dataclasses
-    import json
-
-    from dagster_partlake.delta.maintenance import CompactResult, describe
-    from dagster_partlake.delta.table import table_exists
-
-    failed = 0
-    for name, root, _ in tables:
-        if not table_exists(root):
-            result: dict[str, Any] = {"asset": name, "status": "no_table"}
-            line = f"{name}: no table yet, skipped"
-        else:
-            try:
-                outcome = action(root, name)
-            except PartlakeError as error:
-                failed += 1
-                result = {"asset": name, "status": "failed", "error": str(error)}
-                line = f"{name}: failed: {error}"
-            else:
-                skipped = isinstance(outcome, CompactResult) and outcome.skipped
-                result = {
-                    "asset": name,
-                    "status": "skipped" if skipped else "ok",
-                    **dataclasses.asdict(outcome),
-                }
-                line = f"{name}: {describe(outcome)}"
-        click.echo(json.dumps(result) if as_json else line)
-    if failed:
-        sys.exit(1)
 
 
 # --- end of partlake maintain ------------------------------------------------------------------

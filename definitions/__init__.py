@@ -3,7 +3,7 @@
 import os
 import warnings
 
-from dagster import BetaWarning, Definitions, in_process_executor
+from dagster import BetaWarning, Definitions, ScheduleDefinition, in_process_executor
 
 # BackfillPolicy is beta in Dagster 1.13; the example relies on it knowingly.
 warnings.filterwarnings("ignore", category=BetaWarning)
@@ -12,6 +12,7 @@ from dagster_partlake import (  # noqa: E402
     DeltaPartitionIOManager,
     SparkResource,
     build_invalidation_sensor,
+    build_maintenance_job,
     partlake_asset_checks,
 )
 from definitions.assets import (  # noqa: E402
@@ -29,6 +30,9 @@ spark = SparkResource(
     remote=os.environ.get("PARTLAKE_SPARK_REMOTE") or None,
 )
 
+# Compact, vacuum and checkpoint every managed table each night: nothing becomes stale.
+maintenance = build_maintenance_job()
+
 ASSETS = [raw_events, clean_events, daily_region_stats, monthly_region_stats, *MODEL_ASSETS]
 
 defs = Definitions(
@@ -41,6 +45,15 @@ defs = Definitions(
         build_invalidation_sensor(
             minimum_interval_seconds=int(os.environ.get("PARTLAKE_SENSOR_INTERVAL_SECONDS", "30")),
             retry_base_seconds=int(os.environ.get("PARTLAKE_SENSOR_RETRY_SECONDS", "60")),
+        )
+    ],
+    jobs=[maintenance],
+    schedules=[
+        ScheduleDefinition(
+            name="partlake_nightly_maintenance",
+            job=maintenance,
+            cron_schedule="0 3 * * *",
+            description="Nightly table maintenance (compact, vacuum, checkpoint).",
         )
     ],
     resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},

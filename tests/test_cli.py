@@ -179,6 +179,22 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
         ]
         assert checks["daily_region_stats"] == ["column_sum_revenue", "no_partition_emptied"]
         assert checks["payments"] == ["not_null_payment_id_user_id"]
+        # The nightly maintenance schedule and its job, as the UI lists them.
+        repositories = requests.post(
+            f"http://127.0.0.1:{port}/graphql",
+            json={
+                "query": "{ repositoriesOrError { ... on RepositoryConnection { nodes { "
+                "jobs { name } schedules { name cronSchedule pipelineName } } } } }"
+            },
+            timeout=10,
+        ).json()["data"]["repositoriesOrError"]["nodes"]
+        schedules = [s for r in repositories for s in r["schedules"]]
+        assert {
+            "name": "partlake_nightly_maintenance",
+            "cronSchedule": "0 3 * * *",
+            "pipelineName": "partlake_maintenance",
+        } in schedules
+        assert "partlake_maintenance" in {j["name"] for r in repositories for j in r["jobs"]}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
