@@ -3,9 +3,10 @@
 `build_maintenance_job()` makes a job of one op that runs `dagster_partlake.maintain`'s
 operations (compact, vacuum, checkpoint, in that order) on the Delta tables of the code
 location's managed assets, with the IO manager's lake root and Spark session. It logs one line
-per table and operation, and one `AssetObservation` per table saying what was done. Maintenance
-never invalidates anything (compaction commits `dataChange: false` and keeps every partition's
-lastUpdated; vacuum and checkpoint add no data), so the sensor plans nothing after it.
+per table and operation, and one `AssetObservation` per existing table saying what was done.
+Maintenance never invalidates anything (compaction commits `dataChange: false` and keeps every
+partition's lastUpdated; vacuum and checkpoint add no data), so the sensor plans nothing after
+it.
 
     maintenance = build_maintenance_job()
     defs = Definitions(
@@ -103,7 +104,8 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
                 )
                 done.setdefault(outcome.asset, []).append(outcome)
         for asset, outcomes in done.items():
-            context.log_event(_observation(graph.assets[asset].key, outcomes))
+            if any(o.status != "no_table" for o in outcomes):
+                context.log_event(_observation(graph.assets[asset].key, outcomes))
         failed = [o for outcomes in done.values() for o in outcomes if o.status == "failed"]
         if failed:
             raise PartlakeError(
