@@ -4,27 +4,33 @@ The public names are those in `__all__`; `dagster_partlake.delta` is the Dagster
 adapter (its own `__all__`). Every other module is internal: its names may change.
 """
 
-from dagster_partlake.checks import partlake_asset_checks
-from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.errors import (
-    CommitConflictError,
-    PartitionMismatchError,
-    PartlakeConfigError,
-    PartlakeError,
-    SchemaMismatchError,
-    TableUnreadableError,
-)
-from dagster_partlake.gates import GateFailedError
-from dagster_partlake.io_manager import DeltaPartitionIOManager
-from dagster_partlake.kinds import ModelKind, model_kind_metadata
-from dagster_partlake.layout import table_path
-from dagster_partlake.maintenance_job import MaintenanceConfig, build_maintenance_job
-from dagster_partlake.parallel import POOL
-from dagster_partlake.planner import Plan, StalePartition, plan
-from dagster_partlake.resource import SparkResource
-from dagster_partlake.runs import PlannedRun, RunPlan, plan_runs
-from dagster_partlake.sensor import build_invalidation_sensor
-from dagster_partlake.sources import partlake_source
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dagster_partlake.checks import partlake_asset_checks
+    from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.errors import (
+        CommitConflictError,
+        PartitionMismatchError,
+        PartlakeConfigError,
+        PartlakeError,
+        SchemaMismatchError,
+        TableUnreadableError,
+    )
+    from dagster_partlake.gates import GateFailedError
+    from dagster_partlake.io_manager import DeltaPartitionIOManager
+    from dagster_partlake.kinds import ModelKind, model_kind_metadata
+    from dagster_partlake.layout import table_path
+    from dagster_partlake.maintenance_job import MaintenanceConfig, build_maintenance_job
+    from dagster_partlake.parallel import POOL
+    from dagster_partlake.planner import Plan, StalePartition, plan
+    from dagster_partlake.resource import SparkResource
+    from dagster_partlake.runs import PlannedRun, RunPlan, plan_runs
+    from dagster_partlake.sensor import build_invalidation_sensor
+    from dagster_partlake.sources import partlake_source
 
 __all__ = [
     "POOL",
@@ -53,3 +59,46 @@ __all__ = [
     "plan_runs",
     "table_path",
 ]
+
+# Public name -> the module defining it, imported on first use: a process (a no-op
+# `partlake run`) imports only the modules its path needs.
+_LAZY = {
+    "partlake_asset_checks": "dagster_partlake.checks",
+    "CommitRecord": "dagster_partlake.delta.record",
+    "CommitConflictError": "dagster_partlake.errors",
+    "PartitionMismatchError": "dagster_partlake.errors",
+    "PartlakeConfigError": "dagster_partlake.errors",
+    "PartlakeError": "dagster_partlake.errors",
+    "SchemaMismatchError": "dagster_partlake.errors",
+    "TableUnreadableError": "dagster_partlake.errors",
+    "GateFailedError": "dagster_partlake.gates",
+    "DeltaPartitionIOManager": "dagster_partlake.io_manager",
+    "ModelKind": "dagster_partlake.kinds",
+    "model_kind_metadata": "dagster_partlake.kinds",
+    "table_path": "dagster_partlake.layout",
+    "MaintenanceConfig": "dagster_partlake.maintenance_job",
+    "build_maintenance_job": "dagster_partlake.maintenance_job",
+    "POOL": "dagster_partlake.parallel",
+    "Plan": "dagster_partlake.planner",
+    "StalePartition": "dagster_partlake.planner",
+    "plan": "dagster_partlake.planner",
+    "SparkResource": "dagster_partlake.resource",
+    "PlannedRun": "dagster_partlake.runs",
+    "RunPlan": "dagster_partlake.runs",
+    "plan_runs": "dagster_partlake.runs",
+    "build_invalidation_sensor": "dagster_partlake.sensor",
+    "partlake_source": "dagster_partlake.sources",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

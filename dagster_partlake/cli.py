@@ -86,10 +86,6 @@ def plan_command(module: str, select: str | None, as_json: bool, runs_json: bool
 def run_command(module: str, select: str | None, max_parallel: int | None) -> None:
     """Run every stale asset partition (and nothing else) as Dagster runs: exactly the runs
     `partlake plan` shows."""
-    from dagster_partlake.parallel import parallelism
-    from dagster_partlake.render import outcome_line
-    from dagster_partlake.runner import execute_runs
-
     _require_dagster_home()
     graph, result, runs = _plan(module, select, need_instance=True)
     if not result.plan:
@@ -97,6 +93,11 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
             click.echo("Everything is fresh: nothing to run.")
         _fail_on_unreadable(result.plan)
         return
+    # Imported only when there is something to run: a no-op run needs none of them.
+    from dagster_partlake.parallel import parallelism
+    from dagster_partlake.render import outcome_line
+    from dagster_partlake.runner import execute_runs
+
     instance = _instance(True)
     stale_assets = sorted({item.asset for item in result.plan.items})
     workers = parallelism(instance, graph.pools(stale_assets), max_parallel)

@@ -31,19 +31,16 @@ from dagster._core.errors import DagsterInvariantViolationError
 from pydantic import Field, PrivateAttr
 
 from dagster_partlake.checks import log_gate_results
-from dagster_partlake.delta.reader import open_table, read_snapshot
+from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
 from dagster_partlake.delta.table import latest_records, newest_record, table_exists
-from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates import gates_of
 from dagster_partlake.guards import RunFacts, judge
 from dagster_partlake.incremental import Incremental, incremental_of
-from dagster_partlake.incremental_reads import read_incremental
-from dagster_partlake.kind_writes import WriteTarget, write_output
 from dagster_partlake.kinds import model_kind
 from dagster_partlake.landing import (
     AFTER_COMMIT_KEY,
@@ -128,8 +125,13 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     def table_root(self, asset_key: AssetKey) -> str:
         return table_path(self.root, asset_key)
 
+    # Spark, delta-rs and the readers and writers are imported where a step needs them: loading
+    # the code location (as a no-op `partlake run` does) must not.
+
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         from pyspark.sql import DataFrame
+
+        from dagster_partlake.kind_writes import WriteTarget, write_output
 
         asset_name = context.asset_key.to_user_string()
         if obj is None and context.dagster_type.is_nothing:
@@ -223,6 +225,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         context.add_output_metadata(metadata)
 
     def load_input(self, context: InputContext) -> Any:
+        from dagster_partlake.delta.reader import open_table, read_snapshot
+
         asset_key = context.asset_key
         asset_name = asset_key.to_user_string()
         partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
@@ -285,6 +289,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     ) -> Any:
         """An upstream whose table partitions are not its Dagster partitions: the whole table,
         consumed as the lastUpdated its writes gave the partitions read."""
+        from dagster_partlake.delta.reader import read_snapshot
+
         result = read_snapshot(self.spark.spark_session, snapshot, PartitionSelection.everything())
         wanted = keys or [WHOLE_TABLE_ID]
         records = latest_records(snapshot.root, wanted)
@@ -311,6 +317,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         consumer: AssetKey,
     ) -> Any:
         """Only what the consuming asset has not read yet (`dagster_partlake.incremental`)."""
+        from dagster_partlake.incremental_reads import read_incremental
+
         read = read_incremental(
             self.spark.spark_session,
             snapshot,

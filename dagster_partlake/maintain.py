@@ -13,15 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from dagster_partlake.delta.maintenance import (
+from dagster_partlake.delta.defaults import (
     DEFAULT_KEEP_LOG_HOURS,
     DEFAULT_RETENTION_HOURS,
     DEFAULT_TARGET_FILE_BYTES,
-    CompactResult,
-    checkpoint_table,
-    compact_table,
-    describe,
-    vacuum_table,
 )
 from dagster_partlake.delta.table import table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
@@ -114,6 +109,9 @@ def maintain_tables(
         PartlakeConfigError: the options are refused (`MaintainOptions.check`); no table was
             touched.
     """
+    # Imported here: the maintenance job is part of every code location, run or not.
+    from dagster_partlake.delta.maintenance import CompactResult, describe
+
     options.check(operation)
     outcomes = []
     for name, root in tables:
@@ -147,6 +145,8 @@ def _run(
     options: MaintainOptions,
     spark: Callable[[], SparkSession] | None,
 ) -> Any:
+    from dagster_partlake.delta.maintenance import checkpoint_table, compact_table, vacuum_table
+
     if operation == "compact":
         if spark is None:
             raise PartlakeConfigError("compaction needs a Spark session; pass spark=.")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,7 +21,7 @@ from dagster._core.instance.ref import InstanceRef
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.graph import LakeGraph
 from dagster_partlake.parallel import POOL, Parallelism, parallelism
-from tests.conftest import REPO_ROOT, delta_rows, subprocess_env
+from tests.conftest import REPO_ROOT, cli_env, delta_rows, run_partlake, subprocess_env
 
 pytestmark = pytest.mark.dagster_cli
 
@@ -92,6 +94,49 @@ def test_dagster_asset_materialize_one_partition(tmp_path: Path) -> None:
     ).records
     assert len(records) == 1
     assert records[0].asset_materialization.metadata["dagster/row_count"].value == len(clean)
+
+
+# Loaded only to write or read data, or to run: a `partlake run` with nothing to do (the code
+# location loaded, every table state from the on-disk cache) must import none of them.
+NOT_ON_THE_NO_OP_PATH = (
+    "deltalake",
+    "pyarrow",
+    "pandas",
+    "dagster_partlake.delta.history",
+    "dagster_partlake.delta.maintenance",
+    "dagster_partlake.delta.reader",
+    "dagster_partlake.delta.writer",
+    "dagster_partlake.incremental_reads",
+    "dagster_partlake.kind_writes",
+    "dagster_partlake.runner",
+)
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a process imported, from its `-X importtime` report (PYTHONPROFILEIMPORTTIME)."""
+    return set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", stderr, re.MULTILINE))
+
+
+def test_no_op_partlake_run_imports_only_what_it_needs(tmp_path: Path) -> None:
+    from definitions.ingest import write_partition
+
+    lake = tmp_path / "lake"
+    for region in ["eu", "us"]:
+        write_partition(dt.date(2024, 1, 1), region, 50, root=str(lake))
+    env = {**cli_env(tmp_path, lake), "PYTHONPROFILEIMPORTTIME": "1"}
+    # Only the source is selected: nothing to run, though every table's state is gathered. The
+    # first process reads raw_events' log and keeps its state on disk...
+    first = run_partlake("run", "-m", "definitions", "--select", "raw_events", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.strip() == "Everything is fresh: nothing to run."
+    assert "deltalake" in imported_modules(first.stderr)
+    # ...so the next one reads no Delta log, and imports no storage, writing or running code.
+    second = run_partlake("run", "-m", "definitions", "--select", "raw_events", env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.strip() == "Everything is fresh: nothing to run."
+    imported = imported_modules(second.stderr)
+    assert {"dagster", "definitions.assets", "dagster_partlake.gather"} <= imported
+    assert sorted(imported.intersection(NOT_ON_THE_NO_OP_PATH)) == []
 
 
 def free_port() -> int:

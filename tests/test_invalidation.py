@@ -134,7 +134,7 @@ try:
     main(["run", "-m", "definitions"])
 except SystemExit:
     pass
-print("loaded:", sorted(m for m in ("pyarrow", "sqlalchemy") if m in sys.modules))
+print("loaded:", sorted(m for m in ("deltalake", "pyarrow", "sqlalchemy") if m in sys.modules))
 """
 
 

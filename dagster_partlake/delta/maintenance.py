@@ -38,6 +38,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
+from dagster_partlake.delta.defaults import (
+    DEFAULT_KEEP_LOG_HOURS,
+    DEFAULT_RETENTION_HOURS,
+    DEFAULT_TARGET_FILE_BYTES,
+)
 from dagster_partlake.delta.history import MAINTENANCE_KEY
 from dagster_partlake.delta.reader import open_table, read_files
 from dagster_partlake.delta.selection import PartitionSelection
@@ -67,9 +72,6 @@ from dagster_partlake.layout import commit_version, log_dir, staging_dir
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
-DEFAULT_RETENTION_HOURS = 168
-DEFAULT_KEEP_LOG_HOURS = 30 * 24.0  # delta.logRetentionDuration's default
 _MAX_ATTEMPTS = 10
 _HELPER = "__partlake_"
 

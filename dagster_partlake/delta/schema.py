@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from deltalake import Schema as DeltaSchema
-
 from dagster_partlake.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -38,6 +36,8 @@ def arrow_to_spark(schema: pa.Schema) -> StructType:
 
 def delta_types(schema: pa.Schema) -> dict[str, Any]:
     """Column name -> Delta type (a name like 'long', or a dict for nested types), in order."""
+    from deltalake import Schema as DeltaSchema
+
     fields = json.loads(DeltaSchema.from_arrow(schema).to_json())["fields"]
     return {field["name"]: field["type"] for field in fields}
 

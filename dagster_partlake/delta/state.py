@@ -24,16 +24,14 @@ import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
-
-from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError
 
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.table import (
     arrow_schema,
+    is_delta_error,
     log_versions,
     read_record,
     table_exists,
@@ -41,6 +39,9 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.layout import commit_file
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 Values = tuple[str | None, ...]
 
@@ -78,13 +79,15 @@ class StateCache:
         root = os.path.abspath(root)
         try:
             return self._sync(root, with_commits=with_commits)
-        except DeltaError as error:
-            self._tables.pop(root, None)  # reload from scratch once it is repaired
-            raise unreadable(root, error, table_name=name) from error
         except TableUnreadableError as error:
             self._tables.pop(root, None)
             if name is None:
                 raise
+            raise unreadable(root, error, table_name=name) from error
+        except Exception as error:
+            if not is_delta_error(error):
+                raise
+            self._tables.pop(root, None)  # reload from scratch once it is repaired
             raise unreadable(root, error, table_name=name) from error
 
     def moved(self, root: str, version: int) -> bool:
@@ -110,9 +113,13 @@ class StateCache:
                 self._stamps[root] = _stamp(root, persisted.version)
         if cached is not None and not _has_commit(root, cached[1].version + 1):
             return cached[1]
+        if cached is None and not table_exists(root):
+            return None
+        # Imported here: a process whose states all come from the persisted cache (or whose
+        # tables do not exist yet) never needs it.
+        from deltalake import DeltaTable
+
         if cached is None:
-            if not table_exists(root):
-                return None
             table = DeltaTable(root)
             previous: TableState | None = None
         else:
@@ -217,7 +224,6 @@ def _read_state(
 ) -> TableState:
     version = table.version()
     partition_by = tuple(table.metadata().partition_columns)
-    # Imported here: a process whose states all come from the persisted cache never needs it.
     import pyarrow as pa
     import pyarrow.compute as pc
 

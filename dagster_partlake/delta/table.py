@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
-
-from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError
 
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
@@ -29,6 +27,7 @@ from dagster_partlake.layout import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,19 @@ class LiveFile:
 
 
 def table_exists(root: str) -> bool:
-    return os.path.isdir(log_dir(root)) and DeltaTable.is_deltatable(root)
+    if not os.path.isdir(log_dir(root)):
+        return False
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(root)
+
+
+def is_delta_error(error: BaseException) -> bool:
+    """Whether delta-rs raised `error`. Looked up without importing deltalake: a process that
+    never imported it (a no-op `partlake run` reads its states from the on-disk cache) cannot
+    have raised one of its errors."""
+    exceptions = sys.modules.get("deltalake.exceptions")
+    return exceptions is not None and isinstance(error, exceptions.DeltaError)
 
 
 def load_table(root: str, *, table_name: str | None = None) -> DeltaTable:
@@ -59,6 +70,9 @@ def load_table(root: str, *, table_name: str | None = None) -> DeltaTable:
     Raises:
         TableUnreadableError: the log cannot be read (a damaged or missing commit file).
     """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
     try:
         return DeltaTable(root)
     except DeltaError as error:

@@ -50,6 +50,7 @@ from deltalake.transaction import (
     Transaction,
 )
 
+from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import merge_for_write, spark_to_arrow
 from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 STALE_STAGING_SECONDS = 6 * 3600
-DEFAULT_MAX_ATTEMPTS = 30
 # Checkpoints as delta-rs makes them (every 100 commits), but never its expired-log cleanup: that
 # deletes JSON commits older than delta.logRetentionDuration (30 days) whatever partlake records
 # they hold; `dagster_partlake.delta.maintenance.checkpoint_table` trims the log keeping those.
