@@ -89,6 +89,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     _require_dagster_home()
     graph, result, runs = _plan(module, select, need_instance=True)
     if not result.plan:
+        _skip_final_collection()
         if not result.plan.unreadable:
             click.echo("Everything is fresh: nothing to run.")
         _fail_on_unreadable(result.plan)
@@ -480,6 +481,21 @@ def _fail_on_unreadable(plan: Any) -> None:
     for table in plan.unreadable:
         click.echo(f"Error: {table.message}", err=True)
     sys.exit(1)
+
+
+def _skip_final_collection() -> None:
+    """At exit, keep the interpreter's last garbage collection away from the objects made so far.
+
+    Walking the object graph of Dagster and the code location at shutdown took about 0.25 s of a
+    0.9 s no-op `partlake run`. A process that started no Spark session and no run (its state
+    cache files are already in place) has nothing whose release needs a collection; the OS
+    reclaims the memory. Registered with atexit, so a caller that runs `main` inside its own
+    process is affected only when that process exits.
+    """
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)
 
 
 def _require_dagster_home() -> None:
