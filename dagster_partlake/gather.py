@@ -25,7 +25,11 @@ from dagster_partlake.incremental import Incremental
 from dagster_partlake.layout import log_dir
 from dagster_partlake.partitions import KeyCodec
 from dagster_partlake.planner import Key, PartitionState, Plan, PlanInput, Record, plan
+from dagster_partlake.replan import changed_partitions, full, replan
 from dagster_partlake.runs import RunPlan, plan_runs
+
+# Set (the tests do): every incremental plan is also planned in full and compared.
+CHECK_REPLAN_ENV = "PARTLAKE_CHECK_REPLAN"
 
 
 def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
@@ -182,10 +186,29 @@ def make_plan(
     inputs, states = gather_plan_input(
         graph, cache, dynamic_partitions_store=dynamic_partitions_store
     )
-    result = _with_increments(graph, plan(inputs), states)
+    result = _with_increments(graph, _plan(graph, inputs), states)
     if select:
         result = result.select(select)
     return PlanResult(result, inputs, states, time.perf_counter() - started)
+
+
+def _plan(graph: LakeGraph, inputs: PlanInput) -> Plan:
+    """The plan of `inputs`, incrementally from this graph's previous plan where there is one
+    (`dagster_partlake.replan`). A table whose version did not move keeps its converted states
+    and records (the same objects), so finding what changed costs only the moved tables."""
+    memo = graph.plan_memo
+    if memo is None or graph.has_dynamic_partitions:
+        memo = full(inputs)
+    else:
+        changed = changed_partitions(memo.inputs, inputs)
+        memo = replan(memo, inputs, changed)
+        if os.environ.get(CHECK_REPLAN_ENV) and memo.plan.items != plan(inputs).items:
+            raise AssertionError(
+                f"the incremental plan differs from the full plan after changes {changed}: "
+                f"{memo.plan.items} != {plan(inputs).items}"
+            )
+    graph.plan_memo = memo
+    return memo.plan
 
 
 def _with_increments(

@@ -38,6 +38,7 @@ from dagster_partlake.partitions import (
     partitions_horizon,
 )
 from dagster_partlake.planner import Dependency, Key, PartitionState, PlanAsset, Record
+from dagster_partlake.replan import PlanMemo
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class LakeGraph:
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
         # Per asset: (table version, partition states, records) of the last conversion.
         self.converted: dict[str, tuple[int, dict[Key, PartitionState], dict[Key, Record]]] = {}
+        # The last plan made on this graph, for incremental planning (`dagster_partlake.replan`).
+        self.plan_memo: PlanMemo | None = None
         self._incremental: dict[str, dict[str, Incremental]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)
