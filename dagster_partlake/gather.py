@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
-from dagster_partlake.delta.state import StateCache, TableState, folder_state
+from dagster_partlake.delta.state import StateCache, TableState, Values, folder_state
 from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
 from dagster_partlake.graph import LakeAsset, LakeGraph
@@ -28,7 +28,8 @@ from dagster_partlake.planner import Key, PartitionState, Plan, PlanInput, Recor
 from dagster_partlake.replan import changed_partitions, full, replan
 from dagster_partlake.runs import RunPlan, plan_runs
 
-# Set (the tests do): every incremental plan is also planned in full and compared.
+# Set (the tests do): every incremental plan and table conversion is also made in full and
+# compared.
 CHECK_REPLAN_ENV = "PARTLAKE_CHECK_REPLAN"
 
 
@@ -94,6 +95,83 @@ def to_records(asset: LakeAsset, state: TableState | None) -> dict[Key, Record]:
     return records
 
 
+def _check_followed(
+    asset: LakeAsset,
+    state: TableState | None,
+    states: dict[Key, PartitionState],
+    records: dict[Key, Record],
+) -> None:
+    """Under CHECK_REPLAN_ENV: the followed conversion equals the conversion from scratch."""
+    full_records = {} if asset.is_source else to_records(asset, state)
+    full_states = (
+        states_from_records(full_records) if asset.decoupled else to_partition_states(asset, state)
+    )
+    if (states, records) != (full_states, full_records):
+        raise AssertionError(f"the followed state of {asset.name} differs from a full conversion")
+
+
+def _follow_states(
+    asset: LakeAsset,
+    before: TableState | None,
+    state: TableState | None,
+    converted: dict[Key, PartitionState] | None,
+) -> dict[Key, PartitionState]:
+    """`to_partition_states(asset, state)`, updating `converted` (the conversion of `before`)
+    where the table is partitioned exactly by the asset's columns: only the partitions whose
+    lastUpdated or version changed are converted again."""
+    if (
+        before is None
+        or state is None
+        or converted is None
+        or not asset.columns
+        or before.partition_by != state.partition_by
+        or before.column_types != state.column_types
+        or tuple(c.column for c in asset.columns) != state.partition_by
+    ):
+        return to_partition_states(asset, state)
+    old, new = before.last_updated, state.last_updated
+    moved: Iterable[Values]
+    if state.follows == before.version and state.moved is not None:
+        moved = state.moved  # the state cache followed the new commits: it knows
+    else:
+        changed = {v for v in new if old.get(v) != new[v]}
+        changed.update(v for v in old if v not in new)
+        changed.update(
+            v
+            for v in state.touched_in.keys() | before.touched_in.keys()
+            if state.touched_in.get(v) != before.touched_in.get(v)
+        )
+        moved = changed
+    codec = KeyCodec(asset.columns, state.column_types)
+    result = dict(converted)
+    for values in moved:
+        key = codec.key(list(values))
+        if key is None:
+            continue
+        if values in new:
+            result[key] = PartitionState(new[values], state.touched_in.get(values))
+        else:
+            result.pop(key, None)
+    return result
+
+
+def _follow_records(
+    asset: LakeAsset,
+    before: TableState | None,
+    state: TableState | None,
+    converted: dict[Key, Record] | None,
+) -> dict[Key, Record]:
+    """`to_records(asset, state)`, applying only the commits `state` has after those of
+    `before` to `converted` (the records of `before`) when its commits extend them."""
+    if before is None or state is None or converted is None:
+        return to_records(asset, state)
+    known = len(before.commits)
+    if state.commits[:known] != before.commits:
+        return to_records(asset, state)
+    tail = replace(state, commits=state.commits[known:])
+    return {**converted, **to_records(asset, tail)}
+
+
 def states_from_records(records: Mapping[Key, Record]) -> dict[Key, PartitionState]:
     """lastUpdated per Dagster partition of a decoupled table (its table partitions are not
     Dagster partitions): what the last write of each gave it. Writes by others go unseen."""
@@ -128,14 +206,22 @@ def gather_plan_input(
         cached = graph.converted.get(name)
         if cached is None or cached[0] != version:
             # Converting values to keys and commits to records is the costly part of a plan at
-            # many partitions; a table whose version did not move keeps its conversion.
-            asset_records = {} if asset.is_source else to_records(asset, state)
+            # many partitions; a table whose version did not move keeps its conversion, and one
+            # that moved converts only what its new commits changed.
+            before = cached[3] if cached is not None else None
+            asset_records = (
+                {}
+                if asset.is_source
+                else _follow_records(asset, before, state, cached[2] if cached else None)
+            )
             asset_states = (
                 states_from_records(asset_records)
                 if asset.decoupled
-                else to_partition_states(asset, state)
+                else _follow_states(asset, before, state, cached[1] if cached else None)
             )
-            cached = (version, asset_states, asset_records)
+            if before is not None and os.environ.get(CHECK_REPLAN_ENV):
+                _check_followed(asset, state, asset_states, asset_records)
+            cached = (version, asset_states, asset_records, state)
             graph.converted[name] = cached
         states[name] = cached[1]
         if not asset.is_source:

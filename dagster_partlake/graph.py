@@ -86,8 +86,10 @@ class LakeGraph:
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
-        # Per asset: (table version, partition states, records) of the last conversion.
-        self.converted: dict[str, tuple[int, dict[Key, PartitionState], dict[Key, Record]]] = {}
+        # Per asset: (version, states, records, the raw TableState they were converted from).
+        self.converted: dict[
+            str, tuple[int, dict[Key, PartitionState], dict[Key, Record], Any]
+        ] = {}
         # The last plan made on this graph, for incremental planning (`dagster_partlake.replan`).
         self.plan_memo: PlanMemo | None = None
         self._incremental: dict[str, dict[str, Incremental]] = {}

@@ -56,6 +56,10 @@ class TableState:
     last_updated: dict[Values, int]  # partition values -> newest modification time (ms)
     touched_in: dict[Values, int] = field(default_factory=dict)  # -> version, where known
     commits: tuple[CommitRecord, ...] = ()  # partlake commit records, oldest first
+    # Set when this state was derived from the state at version `follows` by its new commits:
+    # the partitions whose lastUpdated or version may differ from that one's (not persisted).
+    follows: int | None = field(default=None, compare=False)
+    moved: frozenset[Values] | None = field(default=None, compare=False)
 
 
 class StateCache:
@@ -257,6 +261,8 @@ def _read_state(
         last_updated=last_updated,
         touched_in=touched_in,
         commits=commits,
+        follows=None if touched is None or previous is None else previous.version,
+        moved=None if touched is None else frozenset(touched),
     )
 
 
