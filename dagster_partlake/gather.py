@@ -44,7 +44,9 @@ def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
     return cache.sync(asset.path, with_commits=not asset.is_source, name=asset.name)
 
 
-def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key, PartitionState]:
+def to_partition_states(
+    asset: LakeAsset, state: TableState | None, codec: KeyCodec | None = None
+) -> dict[Key, PartitionState]:
     """lastUpdated per Dagster partition key (values outside the partitions are ignored)."""
     if state is None:
         return {}
@@ -61,7 +63,7 @@ def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key,
             f"stored in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or "
             "the table."
         )
-    codec = KeyCodec(asset.columns, state.column_types)
+    codec = codec or KeyCodec(asset.columns, state.column_types)
     result: dict[Key, PartitionState] = {}
     for values, last_updated in state.last_updated.items():
         key = codec.key([values[i] for i in order])
@@ -115,20 +117,23 @@ def _follow_states(
     before: TableState | None,
     state: TableState | None,
     converted: dict[Key, PartitionState] | None,
-) -> dict[Key, PartitionState]:
+    codec: KeyCodec | None,
+) -> tuple[dict[Key, PartitionState], set[Key] | None]:
     """`to_partition_states(asset, state)`, updating `converted` (the conversion of `before`)
     where the table is partitioned exactly by the asset's columns: only the partitions whose
-    lastUpdated or version changed are converted again."""
+    lastUpdated or version changed are converted again. Also the keys that may have changed
+    (None: not known, everything was converted)."""
     if (
         before is None
         or state is None
         or converted is None
+        or codec is None
         or not asset.columns
         or before.partition_by != state.partition_by
         or before.column_types != state.column_types
         or tuple(c.column for c in asset.columns) != state.partition_by
     ):
-        return to_partition_states(asset, state)
+        return to_partition_states(asset, state, codec), None
     old, new = before.last_updated, state.last_updated
     moved: Iterable[Values]
     if state.follows == before.version and state.moved is not None:
@@ -142,17 +147,18 @@ def _follow_states(
             if state.touched_in.get(v) != before.touched_in.get(v)
         )
         moved = changed
-    codec = KeyCodec(asset.columns, state.column_types)
     result = dict(converted)
+    keys: set[Key] = set()
     for values in moved:
         key = codec.key(list(values))
         if key is None:
             continue
+        keys.add(key)
         if values in new:
             result[key] = PartitionState(new[values], state.touched_in.get(values))
         else:
             result.pop(key, None)
-    return result
+    return result, keys
 
 
 def _follow_records(
@@ -160,16 +166,29 @@ def _follow_records(
     before: TableState | None,
     state: TableState | None,
     converted: dict[Key, Record] | None,
-) -> dict[Key, Record]:
+) -> tuple[dict[Key, Record], set[Key] | None]:
     """`to_records(asset, state)`, applying only the commits `state` has after those of
-    `before` to `converted` (the records of `before`) when its commits extend them."""
+    `before` to `converted` (the records of `before`) when its commits extend them; also the
+    keys whose record may have changed (None: not known)."""
     if before is None or state is None or converted is None:
-        return to_records(asset, state)
+        return to_records(asset, state), None
     known = len(before.commits)
     if state.commits[:known] != before.commits:
-        return to_records(asset, state)
-    tail = replace(state, commits=state.commits[known:])
-    return {**converted, **to_records(asset, tail)}
+        return to_records(asset, state), None
+    tail = to_records(asset, replace(state, commits=state.commits[known:]))
+    return {**converted, **tail}, set(tail)
+
+
+def _codec(graph: LakeGraph, asset: LakeAsset, state: TableState | None) -> KeyCodec | None:
+    """The asset's key codec for the table's column types, kept on the graph (it memoizes
+    the key of every value it has seen)."""
+    if state is None or not asset.columns:
+        return None
+    signature = (asset.name, repr(sorted(state.column_types.items())))
+    codec = graph.codecs.get(signature)
+    if codec is None:
+        codec = graph.codecs[signature] = KeyCodec(asset.columns, state.column_types)
+    return codec
 
 
 def states_from_records(records: Mapping[Key, Record]) -> dict[Key, PartitionState]:
@@ -209,18 +228,30 @@ def gather_plan_input(
             # many partitions; a table whose version did not move keeps its conversion, and one
             # that moved converts only what its new commits changed.
             before = cached[3] if cached is not None else None
-            asset_records = (
-                {}
-                if asset.is_source
-                else _follow_records(asset, before, state, cached[2] if cached else None)
-            )
-            asset_states = (
-                states_from_records(asset_records)
-                if asset.decoupled
-                else _follow_states(asset, before, state, cached[1] if cached else None)
-            )
+            asset_records: dict[Key, Record] = {}
+            record_keys: set[Key] | None = set()
+            if not asset.is_source:
+                asset_records, record_keys = _follow_records(
+                    asset, before, state, cached[2] if cached else None
+                )
+            if asset.decoupled:
+                asset_states, state_keys = states_from_records(asset_records), record_keys
+            else:
+                asset_states, state_keys = _follow_states(
+                    asset, before, state, cached[1] if cached else None, _codec(graph, asset, state)
+                )
             if before is not None and os.environ.get(CHECK_REPLAN_ENV):
                 _check_followed(asset, state, asset_states, asset_records)
+            graph.moved.pop(name, None)
+            if cached is not None and record_keys is not None and state_keys is not None:
+                # What moved between the previous conversion and this one, for `_changes`.
+                graph.moved[name] = (
+                    cached[1],
+                    cached[2],
+                    asset_states,
+                    asset_records,
+                    record_keys | state_keys,
+                )
             cached = (version, asset_states, asset_records, state)
             graph.converted[name] = cached
         states[name] = cached[1]
@@ -286,7 +317,12 @@ def _plan(graph: LakeGraph, inputs: PlanInput) -> Plan:
     if memo is None or graph.has_dynamic_partitions:
         memo = full(inputs)
     else:
-        changed = changed_partitions(memo.inputs, inputs)
+        changed = _changes(graph, memo.inputs, inputs)
+        if os.environ.get(CHECK_REPLAN_ENV):
+            reference = changed_partitions(memo.inputs, inputs)
+            missed = {a: k - changed.get(a, set()) for a, k in reference.items()}
+            if any(missed.values()):
+                raise AssertionError(f"changed partitions not found: {missed}")
         memo = replan(memo, inputs, changed)
         if os.environ.get(CHECK_REPLAN_ENV) and memo.plan.items != plan(inputs).items:
             raise AssertionError(
@@ -295,6 +331,31 @@ def _plan(graph: LakeGraph, inputs: PlanInput) -> Plan:
             )
     graph.plan_memo = memo
     return memo.plan
+
+
+def _changes(graph: LakeGraph, old: PlanInput, new: PlanInput) -> dict[str, set[Key]]:
+    """`changed_partitions(old, new)`, taking the keys that moved from the conversion where it
+    knows them (`LakeGraph.moved`) instead of comparing every partition."""
+    changed: dict[str, set[Key]] = {}
+    for name in old.states.keys() | new.states.keys():
+        before = (old.states.get(name), old.records.get(name))
+        after = (new.states.get(name), new.records.get(name))
+        if before[0] is after[0] and before[1] is after[1]:
+            continue
+        known = graph.moved.get(name)
+        if known is not None and all(
+            a is b for a, b in zip(known[:4], (*before, *after), strict=True)
+        ):
+            keys = known[4]
+        else:
+            one = changed_partitions(
+                PlanInput((), {name: before[0] or {}}, {name: before[1] or {}}),
+                PlanInput((), {name: after[0] or {}}, {name: after[1] or {}}),
+            )
+            keys = one.get(name, set())
+        if keys:
+            changed[name] = set(keys)
+    return changed
 
 
 def _with_increments(

@@ -92,6 +92,11 @@ class LakeGraph:
         ] = {}
         # The last plan made on this graph, for incremental planning (`dagster_partlake.replan`).
         self.plan_memo: PlanMemo | None = None
+        # Per asset whose conversion last moved with known keys: (old states, old records, new
+        # states, new records, the keys that may differ between them).
+        self.moved: dict[str, tuple[Any, Any, Any, Any, set[Key]]] = {}
+        # Key codecs per (asset, column types): each memoizes the keys of the values it saw.
+        self.codecs: dict[tuple[str, str], Any] = {}
         self._incremental: dict[str, dict[str, Incremental]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)
