@@ -245,11 +245,12 @@ def gather_plan_input(
             graph.moved.pop(name, None)
             if cached is not None and record_keys is not None and state_keys is not None:
                 # What moved between the previous conversion and this one, for `_changes`.
+                # (A source's records are not planner input: None, as `_changes` sees them.)
                 graph.moved[name] = (
                     cached[1],
-                    cached[2],
+                    None if asset.is_source else cached[2],
                     asset_states,
-                    asset_records,
+                    None if asset.is_source else asset_records,
                     record_keys | state_keys,
                 )
             cached = (version, asset_states, asset_records, state)

@@ -58,15 +58,21 @@ def test_a_plan_with_nothing_changed_keeps_every_verdict() -> None:
     assert replan(memo, inputs, changed).plan.items == ()
 
 
-def test_plans_over_real_delta_tables_follow_the_new_commits(tmp_path) -> None:
+def test_plans_over_real_delta_tables_follow_the_new_commits(tmp_path, monkeypatch) -> None:
     """On real Delta tables (the planning benchmark's lake, 1,000 partitions per asset), with
     one state cache as the sensor keeps: each plan after a change follows the new commits
     (only the moved partitions converted and judged) and equals a plan made from scratch."""
     from benchmarks.plan_lake import Layout, build_defs, build_lake, change_source, repair
+    from dagster_partlake import gather
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.gather import make_plan
     from dagster_partlake.graph import LakeGraph
 
+    # No partition-by-partition comparison of old and new state: the moved keys are known.
+    # (Without the full re-checks the tests do elsewhere; `from_scratch` is the reference.)
+    monkeypatch.delenv("PARTLAKE_CHECK_REPLAN")
+    compared: list[object] = []
+    monkeypatch.setattr(gather, "changed_partitions", lambda *a: compared.append(a) or {})
     layout, root = Layout(1000), str(tmp_path / "lake")
     build_lake(layout, root)
     graph, cache = LakeGraph(build_defs(layout, root, None)), StateCache()
@@ -86,3 +92,4 @@ def test_plans_over_real_delta_tables_follow_the_new_commits(tmp_path) -> None:
         repair(root, keys)  # the runs of a1..a3 commit: fresh again
         assert not make_plan(graph, cache).plan and not from_scratch()
         assert all(graph.moved[a][4] == set(keys) for a in ("a1", "a2", "a3"))
+    assert compared == []
