@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
-from dagster_partlake.delta.state import StateCache, TableState, folder_state
+from dagster_partlake.delta.state import StateCache, TableState, Values, folder_state
 from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
 from dagster_partlake.graph import LakeAsset, LakeGraph
@@ -25,7 +25,12 @@ from dagster_partlake.incremental import Incremental
 from dagster_partlake.layout import log_dir
 from dagster_partlake.partitions import KeyCodec
 from dagster_partlake.planner import Key, PartitionState, Plan, PlanInput, Record, plan
+from dagster_partlake.replan import changed_partitions, full, replan
 from dagster_partlake.runs import RunPlan, plan_runs
+
+# Set (the tests do): every incremental plan and table conversion is also made in full and
+# compared.
+CHECK_REPLAN_ENV = "PARTLAKE_CHECK_REPLAN"
 
 
 def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
@@ -39,7 +44,9 @@ def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
     return cache.sync(asset.path, with_commits=not asset.is_source, name=asset.name)
 
 
-def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key, PartitionState]:
+def to_partition_states(
+    asset: LakeAsset, state: TableState | None, codec: KeyCodec | None = None
+) -> dict[Key, PartitionState]:
     """lastUpdated per Dagster partition key (values outside the partitions are ignored)."""
     if state is None:
         return {}
@@ -56,7 +63,7 @@ def to_partition_states(asset: LakeAsset, state: TableState | None) -> dict[Key,
             f"stored in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or "
             "the table."
         )
-    codec = KeyCodec(asset.columns, state.column_types)
+    codec = codec or KeyCodec(asset.columns, state.column_types)
     result: dict[Key, PartitionState] = {}
     for values, last_updated in state.last_updated.items():
         key = codec.key([values[i] for i in order])
@@ -88,6 +95,100 @@ def to_records(asset: LakeAsset, state: TableState | None) -> dict[Key, Record]:
                 run_id=commit.run_id,
             )
     return records
+
+
+def _check_followed(
+    asset: LakeAsset,
+    state: TableState | None,
+    states: dict[Key, PartitionState],
+    records: dict[Key, Record],
+) -> None:
+    """Under CHECK_REPLAN_ENV: the followed conversion equals the conversion from scratch."""
+    full_records = {} if asset.is_source else to_records(asset, state)
+    full_states = (
+        states_from_records(full_records) if asset.decoupled else to_partition_states(asset, state)
+    )
+    if (states, records) != (full_states, full_records):
+        raise AssertionError(f"the followed state of {asset.name} differs from a full conversion")
+
+
+def _follow_states(
+    asset: LakeAsset,
+    before: TableState | None,
+    state: TableState | None,
+    converted: dict[Key, PartitionState] | None,
+    codec: KeyCodec | None,
+) -> tuple[dict[Key, PartitionState], set[Key] | None]:
+    """`to_partition_states(asset, state)`, updating `converted` (the conversion of `before`)
+    where the table is partitioned exactly by the asset's columns: only the partitions whose
+    lastUpdated or version changed are converted again. Also the keys that may have changed
+    (None: not known, everything was converted)."""
+    if (
+        before is None
+        or state is None
+        or converted is None
+        or codec is None
+        or not asset.columns
+        or before.partition_by != state.partition_by
+        or before.column_types != state.column_types
+        or tuple(c.column for c in asset.columns) != state.partition_by
+    ):
+        return to_partition_states(asset, state, codec), None
+    old, new = before.last_updated, state.last_updated
+    moved: Iterable[Values]
+    if state.follows == before.version and state.moved is not None:
+        moved = state.moved  # the state cache followed the new commits: it knows
+    else:
+        changed = {v for v in new if old.get(v) != new[v]}
+        changed.update(v for v in old if v not in new)
+        changed.update(
+            v
+            for v in state.touched_in.keys() | before.touched_in.keys()
+            if state.touched_in.get(v) != before.touched_in.get(v)
+        )
+        moved = changed
+    result = dict(converted)
+    keys: set[Key] = set()
+    for values in moved:
+        key = codec.key(list(values))
+        if key is None:
+            continue
+        keys.add(key)
+        if values in new:
+            result[key] = PartitionState(new[values], state.touched_in.get(values))
+        else:
+            result.pop(key, None)
+    return result, keys
+
+
+def _follow_records(
+    asset: LakeAsset,
+    before: TableState | None,
+    state: TableState | None,
+    converted: dict[Key, Record] | None,
+) -> tuple[dict[Key, Record], set[Key] | None]:
+    """`to_records(asset, state)`, applying only the commits `state` has after those of
+    `before` to `converted` (the records of `before`) when its commits extend them; also the
+    keys whose record may have changed (None: not known)."""
+    if before is None or state is None or converted is None:
+        return to_records(asset, state), None
+    known = len(before.commits)
+    if state.commits[:known] != before.commits:
+        return to_records(asset, state), None
+    tail = to_records(asset, replace(state, commits=state.commits[known:]))
+    return {**converted, **tail}, set(tail)
+
+
+def _codec(graph: LakeGraph, asset: LakeAsset, state: TableState | None) -> KeyCodec | None:
+    """The asset's key codec for the table's column types, kept on the graph (it memoizes
+    the key of every value it has seen)."""
+    if state is None or not asset.columns:
+        return None
+    signature = (asset.name, repr(sorted(state.column_types.items())))
+    codec = graph.codecs.get(signature)
+    if codec is None:
+        codec = graph.codecs[signature] = KeyCodec(asset.columns, state.column_types)
+    return codec
 
 
 def states_from_records(records: Mapping[Key, Record]) -> dict[Key, PartitionState]:
@@ -124,14 +225,35 @@ def gather_plan_input(
         cached = graph.converted.get(name)
         if cached is None or cached[0] != version:
             # Converting values to keys and commits to records is the costly part of a plan at
-            # many partitions; a table whose version did not move keeps its conversion.
-            asset_records = {} if asset.is_source else to_records(asset, state)
-            asset_states = (
-                states_from_records(asset_records)
-                if asset.decoupled
-                else to_partition_states(asset, state)
-            )
-            cached = (version, asset_states, asset_records)
+            # many partitions; a table whose version did not move keeps its conversion, and one
+            # that moved converts only what its new commits changed.
+            before = cached[3] if cached is not None else None
+            asset_records: dict[Key, Record] = {}
+            record_keys: set[Key] | None = set()
+            if not asset.is_source:
+                asset_records, record_keys = _follow_records(
+                    asset, before, state, cached[2] if cached else None
+                )
+            if asset.decoupled:
+                asset_states, state_keys = states_from_records(asset_records), record_keys
+            else:
+                asset_states, state_keys = _follow_states(
+                    asset, before, state, cached[1] if cached else None, _codec(graph, asset, state)
+                )
+            if before is not None and os.environ.get(CHECK_REPLAN_ENV):
+                _check_followed(asset, state, asset_states, asset_records)
+            graph.moved.pop(name, None)
+            if cached is not None and record_keys is not None and state_keys is not None:
+                # What moved between the previous conversion and this one, for `_changes`.
+                # (A source's records are not planner input: None, as `_changes` sees them.)
+                graph.moved[name] = (
+                    cached[1],
+                    None if asset.is_source else cached[2],
+                    asset_states,
+                    None if asset.is_source else asset_records,
+                    record_keys | state_keys,
+                )
+            cached = (version, asset_states, asset_records, state)
             graph.converted[name] = cached
         states[name] = cached[1]
         if not asset.is_source:
@@ -182,10 +304,59 @@ def make_plan(
     inputs, states = gather_plan_input(
         graph, cache, dynamic_partitions_store=dynamic_partitions_store
     )
-    result = _with_increments(graph, plan(inputs), states)
+    result = _with_increments(graph, _plan(graph, inputs), states)
     if select:
         result = result.select(select)
     return PlanResult(result, inputs, states, time.perf_counter() - started)
+
+
+def _plan(graph: LakeGraph, inputs: PlanInput) -> Plan:
+    """The plan of `inputs`, incrementally from this graph's previous plan where there is one
+    (`dagster_partlake.replan`). A table whose version did not move keeps its converted states
+    and records (the same objects), so finding what changed costs only the moved tables."""
+    memo = graph.plan_memo
+    if memo is None or graph.has_dynamic_partitions:
+        memo = full(inputs)
+    else:
+        changed = _changes(graph, memo.inputs, inputs)
+        if os.environ.get(CHECK_REPLAN_ENV):
+            reference = changed_partitions(memo.inputs, inputs)
+            missed = {a: k - changed.get(a, set()) for a, k in reference.items()}
+            if any(missed.values()):
+                raise AssertionError(f"changed partitions not found: {missed}")
+        memo = replan(memo, inputs, changed)
+        if os.environ.get(CHECK_REPLAN_ENV) and memo.plan.items != plan(inputs).items:
+            raise AssertionError(
+                f"the incremental plan differs from the full plan after changes {changed}: "
+                f"{memo.plan.items} != {plan(inputs).items}"
+            )
+    graph.plan_memo = memo
+    return memo.plan
+
+
+def _changes(graph: LakeGraph, old: PlanInput, new: PlanInput) -> dict[str, set[Key]]:
+    """`changed_partitions(old, new)`, taking the keys that moved from the conversion where it
+    knows them (`LakeGraph.moved`) instead of comparing every partition."""
+    changed: dict[str, set[Key]] = {}
+    for name in old.states.keys() | new.states.keys():
+        before = (old.states.get(name), old.records.get(name))
+        after = (new.states.get(name), new.records.get(name))
+        if before[0] is after[0] and before[1] is after[1]:
+            continue
+        known = graph.moved.get(name)
+        if known is not None and all(
+            a is b for a, b in zip(known[:4], (*before, *after), strict=True)
+        ):
+            keys = known[4]
+        else:
+            one = changed_partitions(
+                PlanInput((), {name: before[0] or {}}, {name: before[1] or {}}),
+                PlanInput((), {name: after[0] or {}}, {name: after[1] or {}}),
+            )
+            keys = one.get(name, set())
+        if keys:
+            changed[name] = set(keys)
+    return changed
 
 
 def _with_increments(

@@ -38,6 +38,7 @@ from dagster_partlake.partitions import (
     partitions_horizon,
 )
 from dagster_partlake.planner import Dependency, Key, PartitionState, PlanAsset, Record
+from dagster_partlake.replan import PlanMemo
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,17 @@ class LakeGraph:
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
-        # Per asset: (table version, partition states, records) of the last conversion.
-        self.converted: dict[str, tuple[int, dict[Key, PartitionState], dict[Key, Record]]] = {}
+        # Per asset: (version, states, records, the raw TableState they were converted from).
+        self.converted: dict[
+            str, tuple[int, dict[Key, PartitionState], dict[Key, Record], Any]
+        ] = {}
+        # The last plan made on this graph, for incremental planning (`dagster_partlake.replan`).
+        self.plan_memo: PlanMemo | None = None
+        # Per asset whose conversion last moved with known keys: (old states, old records, new
+        # states, new records, the keys that may differ between them).
+        self.moved: dict[str, tuple[Any, Any, Any, Any, set[Key]]] = {}
+        # Key codecs per (asset, column types): each memoizes the keys of the values it saw.
+        self.codecs: dict[tuple[str, str], Any] = {}
         self._incremental: dict[str, dict[str, Incremental]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)

@@ -16,6 +16,9 @@ from deltalake import DeltaTable
 from dagster_partlake.spark_conf import DEFAULT_CONF
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Every incremental plan made in the tests (and in the CLIs and servers they start, which inherit
+# the environment) is also planned in full, and a difference fails loudly.
+os.environ["PARTLAKE_CHECK_REPLAN"] = "1"
 
 # Subprocesses and Dagster's code loading must find the example package `definitions`.
 if str(REPO_ROOT) not in sys.path:

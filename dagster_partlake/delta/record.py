@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from dagster_partlake.errors import PartlakeError
@@ -65,7 +66,7 @@ class CommitRecord:
         """The written partitions' ids: their keys, or `WHOLE_TABLE_ID` for a whole table."""
         return self.partition_keys or (WHOLE_TABLE_ID,)
 
-    @property
+    @cached_property  # asked once per written partition: 100,000 of them in one commit
     def empty_partition_ids(self) -> frozenset[str]:
         """Written partitions that got no rows (the write removed their data)."""
         rows = self.rows_by_partition or {}
