@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +33,7 @@ from typing import Any, Literal
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from dagster_partlake.delta.record import RECORD_KEY, WHOLE_TABLE_ID, CommitRecord
@@ -51,8 +50,8 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.delta.writer import (
     DEFAULT_MAX_ATTEMPTS,
-    POST_COMMIT,
     _txn_app_id,
+    commit_or_conflict,
     files_transactions,
     remove_action,
 )
@@ -344,20 +343,18 @@ def restore_partitions(
             ],
         )
         try:
-            table.create_write_transaction(
+            conflict = commit_or_conflict(
+                table,
                 actions,
-                mode="append",
-                schema=table.schema(),
-                partition_by=partition_by or None,
-                commit_properties=properties,
-                post_commithook_properties=POST_COMMIT,
+                partition_by=partition_by,
+                properties=properties,
+                attempt=attempt,
             )
-        except CommitFailedError as error:
-            last_error = error
-            time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
-            continue
         except DeltaError as error:
             raise unreadable(root, error, table_name=name) from error
+        if conflict is not None:
+            last_error = conflict
+            continue
         return RestoreResult(
             restored_version=version,
             version=_find_restore(root, before + 1, restore_id),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import shutil
 import time
 import uuid
@@ -35,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from dagster_partlake.delta.defaults import (
@@ -58,6 +56,7 @@ from dagster_partlake.delta.writer import (
     POST_COMMIT,
     StagedFile,
     StagedWrite,
+    commit_or_conflict,
     discard_published,
     files_txn_id,
     publish_staged,
@@ -402,18 +401,15 @@ def _commit_compaction(
             ],
         )
         before = table.version()
-        try:
-            table.create_write_transaction(
-                [*adds, *removes],
-                mode="append",
-                schema=table.schema(),
-                partition_by=list(partition_by),
-                commit_properties=properties,
-                post_commithook_properties=POST_COMMIT,
-            )
-        except CommitFailedError as error:
-            last_error = error
-            time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+        conflict = commit_or_conflict(
+            table,
+            [*adds, *removes],
+            partition_by=partition_by,
+            properties=properties,
+            attempt=attempt,
+        )
+        if conflict is not None:
+            last_error = conflict
             continue
         version = _maintenance_version(root, since=before + 1, commit_id=commit_id)
         return CompactResult(root, version, tuple(partitions), attempts=attempt)

@@ -365,6 +365,32 @@ def commit_staged(
     )
 
 
+def commit_or_conflict(
+    table: DeltaTable,
+    actions: Sequence[AddAction | RemoveAction],
+    *,
+    partition_by: Sequence[str],
+    properties: CommitProperties,
+    attempt: int,
+) -> CommitFailedError | None:
+    """Commit `actions` to `table` in its own schema; on a concurrent commit, wait a moment
+    (longer with each `attempt`) and return the conflict, so the caller retries on a fresh
+    snapshot."""
+    try:
+        table.create_write_transaction(
+            list(actions),
+            mode="append",
+            schema=table.schema(),
+            partition_by=list(partition_by) or None,
+            commit_properties=properties,
+            post_commithook_properties=POST_COMMIT,
+        )
+    except CommitFailedError as error:
+        time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+        return error
+    return None
+
+
 def remove_action(live: LiveFile, now_ms: int, *, data_change: bool = True) -> RemoveAction:
     """The Delta remove action of a live file at `now_ms` (a compaction's is no data change)."""
     return RemoveAction(
