@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -61,6 +61,9 @@ class TableState:
     # the partitions whose lastUpdated or version may differ from that one's (not persisted).
     follows: int | None = field(default=None, compare=False)
     moved: frozenset[Values] | None = field(default=None, compare=False)
+    # Live files per partition, where known (not persisted): lets `sync` follow appends and
+    # partition replacements from the JSON commits alone.
+    file_counts: dict[Values, int] | None = field(default=None, compare=False)
 
 
 class StateCache:
@@ -117,6 +120,10 @@ class StateCache:
                 self._stamps[root] = _stamp(root, persisted.version)
         if cached is not None and not _has_commit(root, cached[1].version + 1):
             return cached[1]
+        if cached is not None:
+            followed = _follow_log(root, cached[1], with_commits=with_commits)
+            if followed is not None:  # appends and partition replacements: no delta-rs needed
+                return self._keep(root, cached[0], followed, with_commits=with_commits)
         if cached is None and not table_exists(root):
             return None
         # Imported here: a process whose states all come from the persisted cache (or whose
@@ -133,6 +140,12 @@ class StateCache:
             else:
                 table.update_incremental()
         state = _read_state(root, table, previous, with_commits=with_commits)
+        return self._keep(root, table, state, with_commits=with_commits)
+
+    def _keep(
+        self, root: str, table: DeltaTable | None, state: TableState, *, with_commits: bool
+    ) -> TableState:
+        # A table object behind `state` (after `_follow_log`) catches up on its next update.
         self._tables[root] = (table, state)
         self._stamps[root] = _stamp(root, state.version)
         if self._persist_dir is not None:
@@ -239,47 +252,142 @@ def _read_state(
         # costs one filtered aggregation, not 100,000 Python objects).
         assert previous is not None
         last_updated = dict(previous.last_updated)
+        counts = None if previous.file_counts is None else dict(previous.file_counts)
         for values in touched:
             last_updated.pop(values, None)
+            if counts is not None:
+                counts.pop(values, None)
         if touched:
-            last_updated.update(_newest(pa, pc, actions, partition_by, touched))
+            newest, touched_counts = _newest(pa, pc, actions, partition_by, touched)
+            last_updated.update(newest)
+            if counts is not None:
+                counts.update(touched_counts)
     else:
         touched = None
-        last_updated = _newest(pa, pc, actions, partition_by, None)
+        last_updated, counts = _newest(pa, pc, actions, partition_by, None)
     commits: tuple[CommitRecord, ...] = ()
     if with_commits:
         commits = _partlake_commits(root, version, previous)
-    by_time = {c.commit_time_ms: c.table_version for c in commits if c.table_version is not None}
-    if touched is None:
-        touched_in = {v: by_time[t] for v, t in last_updated.items() if t in by_time}
-    else:
-        assert previous is not None
-        touched_in = dict(previous.touched_in)
-        for values in touched:
-            touched_in.pop(values, None)
-            if values in last_updated and last_updated[values] in by_time:
-                touched_in[values] = by_time[last_updated[values]]
     return TableState(
         root=root,
         version=version,
         partition_by=partition_by,
         column_types=delta_types(arrow_schema(table)),
         last_updated=last_updated,
-        touched_in=touched_in,
+        touched_in=_touched_in(commits, last_updated, previous, touched),
         commits=commits,
         follows=None if touched is None or previous is None else previous.version,
         moved=None if touched is None else frozenset(touched),
+        file_counts=counts,
+    )
+
+
+def _touched_in(
+    commits: Sequence[CommitRecord],
+    last_updated: dict[Values, int],
+    previous: TableState | None,
+    touched: set[Values] | None,
+) -> dict[Values, int]:
+    """Per partition, the version of the partlake commit that set its lastUpdated (only the
+    `touched` partitions are looked up again when the previous state is followed)."""
+    by_time = {c.commit_time_ms: c.table_version for c in commits if c.table_version is not None}
+    if touched is None or previous is None:
+        return {v: by_time[t] for v, t in last_updated.items() if t in by_time}
+    result = dict(previous.touched_in)
+    for values in touched:
+        result.pop(values, None)
+        if values in last_updated and last_updated[values] in by_time:
+            result[values] = by_time[last_updated[values]]
+    return result
+
+
+# Delta partition types whose JSON commit value is the text Arrow casts them to.
+_TEXT_TYPES = frozenset({"string", "date", "byte", "short", "integer", "long"})
+
+
+def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> TableState | None:
+    """The state after the JSON commits following `previous`, read from those commits alone
+    (no delta-rs), when each touched partition was only appended to or wholly replaced; None
+    when that cannot be told (another kind of action, a partition partly rewritten, unknown
+    file counts): `sync` then reads the table."""
+    counts = previous.file_counts
+    partition_by = previous.partition_by
+    if (
+        counts is None
+        or not partition_by
+        or any(previous.column_types.get(c) not in _TEXT_TYPES for c in partition_by)
+    ):
+        return None
+    changes: dict[Values, tuple[dict[str, int], list[int]]] = {}  # added files, old removed
+    version = previous.version
+    while _has_commit(root, version + 1):
+        version += 1
+        try:
+            with open(commit_file(root, version), encoding="utf-8") as log_file:
+                actions = [json.loads(line) for line in log_file if line.strip()]
+        except (OSError, ValueError):
+            return None
+        for action in actions:
+            kinds = set(action) - {"commitInfo", "txn"}
+            if not kinds:
+                continue
+            if kinds not in ({"add"}, {"remove"}):
+                return None  # a schema change, a protocol upgrade, ...: read the table
+            kind = kinds.pop()
+            body = action[kind]
+            values = body.get("partitionValues")
+            if values is None or any(c not in values for c in partition_by):
+                return None
+            added, removed = changes.setdefault(
+                tuple(values[c] or None for c in partition_by), ({}, [0])
+            )
+            if kind == "add":
+                added[body["path"]] = int(body["modificationTime"])
+            elif body["path"] in added:
+                del added[body["path"]]
+            else:
+                removed[0] += 1
+    if version == previous.version:
+        return None
+    last_updated, new_counts = dict(previous.last_updated), dict(counts)
+    for values, (added, removed) in changes.items():
+        old = counts.get(values, 0)
+        if removed[0] == old:  # every file it had is gone (or it is new)
+            if added:
+                last_updated[values] = max(added.values())
+                new_counts[values] = len(added)
+            else:
+                last_updated.pop(values, None)
+                new_counts.pop(values, None)
+        elif removed[0] == 0:  # appended to: its newest file is the newest of all
+            last_updated[values] = max([previous.last_updated[values], *added.values()])
+            new_counts[values] = old + len(added)
+        else:  # some of its files replaced: which of the rest is newest needs the table
+            return None
+    commits = _partlake_commits(root, version, previous) if with_commits else ()
+    touched = set(changes)
+    return replace(
+        previous,
+        version=version,
+        last_updated=last_updated,
+        touched_in=_touched_in(commits, last_updated, previous, touched),
+        commits=commits,
+        follows=previous.version,
+        moved=frozenset(touched),
+        file_counts=new_counts,
     )
 
 
 def _newest(
     pa: Any, pc: Any, actions: Any, partition_by: Sequence[str], only: set[Values] | None
-) -> dict[Values, int]:
-    """Newest modification time per partition of the live files (of the `only` partitions)."""
+) -> tuple[dict[Values, int], dict[Values, int]]:
+    """Newest modification time and number of live files per partition (of the `only`
+    partitions)."""
     if not actions.num_rows:
-        return {}
+        return {}, {}
     if not partition_by:
-        return {(): int(pc.max(actions.column("modification_time")).as_py())}
+        newest = int(pc.max(actions.column("modification_time")).as_py())
+        return {(): newest}, {(): actions.num_rows}
     columns = [f"partition.{c}" for c in partition_by]
     # Cast partition values to their Delta string form (dates become YYYY-MM-DD).
     as_text = pa.table(
@@ -302,9 +410,12 @@ def _newest(
         )
         wanted = pa.array([_SEP.join(_NULL if v is None else v for v in vs) for vs in only])
         as_text = as_text.filter(pc.is_in(keys, value_set=wanted))
-    grouped = as_text.group_by(columns).aggregate([("t", "max")])
-    values = zip(*(grouped.column(c).to_pylist() for c in columns), strict=True)
-    return dict(zip(values, grouped.column("t_max").to_pylist(), strict=True))
+    grouped = as_text.group_by(columns).aggregate([("t", "max"), ("t", "count")])
+    values = list(zip(*(grouped.column(c).to_pylist() for c in columns), strict=True))
+    return (
+        dict(zip(values, grouped.column("t_max").to_pylist(), strict=True)),
+        dict(zip(values, grouped.column("t_count").to_pylist(), strict=True)),
+    )
 
 
 _SEP, _NULL = "\x1f", "\x00"
