@@ -322,10 +322,12 @@ class TestSqliteInstance:
         the daemon retries after RETRY_SECONDS, then after twice that, with ticks between, and
         `partlake plan` names the gate the last run failed."""
         dev = refreshed.dev
+        # Taken before the ingest: the daemon may request the first attempt as soon as the bad
+        # batch is committed, while the ingest process is still shutting its Spark down.
+        broke_at = time.time()
         ingest(
             dev.env, "--date", "2024-01-01", "--region", "eu", "--seed", "9", "--missing-ids", "3"
         )
-        broke_at = time.time()
 
         def attempts(count: int) -> list[dict[str, Any]] | None:
             mine = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
@@ -23,8 +25,8 @@ def test_a_record_round_trips_through_the_commit_info() -> None:
     info = written.to_commit_info()
     assert info["partlake"]["format"] == 2
     assert info["partlake"]["empty_partition_keys"] == ["2024-01-02|us"]
-    assert CommitRecord.from_commit_info(info, table_version=3) == CommitRecord(
-        **{**written.__dict__, "table_version": 3}
+    assert CommitRecord.from_commit_info(info, table_version=3) == dataclasses.replace(
+        written, table_version=3
     )
     assert written.empty_partition_ids == {"2024-01-02|us"}
     assert CommitRecord("t", (), None, None).partition_ids == (WHOLE_TABLE_ID,)
@@ -45,7 +47,7 @@ def test_format_2_fields_round_trip_and_kept_partitions_keep_their_time() -> Non
         metrics={"rows_inserted": 3, "rows_deleted": 2, "rows_unchanged": 4},
     ).committed(write_id="w2", commit_time_ms=1_700_000_000_000)
     read = CommitRecord.from_commit_info(written.to_commit_info(), table_version=9)
-    assert read == CommitRecord(**{**written.__dict__, "table_version": 9})
+    assert read == dataclasses.replace(written, table_version=9)
     assert read.written_last_updated("2024-01-02|us") == 1_600_000_000_000
     assert read.written_last_updated("2024-01-02|eu") == 1_700_000_000_000
 
