@@ -357,7 +357,7 @@ def restore_partitions(
             continue
         return RestoreResult(
             restored_version=version,
-            version=_find_restore(root, before + 1, restore_id),
+            version=maintenance_version(root, since=before + 1, commit_id=restore_id),
             partition_ids=tuple(ids),
             files_added=len(to_add),
             files_removed=len(to_remove),
@@ -500,12 +500,13 @@ def _raw_stats(root: str, version: int, paths: set[str]) -> dict[str, str]:
     return found
 
 
-def _find_restore(root: str, since: int, restore_id: str) -> int | None:
-    # delta-rs does not return the version it committed: find the commit by its id.
+def maintenance_version(root: str, *, since: int, commit_id: str) -> int | None:
+    """The version of the maintenance commit (restore, compaction) with `commit_id`, at or after
+    `since`: delta-rs does not return the version it committed."""
     for version in reversed(log_versions(root)):
         if version < since:
             break
         maintenance = commit_info(root, version).get(MAINTENANCE_KEY)
-        if isinstance(maintenance, Mapping) and maintenance.get("id") == restore_id:
+        if isinstance(maintenance, Mapping) and maintenance.get("id") == commit_id:
             return version
     return None

@@ -41,13 +41,12 @@ from dagster_partlake.delta.defaults import (
     DEFAULT_RETENTION_HOURS,
     DEFAULT_TARGET_FILE_BYTES,
 )
-from dagster_partlake.delta.history import MAINTENANCE_KEY
+from dagster_partlake.delta.history import MAINTENANCE_KEY, maintenance_version
 from dagster_partlake.delta.reader import open_table, read_files
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import (
     LiveFile,
-    commit_info,
     live_files,
     load_table,
     log_versions,
@@ -411,23 +410,13 @@ def _commit_compaction(
         if conflict is not None:
             last_error = conflict
             continue
-        version = _maintenance_version(root, since=before + 1, commit_id=commit_id)
+        version = maintenance_version(root, since=before + 1, commit_id=commit_id)
         return CompactResult(root, version, tuple(partitions), attempts=attempt)
     raise CommitConflictError(
         f"could not commit the compaction of table {staged.table_name} after {max_attempts} "
         f"attempts because concurrent writers kept changing it (last error: {last_error}); run "
         "it when fewer writers are active. Nothing was committed."
     )
-
-
-def _maintenance_version(root: str, *, since: int, commit_id: str) -> int | None:
-    for version in reversed(log_versions(root)):
-        if version < since:
-            break
-        body = commit_info(root, version).get(MAINTENANCE_KEY)
-        if isinstance(body, dict) and body.get("id") == commit_id:
-            return version
-    return None
 
 
 def vacuum_table(
