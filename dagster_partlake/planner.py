@@ -205,12 +205,12 @@ def plan(inputs: PlanInput) -> Plan:
         states = inputs.states.get(asset.name, {})
         records = inputs.records.get(asset.name, {})
         own = [d for d in asset.deps if d.upstream == asset.name]
-        candidates = sorted(_candidates(asset, inputs, stale), key=lambda k: k or "")
+        candidates = sorted(candidates_of(asset, inputs, stale), key=lambda k: k or "")
         if own:
             items.extend(_judge_in_order(asset, own, candidates, inputs, stale))
             continue
         for key in candidates:
-            item = _judge(asset, key, states.get(key), records.get(key), inputs, stale)
+            item = judge(asset, key, states.get(key), records.get(key), inputs, stale)
             if item is not None:
                 items.append(item)
                 stale[asset.name].add(key)
@@ -249,7 +249,7 @@ def _judge_in_order(
         queued.discard(key)
         if key in stale[asset.name]:
             continue
-        item = _judge(asset, key, states.get(key), records.get(key), inputs, stale)
+        item = judge(asset, key, states.get(key), records.get(key), inputs, stale)
         if item is None:
             continue
         items.append(item)
@@ -270,7 +270,8 @@ def _has_data(asset: str, key: Key, inputs: PlanInput, stale: Mapping[str, set[K
     return key in inputs.states.get(asset, {}) or key in stale.get(asset, ())
 
 
-def _candidates(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> set[Key]:
+def candidates_of(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> set[Key]:
+    """The partitions of `asset` that `plan` judges, given the stale partitions so far."""
     keys: set[Key] = set(inputs.records.get(asset.name, {}))
     keys.update(inputs.states.get(asset.name, {}))
     if not any(d.upstream != asset.name for d in asset.deps):
@@ -292,7 +293,7 @@ def _candidates(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key
     return keys
 
 
-def _judge(
+def judge(
     asset: PlanAsset,
     key: Key,
     state: PartitionState | None,
@@ -300,6 +301,8 @@ def _judge(
     inputs: PlanInput,
     stale: Mapping[str, set[Key]],
 ) -> StalePartition | None:
+    """The verdict on one partition (None: fresh), given the stale partitions of its upstream
+    assets (and, for an asset ordered on itself, of its earlier partitions)."""
     if record is None:
         because: list[str] = []
         for dep in asset.deps:

@@ -34,8 +34,8 @@ from dagster_partlake.planner import (
     PlanAsset,
     PlanInput,
     StalePartition,
-    _candidates,
-    _judge,
+    candidates_of,
+    judge,
     plan,
     topological_order,
 )
@@ -107,14 +107,14 @@ def replan(memo: PlanMemo, inputs: PlanInput, changed: Mapping[str, Iterable[Key
             if before is not now and before != now:
                 dirty |= set(before) ^ set(now)
         if asset.code_version != old_code.get(asset.name):
-            dirty |= set(previous) | _candidates(asset, inputs, stale)
+            dirty |= set(previous) | candidates_of(asset, inputs, stale)
         if not dirty:  # nothing it reads or holds moved: every verdict stands
             stale[asset.name] = set(previous)
             verdicts[asset.name] = previous
             flipped[asset.name] = set()
             continue
         own = [d for d in asset.deps if d.upstream == asset.name]
-        # `plan` judges only candidates; for an asset with upstream assets `_judge` says None
+        # `plan` judges only candidates; for an asset with upstream assets `judge` says None
         # for any other partition, but without them it would call every key `missing`.
         allowed = _root_candidates(asset, inputs) if is_root else None
         if allowed is not None:
@@ -185,7 +185,7 @@ def _rejudge(
     stale: dict[str, set[Key]],
     current: dict[Key, StalePartition],
 ) -> None:
-    item = _judge(
+    item = judge(
         asset,
         key,
         inputs.states.get(asset.name, {}).get(key),
