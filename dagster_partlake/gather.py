@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import time
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dagster_partlake.compact import ABSENT, KEYS, NONE, VALUES, IntMap, RecordMap, StateMap
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache, TableState, Values, folder_state
 from dagster_partlake.delta.table import newest_record, table_exists
@@ -44,15 +46,31 @@ def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
     return cache.sync(asset.path, with_commits=not asset.is_source, name=asset.name)
 
 
-def to_partition_states(
-    asset: LakeAsset, state: TableState | None, codec: KeyCodec | None = None
-) -> dict[Key, PartitionState]:
-    """lastUpdated per Dagster partition key (values outside the partitions are ignored)."""
-    if state is None:
-        return {}
-    if not asset.columns:
-        newest = max(state.last_updated.values(), default=None)
-        return {} if newest is None else {None: PartitionState(newest, state.version)}
+class KeyIds:
+    """Interned partition values -> the interned partition key holding them, for one asset's
+    codec: memoized in an array indexed by the values' id (`dagster_partlake.compact`)."""
+
+    _UNKNOWN, OUTSIDE = -1, -2
+
+    def __init__(self, codec: KeyCodec, order: Sequence[int]) -> None:
+        self.codec = codec
+        self.order = list(order)
+        self._memo = array("q")
+
+    def __call__(self, values_id: int) -> int:
+        """The key's id, or `OUTSIDE` for values outside the asset's partitions."""
+        memo = self._memo
+        if values_id >= len(memo):
+            memo.extend(array("q", [self._UNKNOWN]) * (values_id + 1 - len(memo)))
+        found = memo[values_id]
+        if found == self._UNKNOWN:
+            values = VALUES.keys[values_id]
+            key = self.codec.key([values[i] for i in self.order])
+            found = memo[values_id] = self.OUTSIDE if key is None else KEYS.id(key)
+        return found
+
+
+def _column_order(asset: LakeAsset, state: TableState) -> list[int]:
     order = [
         state.partition_by.index(c.column) for c in asset.columns if c.column in state.partition_by
     ]
@@ -63,48 +81,91 @@ def to_partition_states(
             f"stored in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or "
             "the table."
         )
-    codec = codec or KeyCodec(asset.columns, state.column_types)
-    result: dict[Key, PartitionState] = {}
-    for values, last_updated in state.last_updated.items():
-        key = codec.key([values[i] for i in order])
-        if key is None:
-            continue
-        previous = result.get(key)
-        if previous is None or last_updated > previous.last_updated:
-            result[key] = PartitionState(last_updated, state.touched_in.get(values))
-    return result
+    return order
 
 
-def to_records(asset: LakeAsset, state: TableState | None) -> dict[Key, Record]:
-    """The last partlake write of each partition, from the table's commit records."""
-    records: dict[Key, Record] = {}
+def to_partition_states(
+    asset: LakeAsset, state: TableState | None, keys: KeyIds | None = None
+) -> StateMap:
+    """lastUpdated per Dagster partition key (values outside the partitions are ignored)."""
     if state is None:
-        return records
+        return StateMap.build(())
+    if not asset.columns:
+        newest = max((t for t in state.last_updated.values() if t is not None), default=None)
+        return StateMap.build(
+            () if newest is None else [(None, PartitionState(newest, state.version))]
+        )
+    order = _column_order(asset, state)
+    keys = keys or KeyIds(KeyCodec(asset.columns, state.column_types), order)
+    found = [(keys(v), t, v) for v, t in state.last_updated.raw_items()]
+    found = [f for f in found if f[0] >= 0]
+    if not found:
+        return StateMap.build(())
+    base = min(f[0] for f in found)
+    newest = array("q", [ABSENT]) * (max(f[0] for f in found) - base + 1)
+    versions = array("q", newest)
+    touched_in = state.touched_in
+    for key_id, last_updated, values_id in found:
+        # Several table partitions may hold one Dagster partition (the days of a month).
+        if newest[key_id - base] == ABSENT or last_updated > newest[key_id - base]:
+            newest[key_id - base] = last_updated
+            version = touched_in.get(VALUES.keys[values_id])
+            versions[key_id - base] = NONE if version is None else version
+    size = len(newest) - newest.count(ABSENT)
+    return StateMap(IntMap(KEYS, base, newest, size), IntMap(KEYS, base, versions, size))
+
+
+def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
+    """The last partlake write of each partition, from the table's commit records."""
+    if state is None:
+        return RecordMap.empty()
+    sources: list[Record] = []
+    written: list[tuple[list[int], list[int]]] = []
     for commit in state.commits:  # oldest first: later writes replace earlier ones
         if commit.commit_time_ms is None:
             continue  # written before partlake recorded what it consumed: treat as unknown
         consumed = {
-            upstream: {_key(k): v for k, v in partitions.items()}
+            upstream: (
+                partitions
+                if WHOLE_TABLE_ID not in partitions
+                else {_key(k): v for k, v in partitions.items()}
+            )
             for upstream, partitions in commit.consumed.items()
         }
-        for raw in commit.partition_ids:
-            records[_key(raw)] = Record(
-                code_version=commit.code_version,
-                written_last_updated=commit.written_last_updated(raw),
-                consumed=consumed,
-                run_id=commit.run_id,
-            )
-    return records
+        sources.append(Record(commit.code_version, None, consumed, commit.run_id))
+        ids = KEYS.ids_of(_key(raw) for raw in commit.partition_ids)
+        values = [commit.commit_time_ms] * len(ids)
+        if commit.kept or commit.empty_partition_ids:
+            values = [_unbox(commit.written_last_updated(raw)) for raw in commit.partition_ids]
+        written.append((ids, values))
+    every = [i for ids, _ in written for i in ids]
+    if not every:
+        return RecordMap.empty()
+    base = min(every)
+    which = array("q", [ABSENT]) * (max(every) - base + 1)
+    last_updated = array("q", which)
+    for source, (ids, values) in enumerate(written):
+        for key_id, value in zip(ids, values, strict=True):
+            which[key_id - base] = source
+            last_updated[key_id - base] = value
+    size = len(which) - which.count(ABSENT)
+    return RecordMap(
+        tuple(sources), IntMap(KEYS, base, which, size), IntMap(KEYS, base, last_updated, size)
+    )
+
+
+def _unbox(value: int | None) -> int:
+    return NONE if value is None else value
 
 
 def _check_followed(
     asset: LakeAsset,
     state: TableState | None,
-    states: dict[Key, PartitionState],
-    records: dict[Key, Record],
+    states: Mapping[Key, PartitionState],
+    records: Mapping[Key, Record],
 ) -> None:
     """Under CHECK_REPLAN_ENV: the followed conversion equals the conversion from scratch."""
-    full_records = {} if asset.is_source else to_records(asset, state)
+    full_records = RecordMap.empty() if asset.is_source else to_records(asset, state)
     full_states = (
         states_from_records(full_records) if asset.decoupled else to_partition_states(asset, state)
     )
@@ -116,9 +177,9 @@ def _follow_states(
     asset: LakeAsset,
     before: TableState | None,
     state: TableState | None,
-    converted: dict[Key, PartitionState] | None,
-    codec: KeyCodec | None,
-) -> tuple[dict[Key, PartitionState], set[Key] | None]:
+    converted: StateMap | None,
+    keys: KeyIds | None,
+) -> tuple[StateMap, set[Key] | None]:
     """`to_partition_states(asset, state)`, updating `converted` (the conversion of `before`)
     where the table is partitioned exactly by the asset's columns: only the partitions whose
     lastUpdated or version changed are converted again. Also the keys that may have changed
@@ -127,46 +188,47 @@ def _follow_states(
         before is None
         or state is None
         or converted is None
-        or codec is None
+        or keys is None
         or not asset.columns
         or before.partition_by != state.partition_by
         or before.column_types != state.column_types
         or tuple(c.column for c in asset.columns) != state.partition_by
     ):
-        return to_partition_states(asset, state, codec), None
+        return to_partition_states(asset, state, keys), None
     old, new = before.last_updated, state.last_updated
     moved: Iterable[Values]
     if state.follows == before.version and state.moved is not None:
         moved = state.moved  # the state cache followed the new commits: it knows
     else:
-        changed = {v for v in new if old.get(v) != new[v]}
+        changed = {v for v, t in new.items() if old.get(v) != t}
         changed.update(v for v in old if v not in new)
         changed.update(
             v
-            for v in state.touched_in.keys() | before.touched_in.keys()
+            for v in {*state.touched_in, *before.touched_in}
             if state.touched_in.get(v) != before.touched_in.get(v)
         )
         moved = changed
-    result = dict(converted)
-    keys: set[Key] = set()
+    changes: dict[Key, PartitionState] = {}
+    gone: list[Key] = []
     for values in moved:
-        key = codec.key(list(values))
-        if key is None:
+        key_id = keys(VALUES.id(values))
+        if key_id < 0:
             continue
-        keys.add(key)
-        if values in new:
-            result[key] = PartitionState(new[values], state.touched_in.get(values))
+        key = KEYS.keys[key_id]
+        last_updated = new.get(values)
+        if last_updated is not None:
+            changes[key] = PartitionState(last_updated, state.touched_in.get(values))
         else:
-            result.pop(key, None)
-    return result, keys
+            gone.append(key)
+    return converted.updated(changes, gone), {*changes, *gone}
 
 
 def _follow_records(
     asset: LakeAsset,
     before: TableState | None,
     state: TableState | None,
-    converted: dict[Key, Record] | None,
-) -> tuple[dict[Key, Record], set[Key] | None]:
+    converted: RecordMap | None,
+) -> tuple[RecordMap, set[Key] | None]:
     """`to_records(asset, state)`, applying only the commits `state` has after those of
     `before` to `converted` (the records of `before`) when its commits extend them; also the
     keys whose record may have changed (None: not known)."""
@@ -176,29 +238,38 @@ def _follow_records(
     if state.commits[:known] != before.commits:
         return to_records(asset, state), None
     tail = to_records(asset, replace(state, commits=state.commits[known:]))
-    return {**converted, **tail}, set(tail)
+    return converted.then(tail), set(tail)
 
 
-def _codec(graph: LakeGraph, asset: LakeAsset, state: TableState | None) -> KeyCodec | None:
-    """The asset's key codec for the table's column types, kept on the graph (it memoizes
-    the key of every value it has seen)."""
+def _keys(graph: LakeGraph, asset: LakeAsset, state: TableState | None) -> KeyIds | None:
+    """The asset's key ids for the table's column types, kept on the graph (they memoize the
+    key of every partition seen)."""
     if state is None or not asset.columns:
         return None
-    signature = (asset.name, repr(sorted(state.column_types.items())))
-    codec = graph.codecs.get(signature)
-    if codec is None:
-        codec = graph.codecs[signature] = KeyCodec(asset.columns, state.column_types)
-    return codec
+    signature = (asset.name, repr(sorted(state.column_types.items())), state.partition_by)
+    keys = graph.codecs.get(signature)
+    if keys is None:
+        keys = graph.codecs[signature] = KeyIds(
+            KeyCodec(asset.columns, state.column_types), _column_order(asset, state)
+        )
+    return keys
 
 
-def states_from_records(records: Mapping[Key, Record]) -> dict[Key, PartitionState]:
+def states_from_records(records: Mapping[Key, Record]) -> StateMap:
     """lastUpdated per Dagster partition of a decoupled table (its table partitions are not
     Dagster partitions): what the last write of each gave it. Writes by others go unseen."""
-    return {
-        key: PartitionState(r.written_last_updated)
+    if isinstance(records, RecordMap):
+        found = [(i, v) for i, v in records.written.raw_items() if v != NONE]
+        ids = [i for i, _ in found]
+        return StateMap(
+            IntMap.from_ids(KEYS, ids, (v for _, v in found)),
+            IntMap.from_ids(KEYS, ids, [None] * len(ids)),
+        )
+    return StateMap.build(
+        (key, PartitionState(r.written_last_updated))
         for key, r in records.items()
         if r.written_last_updated is not None
-    }
+    )
 
 
 def _key(raw: str) -> Key:
@@ -217,8 +288,8 @@ def gather_plan_input(
             raw[name] = read_state(asset, cache)
         except TableUnreadableError as error:
             unreadable[name] = str(error)
-    states: dict[str, dict[Key, PartitionState]] = {}
-    records: dict[str, dict[Key, Record]] = {}
+    states: dict[str, StateMap] = {}
+    records: dict[str, RecordMap] = {}
     for name, state in raw.items():
         asset = graph.assets[name]
         version = state.version if state is not None else -1
@@ -228,7 +299,7 @@ def gather_plan_input(
             # many partitions; a table whose version did not move keeps its conversion, and one
             # that moved converts only what its new commits changed.
             before = cached[3] if cached is not None else None
-            asset_records: dict[Key, Record] = {}
+            asset_records: RecordMap = RecordMap.empty()
             record_keys: set[Key] | None = set()
             if not asset.is_source:
                 asset_records, record_keys = _follow_records(
@@ -238,7 +309,7 @@ def gather_plan_input(
                 asset_states, state_keys = states_from_records(asset_records), record_keys
             else:
                 asset_states, state_keys = _follow_states(
-                    asset, before, state, cached[1] if cached else None, _codec(graph, asset, state)
+                    asset, before, state, cached[1] if cached else None, _keys(graph, asset, state)
                 )
             if before is not None and os.environ.get(CHECK_REPLAN_ENV):
                 _check_followed(asset, state, asset_states, asset_records)

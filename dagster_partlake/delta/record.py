@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from dagster_partlake.compact import KEYS, IntMap
 from dagster_partlake.errors import PartlakeError
 
 RECORD_KEY = "partlake"
@@ -69,8 +70,11 @@ class CommitRecord:
     @cached_property  # asked once per written partition: 100,000 of them in one commit
     def empty_partition_ids(self) -> frozenset[str]:
         """Written partitions that got no rows (the write removed their data)."""
-        rows = self.rows_by_partition or {}
-        return frozenset(pid for pid in self.partition_ids if pid in rows and rows[pid] == 0)
+        zeros = [pid for pid, rows in (self.rows_by_partition or {}).items() if rows == 0]
+        if not zeros:
+            return frozenset()
+        written = set(self.partition_ids)
+        return frozenset(pid for pid in zeros if pid in written)
 
     def written_last_updated(self, partition_id: str) -> int | None:
         """The lastUpdated this commit left the partition with (None: it has no rows)."""
@@ -149,23 +153,25 @@ class CommitRecord:
             # Some writers recorded only the empty partitions.
             rows = {str(k): 0 for k in body["empty_partition_keys"]}
         time_ms = body.get("commit_time_ms")
+        # Per-partition fields are held column-wise over interned partition ids: a commit that
+        # wrote a million partitions is a few arrays, not millions of dict entries.
         return cls(
             asset_key=str(body["asset_key"]),
-            partition_keys=tuple(str(k) for k in body["partition_keys"] or ()),
+            partition_keys=tuple(KEYS.canonical(str(k)) for k in body["partition_keys"] or ()),
             code_version=body.get("code_version"),
             run_id=body.get("run_id"),
             consumed={
-                str(name): {str(k): int(v) for k, v in parts.items()}
+                str(name): _per_partition(parts)
                 for name, parts in (body.get("consumed") or {}).items()
             },
             upstream_versions={
                 str(k): int(v) for k, v in (body.get("upstream_versions") or {}).items()
             },
-            rows_by_partition=None if rows is None else {str(k): int(v) for k, v in rows.items()},
+            rows_by_partition=None if rows is None else _per_partition(rows),
             write_id=str(body.get("write_id") or ""),
             commit_time_ms=None if time_ms is None else int(time_ms),
             kind=body.get("kind"),
-            kept={str(k): int(v) for k, v in (body.get("kept") or {}).items()},
+            kept=_per_partition(body.get("kept") or {}),
             content_hashes={str(k): str(v) for k, v in (body.get("content_hashes") or {}).items()},
             metrics={str(k): int(v) for k, v in (body.get("metrics") or {}).items()},
             snapshot_ms=None if body.get("snapshot_ms") is None else int(body["snapshot_ms"]),
@@ -179,6 +185,11 @@ class CommitRecord:
             },
             table_version=table_version,
         )
+
+
+def _per_partition(values: Mapping[Any, Any]) -> IntMap[str | None]:
+    """Partition id -> int, column-wise over the interned ids."""
+    return IntMap.build(KEYS, ((str(k), int(v)) for k, v in values.items()))
 
 
 def records_of(infos: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[CommitRecord, ...]:

@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
+import sys
 import tempfile
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from dagster_partlake.compact import ABSENT, NONE, VALUES, IntMap
+from dagster_partlake.delta.log_state import TEXT_TYPES, LogFiles, read_live_files
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.table import (
@@ -54,23 +59,24 @@ class TableState:
     version: int  # Delta version; for a folder, a hash of its state
     partition_by: tuple[str, ...]
     column_types: dict[str, Any]
-    last_updated: dict[Values, int]  # partition values -> newest modification time (ms)
-    touched_in: dict[Values, int] = field(default_factory=dict)  # -> version, where known
+    # Column-wise over the interned partition values (`dagster_partlake.compact`):
+    last_updated: IntMap[Values]  # partition values -> newest modification time (ms)
+    touched_in: IntMap[Values] = field(default_factory=lambda: IntMap(VALUES))  # -> version
     commits: tuple[CommitRecord, ...] = ()  # partlake commit records, oldest first
     # Set when this state was derived from the state at version `follows` by its new commits:
     # the partitions whose lastUpdated or version may differ from that one's (not persisted).
     follows: int | None = field(default=None, compare=False)
     moved: frozenset[Values] | None = field(default=None, compare=False)
-    # Live files per partition, where known (not persisted): lets `sync` follow appends and
-    # partition replacements from the JSON commits alone.
-    file_counts: dict[Values, int] | None = field(default=None, compare=False)
+    # Live files per partition, where known: lets `sync` follow appends and partition
+    # replacements from the JSON commits alone.
+    file_counts: IntMap[Values] | None = field(default=None, compare=False)
 
 
 class StateCache:
     """Per-process cache of `TableState`s, refreshed only when a table's version moved."""
 
     def __init__(self, persist_dir: str | None = None) -> None:
-        self._tables: dict[str, tuple[DeltaTable | None, TableState]] = {}
+        self._tables: dict[str, TableState] = {}
         # The commit file each cached state was read at (version, size, mtime).
         self._stamps: dict[str, list[int] | None] = {}
         self._persist_dir = persist_dir
@@ -102,13 +108,13 @@ class StateCache:
         holds it: not cached at that version, a commit after it, or its commit file changed."""
         root = os.path.abspath(root)
         cached = self._tables.get(root)
-        if cached is None or cached[1].version != version:
+        if cached is None or cached.version != version:
             return True
         return _has_commit(root, version + 1) or _stamp(root, version) != self._stamps.get(root)
 
     def _sync(self, root: str, *, with_commits: bool) -> TableState | None:
         cached = self._tables.get(root)
-        if cached is not None and _stamp(root, cached[1].version) != self._stamps.get(root):
+        if cached is not None and _stamp(root, cached.version) != self._stamps.get(root):
             # The commit it was read at changed or vanished: the table was re-created at the same
             # path, or that commit file was damaged. Read it again from scratch.
             cached = None
@@ -116,37 +122,33 @@ class StateCache:
         if cached is None and self._persist_dir is not None:
             persisted = _load_state(self._persist_dir, root, with_commits=with_commits)
             if persisted is not None:
-                cached = self._tables[root] = (None, persisted)
+                cached = self._tables[root] = persisted
                 self._stamps[root] = _stamp(root, persisted.version)
-        if cached is not None and not _has_commit(root, cached[1].version + 1):
-            return cached[1]
+        if cached is not None and not _has_commit(root, cached.version + 1):
+            return cached
         if cached is not None:
-            followed = _follow_log(root, cached[1], with_commits=with_commits)
+            followed = _follow_log(root, cached, with_commits=with_commits)
             if followed is not None:  # appends and partition replacements: no delta-rs needed
-                return self._keep(root, cached[0], followed, with_commits=with_commits)
-        if cached is None and not table_exists(root):
-            return None
+                return self._keep(root, followed, with_commits=with_commits)
+        if cached is None:
+            if not table_exists(root):
+                return None
+            files = read_live_files(root)
+            if files is not None:  # the log replayed with Arrow, without a delta-rs snapshot
+                state = _state_of_files(root, files, with_commits=with_commits)
+                return self._keep(root, state, with_commits=with_commits)
         # Imported here: a process whose states all come from the persisted cache (or whose
         # tables do not exist yet) never needs it.
         from deltalake import DeltaTable
 
-        if cached is None:
-            table = DeltaTable(root)
-            previous: TableState | None = None
-        else:
-            table, previous = cached
-            if table is None:
-                table = DeltaTable(root)
-            else:
-                table.update_incremental()
-        state = _read_state(root, table, previous, with_commits=with_commits)
-        return self._keep(root, table, state, with_commits=with_commits)
+        # The delta-rs table is not kept: its snapshot holds every live file (hundreds of bytes
+        # each), while the state holds a few numbers per partition. Most syncs follow the JSON
+        # commits (above); the rest load the table again.
+        state = _read_state(root, DeltaTable(root), cached, with_commits=with_commits)
+        return self._keep(root, state, with_commits=with_commits)
 
-    def _keep(
-        self, root: str, table: DeltaTable | None, state: TableState, *, with_commits: bool
-    ) -> TableState:
-        # A table object behind `state` (after `_follow_log`) catches up on its next update.
-        self._tables[root] = (table, state)
+    def _keep(self, root: str, state: TableState, *, with_commits: bool) -> TableState:
+        self._tables[root] = state
         self._stamps[root] = _stamp(root, state.version)
         if self._persist_dir is not None:
             _save_state(self._persist_dir, state, with_commits=with_commits)
@@ -174,62 +176,94 @@ def _stamp(root: str, version: int) -> list[int] | None:
 
 
 def _state_file(persist_dir: str, root: str) -> str:
-    return os.path.join(persist_dir, hashlib.sha1(root.encode()).hexdigest() + ".json")
+    return os.path.join(persist_dir, hashlib.sha1(root.encode()).hexdigest() + ".state")
+
+
+# The on-disk form: `marshal` (fast to load, no code runs) of the state's columns as raw int64
+# arrays aligned with one list of partition values. marshal's format is tied to the Python
+# version, which is stamped in and checked.
+_CACHE_FORMAT = (1, marshal.version, *sys.version_info[:2])
 
 
 def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableState | None:
     """The persisted state of `root`, if the commit it was read at is still in the log as it was
     (`sync` then reads only the commits after it)."""
     try:
-        with open(_state_file(persist_dir, root), encoding="utf-8") as state_file:
-            data = json.load(state_file)
-    except (OSError, ValueError):
+        with open(_state_file(persist_dir, root), "rb") as state_file:
+            data = marshal.load(state_file)
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != _CACHE_FORMAT
+            or data.get("root") != root
+            or data.get("stamp") != _stamp(root, int(data.get("version", -1)))
+            or (with_commits and not data.get("with_commits"))
+        ):
+            return None
+        ids = VALUES.ids_of(data["values"])
+        counts = data["file_counts"]
+        return TableState(
+            root=root,
+            version=int(data["version"]),
+            partition_by=tuple(data["partition_by"]),
+            column_types=data["column_types"],
+            last_updated=_column(ids, data["last_updated"]),
+            touched_in=_column(ids, data["touched_in"]),
+            commits=tuple(
+                record
+                for version, info in data["commits"]
+                if (record := CommitRecord.from_commit_info(info, table_version=version))
+            ),
+            file_counts=None if counts is None else _column(ids, counts),
+        )
+    except (OSError, ValueError, EOFError, TypeError, KeyError):
         return None  # no cache, or a damaged one: read the table
-    if (
-        data.get("root") != root
-        or data.get("stamp") != _stamp(root, int(data.get("version", -1)))
-        or (with_commits and not data.get("with_commits"))
-    ):
-        return None
-    return TableState(
-        root=root,
-        version=int(data["version"]),
-        partition_by=tuple(data["partition_by"]),
-        column_types=data["column_types"],
-        last_updated={tuple(v): int(t) for v, t in data["last_updated"]},
-        touched_in={tuple(v): int(n) for v, n in data["touched_in"]},
-        commits=tuple(
-            record
-            for version, info in data["commits"]
-            if (record := CommitRecord.from_commit_info(info, table_version=version))
-        ),
-    )
+
+
+def _column(ids: list[int], raw: bytes) -> IntMap[Values]:
+    values = array("q")
+    values.frombytes(raw)
+    if len(values) != len(ids):
+        raise ValueError("a damaged state cache")
+    return IntMap.from_ids(VALUES, ids, (None if v == NONE else v for v in values))
 
 
 def _save_state(persist_dir: str, state: TableState, *, with_commits: bool) -> None:
     stamp = _stamp(state.root, state.version)
     if stamp is None:
         return
+    values = list(state.last_updated)
+
+    def aligned(column: IntMap[Values]) -> bytes:
+        return array("q", [_raw(column, v) for v in values]).tobytes()
+
     data = {
+        "format": _CACHE_FORMAT,
         "root": state.root,
         "stamp": stamp,
         "with_commits": with_commits,
         "version": state.version,
         "partition_by": list(state.partition_by),
         "column_types": state.column_types,
-        "last_updated": [[list(v), t] for v, t in state.last_updated.items()],
-        "touched_in": [[list(v), n] for v, n in state.touched_in.items()],
-        "commits": [[r.table_version, r.to_commit_info()] for r in state.commits],
+        "values": values,
+        "last_updated": aligned(state.last_updated),
+        "touched_in": aligned(state.touched_in),
+        "file_counts": None if state.file_counts is None else aligned(state.file_counts),
+        "commits": [(r.table_version, r.to_commit_info()) for r in state.commits],
     }
     try:
         os.makedirs(persist_dir, exist_ok=True)
         # Write then rename: a concurrent reader sees the old file or the new one, never half.
         handle, temp = tempfile.mkstemp(dir=persist_dir, suffix=".tmp")
-        with os.fdopen(handle, "w", encoding="utf-8") as state_file:
-            json.dump(data, state_file)
+        with os.fdopen(handle, "wb") as state_file:
+            marshal.dump(data, state_file)
         os.replace(temp, _state_file(persist_dir, state.root))
-    except OSError:
+    except (OSError, ValueError):
         pass  # the cache is an optimization: a read-only home only costs the next process time
+
+
+def _raw(column: IntMap[Values], values: Values) -> int:
+    found = column.get(values, ABSENT)
+    return NONE if found is None else found
 
 
 def _has_commit(root: str, version: int) -> bool:
@@ -251,20 +285,20 @@ def _read_state(
         # rest of the previous state stands (a table of 100,000 partitions with one rewritten
         # costs one filtered aggregation, not 100,000 Python objects).
         assert previous is not None
-        last_updated = dict(previous.last_updated)
-        counts = None if previous.file_counts is None else dict(previous.file_counts)
-        for values in touched:
-            last_updated.pop(values, None)
-            if counts is not None:
-                counts.pop(values, None)
-        if touched:
-            newest, touched_counts = _newest(pa, pc, actions, partition_by, touched)
-            last_updated.update(newest)
-            if counts is not None:
-                counts.update(touched_counts)
+        newest, touched_counts = _newest(pa, pc, actions, partition_by, touched)
+        gone = [v for v in touched if v not in newest]
+        last_updated = previous.last_updated.updated(newest, gone)
+        counts = (
+            None
+            if previous.file_counts is None
+            else previous.file_counts.updated(touched_counts, gone)
+        )
     else:
         touched = None
-        last_updated, counts = _newest(pa, pc, actions, partition_by, None)
+        last_updated, counts = (
+            IntMap.build(VALUES, m.items()) for m in _newest(pa, pc, actions, partition_by, None)
+        )
+    del actions
     commits: tuple[CommitRecord, ...] = ()
     if with_commits:
         commits = _partlake_commits(root, version, previous)
@@ -282,27 +316,48 @@ def _read_state(
     )
 
 
+def _state_of_files(root: str, files: LogFiles, *, with_commits: bool) -> TableState:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    last_updated, counts = (
+        IntMap.build(VALUES, m.items())
+        for m in _newest(pa, pc, files.files, files.partition_by, None)
+    )
+    commits = _partlake_commits(root, files.version, None) if with_commits else ()
+    return TableState(
+        root=root,
+        version=files.version,
+        partition_by=files.partition_by,
+        column_types=files.column_types,
+        last_updated=last_updated,
+        touched_in=_touched_in(commits, last_updated, None, None),
+        commits=commits,
+        file_counts=counts,
+    )
+
+
 def _touched_in(
     commits: Sequence[CommitRecord],
-    last_updated: dict[Values, int],
+    last_updated: IntMap[Values],
     previous: TableState | None,
     touched: set[Values] | None,
-) -> dict[Values, int]:
+) -> IntMap[Values]:
     """Per partition, the version of the partlake commit that set its lastUpdated (only the
     `touched` partitions are looked up again when the previous state is followed)."""
     by_time = {c.commit_time_ms: c.table_version for c in commits if c.table_version is not None}
     if touched is None or previous is None:
-        return {v: by_time[t] for v, t in last_updated.items() if t in by_time}
-    result = dict(previous.touched_in)
+        found = [(i, by_time[t]) for i, t in last_updated.raw_items() if t in by_time]
+        return IntMap.from_ids(VALUES, [i for i, _ in found], (v for _, v in found))
+    changes: dict[Values, int | None] = {}
+    gone = []
     for values in touched:
-        result.pop(values, None)
-        if values in last_updated and last_updated[values] in by_time:
-            result[values] = by_time[last_updated[values]]
-    return result
-
-
-# Delta partition types whose JSON commit value is the text Arrow casts them to.
-_TEXT_TYPES = frozenset({"string", "date", "byte", "short", "integer", "long"})
+        now = last_updated.get(values)
+        if now is not None and now in by_time:
+            changes[values] = by_time[now]
+        else:
+            gone.append(values)
+    return previous.touched_in.updated(changes, gone)
 
 
 def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> TableState | None:
@@ -315,7 +370,7 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
     if (
         counts is None
         or not partition_by
-        or any(previous.column_types.get(c) not in _TEXT_TYPES for c in partition_by)
+        or any(previous.column_types.get(c) not in TEXT_TYPES for c in partition_by)
     ):
         return None
     changes: dict[Values, tuple[dict[str, int], list[int]]] = {}  # added files, old removed
@@ -349,21 +404,23 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
                 removed[0] += 1
     if version == previous.version:
         return None
-    last_updated, new_counts = dict(previous.last_updated), dict(counts)
+    newest: dict[Values, int | None] = {}
+    new_counts: dict[Values, int | None] = {}
+    gone: list[Values] = []
     for values, (added, removed) in changes.items():
-        old = counts.get(values, 0)
+        old = counts.get(values, 0) or 0
         if removed[0] == old:  # every file it had is gone (or it is new)
             if added:
-                last_updated[values] = max(added.values())
+                newest[values] = max(added.values())
                 new_counts[values] = len(added)
             else:
-                last_updated.pop(values, None)
-                new_counts.pop(values, None)
+                gone.append(values)
         elif removed[0] == 0:  # appended to: its newest file is the newest of all
-            last_updated[values] = max([previous.last_updated[values], *added.values()])
+            newest[values] = max([previous.last_updated[values] or 0, *added.values()])
             new_counts[values] = old + len(added)
         else:  # some of its files replaced: which of the rest is newest needs the table
             return None
+    last_updated = previous.last_updated.updated(newest, gone)
     commits = _partlake_commits(root, version, previous) if with_commits else ()
     touched = set(changes)
     return replace(
@@ -374,7 +431,7 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
         commits=commits,
         follows=previous.version,
         moved=frozenset(touched),
-        file_counts=new_counts,
+        file_counts=counts.updated(new_counts, gone),
     )
 
 
@@ -411,7 +468,9 @@ def _newest(
         wanted = pa.array([_SEP.join(_NULL if v is None else v for v in vs) for vs in only])
         as_text = as_text.filter(pc.is_in(keys, value_set=wanted))
     grouped = as_text.group_by(columns).aggregate([("t", "max"), ("t", "count")])
-    values = list(zip(*(grouped.column(c).to_pylist() for c in columns), strict=True))
+    # Through a dictionary per column, so that the partitions' value tuples share one string
+    # object per distinct value (a million partitions have ten thousand dates).
+    values = list(zip(*(_shared_strings(pc, grouped.column(c)) for c in columns), strict=True))
     return (
         dict(zip(values, grouped.column("t_max").to_pylist(), strict=True)),
         dict(zip(values, grouped.column("t_count").to_pylist(), strict=True)),
@@ -419,6 +478,12 @@ def _newest(
 
 
 _SEP, _NULL = "\x1f", "\x00"
+
+
+def _shared_strings(pc: Any, column: Any) -> list[str | None]:
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    words = encoded.dictionary.to_pylist()
+    return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
 
 
 def _comparable(actions: Any, partition_by: Sequence[str]) -> bool:
@@ -513,5 +578,5 @@ def folder_state(root: str, partition_by: Sequence[str]) -> TableState | None:
         version=int(digest[:12], 16),
         partition_by=tuple(partition_by),
         column_types={c: "string" for c in partition_by},
-        last_updated=last_updated,
+        last_updated=IntMap.build(VALUES, last_updated.items()),
     )

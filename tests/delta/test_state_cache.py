@@ -46,7 +46,7 @@ def test_a_new_process_gets_the_state_from_disk_and_follows_new_commits(tmp_path
     write(table, "2024-01-02", 2)
     first = StateCache(cache_dir).sync(str(table))
     same(first, fresh(table))
-    assert len(list(Path(cache_dir).glob("*.json"))) == 1
+    assert len(list(Path(cache_dir).glob("*.state"))) == 1
 
     # Another process, nothing changed: the same state without reading the table.
     same(StateCache(cache_dir).sync(str(table)), fresh(table))
@@ -76,7 +76,7 @@ def test_a_damaged_or_missing_cache_only_costs_a_read(tmp_path: Path) -> None:
     table, cache_dir = tmp_path / "t", tmp_path / "cache"
     write(table, "2024-01-01", 3)
     StateCache(str(cache_dir)).sync(str(table))
-    for cached in cache_dir.glob("*.json"):
+    for cached in cache_dir.glob("*.state"):
         cached.write_text('{"root": ')
     same(StateCache(str(cache_dir)).sync(str(table)), fresh(table))
     shutil.rmtree(cache_dir)

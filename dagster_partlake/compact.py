@@ -1,0 +1,321 @@
+"""Column-wise maps over interned keys: partition state without one Python object per partition.
+
+At a million partitions per asset, dicts of objects cost gigabytes: every layer (a table's
+state, the planner's input, the records, what each write consumed) would keep its own key
+objects and boxed values. Here each key is held once, in an `Interner` shared by every table of
+the process (a key's id is its position in the interner's list), and a map is one `array` of
+int64 values over a range of ids, with `ABSENT` where a key has no value. A map is never changed
+in place: `updated` copies its array (milliseconds at a million partitions), so a plan can keep
+the previous maps to compare with.
+
+`IntMap` maps keys to ints (or None); `StateMap` and `RecordMap` are the planner's
+`PartitionState` and `Record` maps built on it: their values are made on access.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from dagster_partlake.planner import PartitionState, Record
+
+K = TypeVar("K", bound=Hashable)
+
+ABSENT = -(2**63)  # no value for this id
+NONE = ABSENT + 1  # a value that is None
+
+
+class Interner(Generic[K]):
+    """Ids for keys, each key object held once (ids are never reused)."""
+
+    __slots__ = ("ids", "keys")
+
+    def __init__(self) -> None:
+        self.ids: dict[K, int] = {}
+        self.keys: list[K] = []
+
+    def id(self, key: K) -> int:
+        found = self.ids.get(key)
+        if found is None:
+            found = self.ids[key] = len(self.keys)
+            self.keys.append(key)
+        return found
+
+    def ids_of(self, keys: Iterable[K]) -> list[int]:
+        return [self.id(k) for k in keys]
+
+    def canonical(self, key: K) -> K:
+        """The interned object equal to `key` (so equal keys share one object)."""
+        return self.keys[self.id(key)]
+
+
+# Partition keys and record partition ids (str; None for an unpartitioned asset).
+KEYS: Interner[str | None] = Interner()
+# Table partition values, in the table's partition column order.
+VALUES: Interner[tuple[str | None, ...]] = Interner()
+
+
+def _box(value: int) -> int | None:
+    return None if value == NONE else value
+
+
+def _unbox(value: int | None) -> int:
+    return NONE if value is None else value
+
+
+class IntMap(Mapping[K, "int | None"]):
+    """key -> int (or None), held as an int64 array over a range of interned key ids."""
+
+    __slots__ = ("interner", "base", "column", "size")
+
+    def __init__(
+        self, interner: Interner[K], base: int = 0, column: array | None = None, size: int = 0
+    ) -> None:
+        self.interner = interner
+        self.base = base
+        self.column = column if column is not None else array("q")
+        self.size = size
+
+    @classmethod
+    def from_ids(
+        cls, interner: Interner[K], ids: Sequence[int], values: Iterable[int | None]
+    ) -> IntMap[K]:
+        if not ids:
+            return cls(interner)
+        base = min(ids)
+        slots = array("q", [ABSENT]) * (max(ids) - base + 1)
+        for i, value in zip(ids, values, strict=True):
+            slots[i - base] = _unbox(value)
+        size = len(slots) - slots.count(ABSENT)
+        return cls(interner, base, slots, size)
+
+    @classmethod
+    def build(cls, interner: Interner[K], items: Iterable[tuple[K, int | None]]) -> IntMap[K]:
+        pairs = list(items)
+        return cls.from_ids(interner, interner.ids_of(k for k, _ in pairs), (v for _, v in pairs))
+
+    def _slot(self, key: object) -> int:
+        found = self.interner.ids.get(key)  # type: ignore[call-overload]
+        if found is None:
+            return ABSENT
+        index = found - self.base
+        if index < 0 or index >= len(self.column):
+            return ABSENT
+        return self.column[index]
+
+    def __getitem__(self, key: K) -> int | None:
+        value = self._slot(key)
+        if value == ABSENT:
+            raise KeyError(key)
+        return _box(value)
+
+    def get(self, key: K, default: Any = None) -> Any:  # type: ignore[override]
+        value = self._slot(key)
+        return default if value == ABSENT else _box(value)
+
+    def __contains__(self, key: object) -> bool:
+        return self._slot(key) != ABSENT
+
+    def ids(self) -> Iterator[int]:
+        base = self.base
+        return (base + i for i, v in enumerate(self.column) if v != ABSENT)
+
+    def __iter__(self) -> Iterator[K]:
+        keys, base = self.interner.keys, self.base
+        return (keys[base + i] for i, v in enumerate(self.column) if v != ABSENT)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def items(self) -> Iterator[tuple[K, int | None]]:  # type: ignore[override]
+        keys, base = self.interner.keys, self.base
+        return ((keys[base + i], _box(v)) for i, v in enumerate(self.column) if v != ABSENT)
+
+    def raw_items(self) -> Iterator[tuple[int, int]]:
+        """(id, stored value) pairs: `NONE` for None."""
+        base = self.base
+        return ((base + i, v) for i, v in enumerate(self.column) if v != ABSENT)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IntMap) and other.interner is self.interner:
+            return self.size == other.size and _trimmed(self) == _trimmed(other)
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def updated(
+        self, changes: Mapping[K, int | None] | None = None, delete: Iterable[K] = ()
+    ) -> IntMap[K]:
+        """A copy with `changes` set and the `delete` keys removed."""
+        changes = changes or {}
+        gone = [self.interner.ids[k] for k in delete if k in self.interner.ids]
+        new = [(self.interner.id(k), _unbox(v)) for k, v in changes.items()]
+        ids = [i for i, _ in new]
+        base = min([self.base, *ids]) if self.column else min(ids, default=0)
+        end = max([self.base + len(self.column), *(i + 1 for i in ids)])
+        slots = array("q", [ABSENT]) * (self.base - base) + self.column
+        slots.extend(array("q", [ABSENT]) * (end - base - len(slots)))
+        size = self.size
+        for i in gone:
+            if 0 <= i - base < len(slots) and slots[i - base] != ABSENT:
+                slots[i - base] = ABSENT
+                size -= 1
+        for i, value in new:
+            size += slots[i - base] == ABSENT
+            slots[i - base] = value
+        return IntMap(self.interner, base, slots, size)
+
+    def __repr__(self) -> str:
+        return f"IntMap({dict(self.items())!r})"
+
+
+def _trimmed(values: IntMap[Any]) -> tuple[int, array]:
+    """The map's array without leading and trailing ABSENT slots, and its first id."""
+    slots = values.column
+    start, end = 0, len(slots)
+    while start < end and slots[start] == ABSENT:
+        start += 1
+    while end > start and slots[end - 1] == ABSENT:
+        end -= 1
+    return values.base + start if start < end else 0, slots[start:end]
+
+
+class StateMap(Mapping["str | None", "PartitionState"]):
+    """The planner's `PartitionState` per partition key: lastUpdated and version columns."""
+
+    __slots__ = ("last_updated", "versions")
+
+    def __init__(self, last_updated: IntMap[str | None], versions: IntMap[str | None]) -> None:
+        self.last_updated = last_updated
+        self.versions = versions
+
+    @classmethod
+    def build(cls, items: Iterable[tuple[str | None, PartitionState]]) -> StateMap:
+        pairs = list(items)
+        ids = KEYS.ids_of(k for k, _ in pairs)
+        return cls(
+            IntMap.from_ids(KEYS, ids, (s.last_updated for _, s in pairs)),
+            IntMap.from_ids(KEYS, ids, (s.version for _, s in pairs)),
+        )
+
+    def __getitem__(self, key: str | None) -> PartitionState:
+        from dagster_partlake.planner import PartitionState
+
+        value = self.last_updated._slot(key)
+        if value == ABSENT:
+            raise KeyError(key)
+        return PartitionState(value, self.versions.get(key))
+
+    def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
+        from dagster_partlake.planner import PartitionState
+
+        value = self.last_updated._slot(key)
+        if value == ABSENT:
+            return default
+        return PartitionState(value, self.versions.get(key))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.last_updated
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(self.last_updated)
+
+    def __len__(self) -> int:
+        return len(self.last_updated)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StateMap):
+            return self.last_updated == other.last_updated and self.versions == other.versions
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def updated(
+        self, changes: Mapping[str | None, PartitionState], delete: Iterable[str | None] = ()
+    ) -> StateMap:
+        gone = list(delete)
+        return StateMap(
+            self.last_updated.updated({k: s.last_updated for k, s in changes.items()}, gone),
+            self.versions.updated({k: s.version for k, s in changes.items()}, gone),
+        )
+
+
+class RecordMap(Mapping["str | None", "Record"]):
+    """The planner's `Record` per partition key: which commit wrote it (an index into
+    `sources`, each that commit's record without a written lastUpdated) and the lastUpdated the
+    write gave the partition."""
+
+    __slots__ = ("sources", "which", "written", "_made")
+
+    def __init__(
+        self,
+        sources: tuple[Record, ...],
+        which: IntMap[str | None],
+        written: IntMap[str | None],
+    ) -> None:
+        self.sources = sources
+        self.which = which
+        self.written = written
+        self._made: dict[tuple[int, int | None], Record] = {}
+
+    @classmethod
+    def empty(cls) -> RecordMap:
+        return cls((), IntMap(KEYS), IntMap(KEYS))
+
+    def __getitem__(self, key: str | None) -> Record:
+        source = self.which._slot(key)
+        if source == ABSENT:
+            raise KeyError(key)
+        written = self.written.get(key)
+        made = self._made.get((source, written))
+        if made is None:
+            template = self.sources[source]
+            made = self._made[(source, written)] = replace(template, written_last_updated=written)
+        return made
+
+    def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
+        if key not in self.which:
+            return default
+        return self[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.which
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(self.which)
+
+    def __len__(self) -> int:
+        return len(self.which)
+
+    def __eq__(self, other: object) -> bool:
+        if (
+            isinstance(other, RecordMap)
+            and other.sources == self.sources
+            and other.which == self.which
+            and other.written == self.written
+        ):
+            return True
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def then(self, later: RecordMap) -> RecordMap:
+        """These records with `later`'s (written after them) in place of theirs."""
+        if not later:
+            return self
+        offset = len(self.sources)
+        which = {k: offset + s for k, s in later.which.items()}  # type: ignore[operator]
+        return RecordMap(
+            self.sources + later.sources,
+            self.which.updated(which),
+            self.written.updated(dict(later.written.items())),
+        )
