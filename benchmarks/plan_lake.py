@@ -148,7 +148,9 @@ def _table(root: str, name: str) -> str:
 
 
 def _link_file(root: str, table: str, date: str, region: str, name: str) -> str:
-    relative = f"date={date}/region={region}/{name}"
+    # One folder per date, not per partition: a million partitions would be a million folders
+    # (Delta finds a file's partition in the log, never from its path).
+    relative = f"date={date}/{region}-{name}"
     target = os.path.join(table, relative)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     seed = _SEEDS.get(root) or _seed(root)[0]

@@ -82,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dagster-timeout", type=float, default=1800.0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-dagster", action="store_true")
+    parser.add_argument(
+        "--dagster-max",
+        type=int,
+        default=100_000,
+        help="largest size at which Dagster is measured (at 1M its event reporting alone "
+        "exceeds the time limit)",
+    )
     parser.add_argument("--skip-partlake", action="store_true")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the scratch lakes")

@@ -124,9 +124,12 @@ class CommitRecord:
 
     @classmethod
     def from_commit_info(
-        cls, info: Mapping[str, Any], *, table_version: int | None = None
+        cls, info: Mapping[str, Any], *, table_version: int | None = None, compact: bool = False
     ) -> CommitRecord | None:
         """The record of a commit's `commitInfo` (None when partlake did not write it).
+
+        `compact`: per-partition fields (consumed, rows, kept) as `IntMap`s over interned
+        partition ids instead of dicts: how table states hold the records of large commits.
 
         Raises:
             PartlakeError: the record is malformed or from a newer format.
@@ -153,25 +156,27 @@ class CommitRecord:
             # Some writers recorded only the empty partitions.
             rows = {str(k): 0 for k in body["empty_partition_keys"]}
         time_ms = body.get("commit_time_ms")
-        # Per-partition fields are held column-wise over interned partition ids: a commit that
-        # wrote a million partitions is a few arrays, not millions of dict entries.
+        # Compact: a commit that wrote a million partitions is a few arrays, not millions of
+        # dict entries.
+        per_partition = _per_partition if compact else _as_dict
+        keys = (str(k) for k in body["partition_keys"] or ())
         return cls(
             asset_key=str(body["asset_key"]),
-            partition_keys=tuple(KEYS.canonical(str(k)) for k in body["partition_keys"] or ()),
+            partition_keys=tuple(KEYS.canonical(k) for k in keys) if compact else tuple(keys),
             code_version=body.get("code_version"),
             run_id=body.get("run_id"),
             consumed={
-                str(name): _per_partition(parts)
+                str(name): per_partition(parts)
                 for name, parts in (body.get("consumed") or {}).items()
             },
             upstream_versions={
                 str(k): int(v) for k, v in (body.get("upstream_versions") or {}).items()
             },
-            rows_by_partition=None if rows is None else _per_partition(rows),
+            rows_by_partition=None if rows is None else per_partition(rows),
             write_id=str(body.get("write_id") or ""),
             commit_time_ms=None if time_ms is None else int(time_ms),
             kind=body.get("kind"),
-            kept=_per_partition(body.get("kept") or {}),
+            kept=per_partition(body.get("kept") or {}),
             content_hashes={str(k): str(v) for k, v in (body.get("content_hashes") or {}).items()},
             metrics={str(k): int(v) for k, v in (body.get("metrics") or {}).items()},
             snapshot_ms=None if body.get("snapshot_ms") is None else int(body["snapshot_ms"]),
@@ -190,6 +195,10 @@ class CommitRecord:
 def _per_partition(values: Mapping[Any, Any]) -> IntMap[str | None]:
     """Partition id -> int, column-wise over the interned ids."""
     return IntMap.build(KEYS, ((str(k), int(v)) for k, v in values.items()))
+
+
+def _as_dict(values: Mapping[Any, Any]) -> dict[str, int]:
+    return {str(k): int(v) for k, v in values.items()}
 
 
 def records_of(infos: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[CommitRecord, ...]:

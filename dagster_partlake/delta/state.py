@@ -211,7 +211,11 @@ def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableStat
             commits=tuple(
                 record
                 for version, info in data["commits"]
-                if (record := CommitRecord.from_commit_info(info, table_version=version))
+                if (
+                    record := CommitRecord.from_commit_info(
+                        info, table_version=version, compact=True
+                    )
+                )
             ),
             file_counts=None if counts is None else _column(ids, counts),
         )
@@ -537,7 +541,7 @@ def _partlake_commits(
     since = previous.version if previous is not None else -1
     # Only the commits after the cached version, read from their JSON files (exact versions;
     # commits older than the log retention are gone, and so are their records).
-    new = (read_record(root, v) for v in log_versions(root) if since < v <= version)
+    new = (read_record(root, v, compact=True) for v in log_versions(root) if since < v <= version)
     return (*known, *(r for r in new if r is not None))
 
 

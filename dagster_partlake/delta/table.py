@@ -238,9 +238,12 @@ def commit_actions(
     return info, adds, removes
 
 
-def read_record(root: str, version: int) -> CommitRecord | None:
-    """The partlake record of one commit (None if partlake did not write it)."""
-    return CommitRecord.from_commit_info(commit_info(root, version), table_version=version)
+def read_record(root: str, version: int, *, compact: bool = False) -> CommitRecord | None:
+    """The partlake record of one commit (None if partlake did not write it; `compact`: see
+    `CommitRecord.from_commit_info`)."""
+    return CommitRecord.from_commit_info(
+        commit_info(root, version), table_version=version, compact=compact
+    )
 
 
 def find_record(
