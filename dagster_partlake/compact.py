@@ -106,6 +106,26 @@ class IntMap(Mapping[K, "int | None"]):
             return ABSENT
         return self.column[index]
 
+    def _index(self, key: object) -> int:
+        """The key's position in `column` when it has a value there, else -1."""
+        found = self.interner.ids.get(key)  # type: ignore[call-overload]
+        if found is None:
+            return -1
+        index = found - self.base
+        if index < 0 or index >= len(self.column) or self.column[index] == ABSENT:
+            return -1
+        return index
+
+    def aligned(self, like: IntMap[K]) -> IntMap[K]:
+        """This map over the same range of ids as `like` (its keys outside it dropped)."""
+        if self.base == like.base and len(self.column) == len(like.column):
+            return self
+        column = array("q", [ABSENT]) * len(like.column)
+        for i, value in self.raw_items():
+            if 0 <= i - like.base < len(column):
+                column[i - like.base] = value
+        return IntMap(self.interner, like.base, column, len(column) - column.count(ABSENT))
+
     def __getitem__(self, key: K) -> int | None:
         value = self._slot(key)
         if value == ABSENT:
@@ -192,7 +212,7 @@ class StateMap(Mapping["str | None", "PartitionState"]):
 
     def __init__(self, last_updated: IntMap[str | None], versions: IntMap[str | None]) -> None:
         self.last_updated = last_updated
-        self.versions = versions
+        self.versions = versions.aligned(last_updated)  # one position per key in both
 
     @classmethod
     def build(cls, items: Iterable[tuple[str | None, PartitionState]]) -> StateMap:
@@ -204,20 +224,21 @@ class StateMap(Mapping["str | None", "PartitionState"]):
         )
 
     def __getitem__(self, key: str | None) -> PartitionState:
-        from dagster_partlake.planner import PartitionState
-
-        value = self.last_updated._slot(key)
-        if value == ABSENT:
+        found = self.get(key)
+        if found is None:
             raise KeyError(key)
-        return PartitionState(value, self.versions.get(key))
+        return found
 
     def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
         from dagster_partlake.planner import PartitionState
 
-        value = self.last_updated._slot(key)
-        if value == ABSENT:
+        index = self.last_updated._index(key)
+        if index < 0:
             return default
-        return PartitionState(value, self.versions.get(key))
+        version = self.versions.column[index]
+        return PartitionState(
+            self.last_updated.column[index], None if version in (NONE, ABSENT) else version
+        )
 
     def __contains__(self, key: object) -> bool:
         return key in self.last_updated
@@ -262,7 +283,7 @@ class RecordMap(Mapping["str | None", "Record"]):
     ) -> None:
         self.sources = sources
         self.which = which
-        self.written = written
+        self.written = written.aligned(which)  # one position per key in both
         self._made: dict[tuple[int, int | None], Record] = {}
 
     @classmethod
@@ -270,20 +291,22 @@ class RecordMap(Mapping["str | None", "Record"]):
         return cls((), IntMap(KEYS), IntMap(KEYS))
 
     def __getitem__(self, key: str | None) -> Record:
-        source = self.which._slot(key)
-        if source == ABSENT:
+        found = self.get(key)
+        if found is None:
             raise KeyError(key)
-        written = self.written.get(key)
-        made = self._made.get((source, written))
-        if made is None:
-            template = self.sources[source]
-            made = self._made[(source, written)] = replace(template, written_last_updated=written)
-        return made
+        return found
 
     def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
-        if key not in self.which:
+        index = self.which._index(key)
+        if index < 0:
             return default
-        return self[key]
+        source, written = self.which.column[index], self.written.column[index]
+        made = self._made.get((source, written))
+        if made is None:
+            last_updated = None if written in (NONE, ABSENT) else written
+            made = replace(self.sources[source], written_last_updated=last_updated)
+            self._made[(source, written)] = made
+        return made
 
     def __contains__(self, key: object) -> bool:
         return key in self.which

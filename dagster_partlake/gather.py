@@ -50,20 +50,24 @@ class KeyIds:
     """Interned partition values -> the interned partition key holding them, for one asset's
     codec: memoized in an array indexed by the values' id (`dagster_partlake.compact`)."""
 
-    _UNKNOWN, OUTSIDE = -1, -2
+    UNKNOWN, OUTSIDE = -1, -2
 
     def __init__(self, codec: KeyCodec, order: Sequence[int]) -> None:
         self.codec = codec
         self.order = list(order)
         self._memo = array("q")
 
+    def memo(self) -> array:
+        """Key ids by values id, `UNKNOWN` where not looked up yet (covers every values id)."""
+        if len(self._memo) < len(VALUES.keys):
+            self._memo.extend(array("q", [self.UNKNOWN]) * (len(VALUES.keys) - len(self._memo)))
+        return self._memo
+
     def __call__(self, values_id: int) -> int:
         """The key's id, or `OUTSIDE` for values outside the asset's partitions."""
-        memo = self._memo
-        if values_id >= len(memo):
-            memo.extend(array("q", [self._UNKNOWN]) * (values_id + 1 - len(memo)))
+        memo = self.memo()
         found = memo[values_id]
-        if found == self._UNKNOWN:
+        if found == self.UNKNOWN:
             values = VALUES.keys[values_id]
             key = self.codec.key([values[i] for i in self.order])
             found = memo[values_id] = self.OUTSIDE if key is None else KEYS.id(key)
@@ -97,7 +101,11 @@ def to_partition_states(
         )
     order = _column_order(asset, state)
     keys = keys or KeyIds(KeyCodec(asset.columns, state.column_types), order)
-    found = [(keys(v), t, v) for v, t in state.last_updated.raw_items()]
+    memo = keys.memo()
+    found = [
+        (k if (k := memo[v]) != KeyIds.UNKNOWN else keys(v), t, v)
+        for v, t in state.last_updated.raw_items()
+    ]
     found = [f for f in found if f[0] >= 0]
     if not found:
         return StateMap.build(())
@@ -246,7 +254,12 @@ def _keys(graph: LakeGraph, asset: LakeAsset, state: TableState | None) -> KeyId
     key of every partition seen)."""
     if state is None or not asset.columns:
         return None
-    signature = (asset.name, repr(sorted(state.column_types.items())), state.partition_by)
+    # Assets with the same partitions stored the same way share one memo.
+    signature = (
+        tuple((c.column, c.dimension, id(c.partitions_def)) for c in asset.columns),
+        repr(sorted(state.column_types.items())),
+        state.partition_by,
+    )
     keys = graph.codecs.get(signature)
     if keys is None:
         keys = graph.codecs[signature] = KeyIds(

@@ -95,9 +95,9 @@ class LakeGraph:
         # Per asset whose conversion last moved with known keys: (old states, old records, new
         # states, new records, the keys that may differ between them).
         self.moved: dict[str, tuple[Any, Any, Any, Any, set[Key]]] = {}
-        # Partition-key ids per (asset, column types, partitioning) (`gather.KeyIds`): each
-        # memoizes the key of every partition it saw.
-        self.codecs: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+        # Partition-key ids per (dimension columns, column types, partitioning)
+        # (`gather.KeyIds`): each memoizes the key of every partition it saw.
+        self.codecs: dict[tuple[Any, str, tuple[str, ...]], Any] = {}
         self._incremental: dict[str, dict[str, Incremental]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)

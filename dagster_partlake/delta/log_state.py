@@ -1,11 +1,13 @@
-"""A table's live files per partition, replayed from its Delta log with Arrow (no delta-rs).
+"""A table's partition state replayed from its Delta log in Python, without delta-rs.
 
-delta-rs keeps every live file of a loaded snapshot in memory (about 500 bytes per file, not
-given back to the system after the table is dropped), while partition state needs three numbers
-per partition. So a first read replays the log itself: the newest classic checkpoint (one Parquet
-file, as delta-rs writes them; only the `add` column is read) and the JSON commits after it, read
-in one pass by Arrow's JSON reader with only the fields needed. A file is live when its last
-action is an `add`.
+delta-rs keeps every live file of a loaded snapshot in memory (about 500 bytes per file, kept by
+its allocator after the table is dropped), and Arrow's JSON reader holds on to a similar amount,
+while partition state needs two numbers per partition. So a first read replays the log itself:
+the newest classic checkpoint (one Parquet file, as delta-rs writes them; its `add` column) and
+the JSON commits after it, line by line, skipping the commitInfo lines (a partlake record of a
+large commit is most of its bytes). A file is live when the last action naming it is an add;
+only files that some remove names are followed one by one, the rest are counted into their
+partition's newest modification time and file count at once.
 
 Returns None where this reader would have to know more of the protocol than it does, and the
 caller then asks delta-rs: multi-part or V2 checkpoints, column mapping, deletion vectors, a
@@ -15,7 +17,6 @@ log with gaps, or anything it cannot parse.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from dataclasses import dataclass
@@ -31,28 +32,26 @@ _READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolChe
 
 
 @dataclass(frozen=True)
-class LogFiles:
-    """The live files of the latest version: one row per file, as Arrow arrays."""
+class LogState:
+    """Per partition of the latest version: the newest modification time and the live files."""
 
     version: int
     partition_by: tuple[str, ...]
     column_types: dict[str, Any]
-    files: Any  # pyarrow.Table: `partition.<column>` (string) and `modification_time` (int64)
+    newest: dict[tuple[str | None, ...], int]
+    counts: dict[tuple[str | None, ...], int]
 
 
-def read_live_files(root: str) -> LogFiles | None:
-    """The live files of the table at `root` from its log, or None (see the module docstring)."""
+def read_log_state(root: str) -> LogState | None:
+    """The partition state of the table at `root` from its log, or None (see the module
+    docstring)."""
     try:
         return _read(root)
     except Exception:  # noqa: BLE001 - any failure here only means "ask delta-rs"
         return None  # delta-rs reads it, and raises the error worth showing if it is damaged
 
 
-def _read(root: str) -> LogFiles | None:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
-
+def _read(root: str) -> LogState | None:
     log = log_dir(root)
     names = os.listdir(log)
     versions = sorted(v for v in map(commit_version, names) if v is not None)
@@ -63,20 +62,23 @@ def _read(root: str) -> LogFiles | None:
     wanted = [v for v in versions if v >= start]
     if wanted != list(range(start, start + len(wanted))) or (checkpoint is None and not wanted):
         return None  # a gap in the log
-    chunks = []
-    for version in wanted:
-        with open(os.path.join(log, f"{version:020d}.json"), "rb") as commit:
-            chunk = commit.read()
-        chunks.append(chunk if chunk.endswith(b"\n") else chunk + b"\n")
-    text = b"".join(chunks)
-    del chunks
-    checkpoint_rows = None
+    # Actions, oldest first, without the commitInfo lines: a partlake record of a large commit
+    # is most of its bytes and says nothing about files.
+    lines = [
+        line
+        for version in wanted
+        for line in _lines(os.path.join(log, f"{version:020d}.json"))
+        if not line.startswith(b'{"commitInfo"')
+    ]
+    # Every action but the adds is parsed once here: removes, metadata, protocol, ...
+    others = {i: json.loads(line) for i, line in enumerate(lines) if not line.startswith(_ADD)}
+    rows = None
     if checkpoint is not None:
         import pyarrow.parquet as pq
 
-        checkpoint_rows = pq.read_table(checkpoint[1], columns=["add", "metaData", "protocol"])
-    metadata = _last_action(text, b'{"metaData"', checkpoint_rows, "metaData")
-    protocol = _last_action(text, b'{"protocol"', checkpoint_rows, "protocol")
+        rows = pq.read_table(checkpoint[1], columns=["add", "metaData", "protocol"])
+    metadata = _last_action(others, rows, "metaData")
+    protocol = _last_action(others, rows, "protocol")
     if metadata is None or protocol is None or not _supported(metadata, protocol):
         return None
     partition_by = tuple(metadata["partitionColumns"])
@@ -84,89 +86,62 @@ def _read(root: str) -> LogFiles | None:
     column_types = {f["name"]: f["type"] for f in fields}
     if any(column_types.get(c) not in TEXT_TYPES for c in partition_by):
         return None
-    values_type = pa.struct([(c, pa.string()) for c in partition_by])
-    schema = pa.schema(
-        [
-            (
-                "add",
-                pa.struct(
-                    [
-                        ("path", pa.string()),
-                        ("partitionValues", values_type),
-                        ("modificationTime", pa.int64()),
-                    ]
-                ),
-            ),
-            ("remove", pa.struct([("path", pa.string())])),
-        ]
-    )
-    parts = []
-    if checkpoint_rows is not None:
-        adds = checkpoint_rows.column("add").combine_chunks()
-        adds = adds.filter(pc.is_valid(adds))
-        stored = pc.struct_field(adds, "partitionValues")
-        parts.append(
-            pa.table(
-                {
-                    "path": pc.struct_field(adds, "path"),
-                    **{f"partition.{c}": pc.map_lookup(stored, c, "first") for c in partition_by},
-                    "modification_time": pc.struct_field(adds, "modificationTime"),
-                    "is_add": pa.array([True] * len(adds), pa.bool_()),
-                }
-            )
-        )
-        del checkpoint_rows
-    if text:
-        actions = pj.read_json(
-            io.BytesIO(text),
-            read_options=pj.ReadOptions(block_size=1 << 24),
-            parse_options=pj.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            ),
-        )
-        del text
-        add, remove = (actions.column(n).combine_chunks() for n in ("add", "remove"))
-        is_add = pc.is_valid(add)
-        keep = pc.or_(is_add, pc.is_valid(remove))
-        add, remove, is_add = add.filter(keep), remove.filter(keep), is_add.filter(keep)
-        stored = pc.struct_field(add, "partitionValues")
-        parts.append(
-            pa.table(
-                {
-                    "path": pc.if_else(
-                        is_add, pc.struct_field(add, "path"), pc.struct_field(remove, "path")
-                    ),
-                    **{f"partition.{c}": pc.struct_field(stored, c) for c in partition_by},
-                    "modification_time": pc.struct_field(add, "modificationTime"),
-                    "is_add": is_add,
-                }
-            )
-        )
-    every = pa.concat_tables(parts)
-    paths = every.column("path")
-    if pc.any(pc.match_substring(paths, "%")).as_py():
-        # Writers differ in whether a remove names the path URL-encoded, as its add did.
-        every = every.set_column(
-            0, "path", pa.array([unquote(p) for p in paths.to_pylist()], pa.string())
-        )
-    # A file is live when the last action naming it (in log order) is an add.
-    every = every.append_column("order", pa.array(range(every.num_rows), pa.int64()))
-    last = every.group_by("path").aggregate([("order", "max")]).column("order_max")
-    live = every.take(last)
-    live = live.filter(live.column("is_add"))
-    for c in partition_by:  # an empty partition value is null, as delta-rs reads it
-        column = live.column(f"partition.{c}")
-        live = live.set_column(
-            live.column_names.index(f"partition.{c}"),
-            f"partition.{c}",
-            pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column),
-        )
-    return LogFiles(
+    words: dict[str, str] = {}  # one string object per distinct partition value
+
+    def values_of(stored: dict[str, str | None]) -> tuple[str | None, ...]:
+        return tuple(words.setdefault(v, v) if (v := stored.get(c)) else None for c in partition_by)
+
+    # A file is live when the last action naming it is an add. Only files that some remove
+    # names are followed one by one; the rest go straight into the per-partition totals.
+    removed = {unquote(a["remove"]["path"]) for a in others.values() if "remove" in a}
+    newest: dict[tuple[str | None, ...], int] = {}
+    counts: dict[tuple[str | None, ...], int] = {}
+    followed: dict[str, tuple[tuple[str | None, ...], int] | None] = {}
+
+    def added(add: dict[str, Any]) -> None:
+        values = values_of(dict(add["partitionValues"] or ()))
+        path = unquote(add["path"])
+        if path in removed:
+            followed[path] = (values, int(add["modificationTime"]))
+        else:
+            count(values, int(add["modificationTime"]))
+
+    def count(values: tuple[str | None, ...], modified: int) -> None:
+        if modified > newest.get(values, -1):
+            newest[values] = modified
+        counts[values] = counts.get(values, 0) + 1
+
+    if rows is not None:
+        for add in rows.column("add").to_pylist():
+            if add is not None:
+                added(add)
+        del rows
+    for i, line in enumerate(lines):
+        action = others.get(i)
+        if action is None:
+            added(json.loads(line)["add"])
+        elif "add" in action:
+            added(action["add"])
+        elif "remove" in action:
+            followed[unquote(action["remove"]["path"])] = None
+    for live in followed.values():
+        if live is not None:
+            count(*live)
+    return LogState(
         version=wanted[-1] if wanted else start - 1,
         partition_by=partition_by,
         column_types=column_types,
-        files=live.select([*(f"partition.{c}" for c in partition_by), "modification_time"]),
+        newest=newest,
+        counts=counts,
     )
+
+
+_ADD = b'{"add"'
+
+
+def _lines(path: str) -> list[bytes]:
+    with open(path, "rb") as commit:
+        return [line for line in commit.read().split(b"\n") if line.strip()]
 
 
 def _newest_checkpoint(log: str, names: list[str]) -> tuple[int, str] | None | bool:
@@ -185,18 +160,16 @@ def _newest_checkpoint(log: str, names: list[str]) -> tuple[int, str] | None | b
     return version, os.path.join(log, f"{version:020d}.checkpoint.parquet")
 
 
-def _last_action(text: bytes, marker: bytes, checkpoint: Any, column: str) -> dict[str, Any] | None:
+def _last_action(others: dict[int, dict[str, Any]], checkpoint: Any, kind: str) -> Any:
     """The last `metaData` / `protocol` action: in the JSON commits, else in the checkpoint."""
-    at = text.rfind(b"\n" + marker)
-    at = at + 1 if at >= 0 else (0 if text.startswith(marker) else -1)
-    if at >= 0:
-        end = text.find(b"\n", at)
-        return json.loads(text[at:end])[column]
+    for i in sorted(others, reverse=True):
+        if kind in others[i]:
+            return others[i][kind]
     if checkpoint is None:
         return None
-    for row in checkpoint.column(column).to_pylist():
+    for row in checkpoint.column(kind).to_pylist():
         if row is not None:
-            if column == "metaData":
+            if kind == "metaData":
                 row["configuration"] = dict(row.get("configuration") or [])
             return row
     return None

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.compact import ABSENT, NONE, VALUES, IntMap
-from dagster_partlake.delta.log_state import TEXT_TYPES, LogFiles, read_live_files
+from dagster_partlake.delta.log_state import TEXT_TYPES, LogState, read_log_state
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.table import (
@@ -133,9 +133,9 @@ class StateCache:
         if cached is None:
             if not table_exists(root):
                 return None
-            files = read_live_files(root)
-            if files is not None:  # the log replayed with Arrow, without a delta-rs snapshot
-                state = _state_of_files(root, files, with_commits=with_commits)
+            replayed = read_log_state(root)
+            if replayed is not None:  # the log replayed without a delta-rs snapshot
+                state = _state_of_log(root, replayed, with_commits=with_commits)
                 return self._keep(root, state, with_commits=with_commits)
         # Imported here: a process whose states all come from the persisted cache (or whose
         # tables do not exist yet) never needs it.
@@ -320,24 +320,18 @@ def _read_state(
     )
 
 
-def _state_of_files(root: str, files: LogFiles, *, with_commits: bool) -> TableState:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    last_updated, counts = (
-        IntMap.build(VALUES, m.items())
-        for m in _newest(pa, pc, files.files, files.partition_by, None)
-    )
-    commits = _partlake_commits(root, files.version, None) if with_commits else ()
+def _state_of_log(root: str, log: LogState, *, with_commits: bool) -> TableState:
+    last_updated = IntMap.build(VALUES, log.newest.items())
+    commits = _partlake_commits(root, log.version, None) if with_commits else ()
     return TableState(
         root=root,
-        version=files.version,
-        partition_by=files.partition_by,
-        column_types=files.column_types,
+        version=log.version,
+        partition_by=log.partition_by,
+        column_types=log.column_types,
         last_updated=last_updated,
         touched_in=_touched_in(commits, last_updated, None, None),
         commits=commits,
-        file_counts=counts,
+        file_counts=IntMap.build(VALUES, log.counts.items()),
     )
 
 

@@ -109,7 +109,8 @@ def test_a_long_lived_cache_sees_a_recreated_table_and_a_damaged_commit(tmp_path
 
 def test_a_state_followed_commit_by_commit_equals_a_fresh_read(tmp_path: Path, monkeypatch) -> None:
     """The cache updates only the partitions new commits touched: after appends, partition
-    overwrites, deletes, a compaction and a schema change, it equals a state read from scratch."""
+    overwrites, deletes, a compaction, checkpoints and a schema change, it equals a state read
+    from scratch, and a read from scratch (the log replayed) equals delta-rs' reading."""
     import datetime as dt
     import random
 
@@ -154,10 +155,29 @@ def test_a_state_followed_commit_by_commit_equals_a_fresh_read(tmp_path: Path, m
 
     monkeypatch.setattr(state_module, "_touched_since", recording)
     monkeypatch.setattr(state_module, "_follow_log", recording_log)
+    replays: list[bool] = []  # per cold read: the log replayed without delta-rs, or not
+    read_log_state = state_module.read_log_state
+
+    def recording_replay(root: str) -> object:
+        replayed = read_log_state(root)
+        replays.append(replayed is not None)
+        return replayed
+
+    monkeypatch.setattr(state_module, "read_log_state", recording_replay)
+
+    def checked_fresh(path: Path) -> TableState:
+        """A cold read, which replays the log itself, equals delta-rs' reading of the table."""
+        replayed = fresh(path)
+        by_delta_rs = state_module._read_state(
+            str(path), DeltaTable(str(path)), None, with_commits=True
+        )
+        same(replayed, by_delta_rs)
+        return replayed
+
     write_deltalake(table, rows(20), partition_by=["day", "region"])
     cache = StateCache()
-    same(cache.sync(table), fresh(Path(table)))
-    operations = ["append", "overwrite", "delete", "delete_partition", "compact"]
+    same(cache.sync(table), checked_fresh(Path(table)))
+    operations = ["append", "overwrite", "delete", "delete_partition", "compact", "checkpoint"]
     for step in range(30):
         operation = operations[step % len(operations)] if step < 10 else rng.choice(operations)
         day = rng.choice(days)
@@ -174,23 +194,28 @@ def test_a_state_followed_commit_by_commit_equals_a_fresh_read(tmp_path: Path, m
             DeltaTable(table).delete(f"v < {rng.randrange(30)}")
         elif operation == "delete_partition":
             DeltaTable(table).delete(f"day = '{day}'")
-        else:  # compact: dataChange=false, new modification times
+        elif operation == "compact":  # dataChange=false, new modification times
             DeltaTable(table).optimize.compact()
-        same(cache.sync(table), fresh(Path(table)))
+        else:  # the next cold read starts from the checkpoint
+            DeltaTable(table).create_checkpoint()
+            write_deltalake(table, rows(2), mode="append")
+        same(cache.sync(table), checked_fresh(Path(table)))
     # Several commits between two syncs, one adding and then removing the same partition's file.
     day = days[0]
     write_deltalake(table, rows(2, day, "us"), mode="append")
     write_deltalake(table, rows(3, day, "us"), mode="overwrite", predicate=f"day = '{day}'")
     write_deltalake(table, rows(1), mode="append")
-    same(cache.sync(table), fresh(Path(table)))
+    same(cache.sync(table), checked_fresh(Path(table)))
     # A schema change (a metaData action) makes the next sync read the table in full.
     extra = rows(2).append_column("w", pa.array([1, 2], pa.int64()))
     write_deltalake(table, extra, mode="append", schema_mode="merge")
-    same(cache.sync(table), fresh(Path(table)))
+    same(cache.sync(table), checked_fresh(Path(table)))
     write_deltalake(
         table, rows(3).append_column("w", pa.array([3, 4, 5], pa.int64())), mode="append"
     )
-    same(cache.sync(table), fresh(Path(table)))
+    same(cache.sync(table), checked_fresh(Path(table)))
+    # Every cold read replayed the log (with and without checkpoints) instead of delta-rs.
+    assert len(replays) > 30 and all(replays), replays
     # Every sync followed the new commits, except the one after the schema change.
     assert len(incremental) > 20 and incremental.count(False) == 1, incremental
     # Appends and whole-partition replacements were followed from the JSON commits alone;
