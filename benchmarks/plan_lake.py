@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-START = dt.date(2000, 1, 1)
+START = dt.date(1990, 1, 1)  # 10,000 days (the 1M size) end before today
 REGIONS = 100
 ASSETS = ("src", "a1", "a2", "a3")
 MANAGED = ("a1", "a2", "a3")
@@ -66,7 +66,9 @@ class Layout:
         return (START + dt.timedelta(days=self.days)).isoformat()  # exclusive in Dagster
 
 
-def build_defs(layout: Layout, root: str, condition: str | None) -> Any:
+def build_defs(
+    layout: Layout, root: str, condition: str | None, code_version: str = "1"
+) -> Any:
     """src (AssetSpec) -> a1 -> a2 -> a3 (@asset, code_version '1', bodies never run)."""
     from dagster import (
         AssetSpec,
@@ -100,7 +102,7 @@ def build_defs(layout: Layout, root: str, condition: str | None) -> Any:
             name=name,
             partitions_def=partitions,
             deps=[upstream],
-            code_version="1",
+            code_version=code_version,
             automation_condition=automation,
         )
         def _managed() -> None:

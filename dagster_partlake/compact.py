@@ -93,6 +93,25 @@ class IntMap(Mapping[K, "int | None"]):
         return cls(interner, base, slots, size)
 
     @classmethod
+    def newest(
+        cls, interner: Interner[K], ids: Sequence[int], values: Sequence[int], *, add: bool = False
+    ) -> IntMap[K]:
+        """Per id, the largest of its `values` (`add`: their sum)."""
+        if not ids:
+            return cls(interner)
+        base = min(ids)
+        slots = array("q", [ABSENT]) * (max(ids) - base + 1)
+        for i, value in zip(ids, values, strict=True):
+            now = slots[i - base]
+            if now == ABSENT:
+                slots[i - base] = value
+            elif add:
+                slots[i - base] = now + value
+            elif value > now:
+                slots[i - base] = value
+        return cls(interner, base, slots, len(slots) - slots.count(ABSENT))
+
+    @classmethod
     def build(cls, interner: Interner[K], items: Iterable[tuple[K, int | None]]) -> IntMap[K]:
         pairs = list(items)
         return cls.from_ids(interner, interner.ids_of(k for k, _ in pairs), (v for _, v in pairs))

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dagster_partlake import plan_cache
 from dagster_partlake.compact import ABSENT, KEYS, NONE, VALUES, IntMap, RecordMap, StateMap
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache, TableState, Values, folder_state
@@ -27,7 +28,7 @@ from dagster_partlake.incremental import Incremental
 from dagster_partlake.layout import log_dir
 from dagster_partlake.partitions import KeyCodec
 from dagster_partlake.planner import Key, PartitionState, Plan, PlanInput, Record, plan
-from dagster_partlake.replan import changed_partitions, full, replan
+from dagster_partlake.replan import changed_partitions, full, remembered, replan
 from dagster_partlake.runs import RunPlan, plan_runs
 
 # Set (the tests do): every incremental plan and table conversion is also made in full and
@@ -301,6 +302,17 @@ def gather_plan_input(
             raw[name] = read_state(asset, cache)
         except TableUnreadableError as error:
             unreadable[name] = str(error)
+    return _to_input(graph, raw, unreadable, dynamic_partitions_store), raw
+
+
+def _to_input(
+    graph: LakeGraph,
+    raw: Mapping[str, TableState | None],
+    unreadable: Mapping[str, str],
+    dynamic_partitions_store: Any,
+) -> PlanInput:
+    """The planner input of these table states, converting only what moved since the graph's
+    previous conversion."""
     states: dict[str, StateMap] = {}
     records: dict[str, RecordMap] = {}
     for name, state in raw.items():
@@ -342,14 +354,13 @@ def gather_plan_input(
         states[name] = cached[1]
         if not asset.is_source:
             records[name] = cached[2]
-    plan_input = PlanInput(
+    return PlanInput(
         graph.plan_assets(dynamic_partitions_store),
         states,
         records,
         partition_keys=graph.root_partition_keys(dynamic_partitions_store),
         unreadable=unreadable,
     )
-    return plan_input, raw
 
 
 @dataclass(frozen=True)
@@ -385,13 +396,66 @@ def make_plan(
                 f"unknown asset(s) {', '.join(unknown)}; the code location has "
                 f"{', '.join(sorted(graph.assets))}."
             )
+    if graph.plan_memo is None and cache.persist_dir is not None:
+        _resume(graph, cache, dynamic_partitions_store)
     inputs, states = gather_plan_input(
         graph, cache, dynamic_partitions_store=dynamic_partitions_store
     )
-    result = _with_increments(graph, _plan(graph, inputs), states)
+    whole = _plan(graph, inputs)
+    if cache.persist_dir is not None:
+        _save(graph, cache.persist_dir, inputs, states, whole)
+    result = _with_increments(graph, whole, states)
     if select:
         result = result.select(select)
     return PlanResult(result, inputs, states, time.perf_counter() - started)
+
+
+def _resume(graph: LakeGraph, cache: StateCache, dynamic_partitions_store: Any) -> None:
+    """Start this graph from the plan a previous process saved (`dagster_partlake.plan_cache`)
+    when the on-disk states are at the versions it was made from: the next plan is then
+    incremental, from those states to the tables now."""
+    assert cache.persist_dir is not None
+    graph_signature = plan_cache.signature(
+        graph, graph.root_partition_keys(dynamic_partitions_store)
+    )
+    saved = (
+        None
+        if graph_signature is None
+        else plan_cache.load(cache.persist_dir, graph, graph_signature)
+    )
+    if saved is None or set(saved.versions) != set(graph.assets):
+        return
+    raw: dict[str, TableState | None] = {}
+    for name, asset in graph.assets.items():
+        state = cache.persisted(asset.path, with_commits=not asset.is_source)
+        if (state.version if state is not None else None) != saved.versions[name]:
+            return
+        raw[name] = state
+    inputs = _to_input(graph, raw, {}, dynamic_partitions_store)
+    if os.environ.get(CHECK_REPLAN_ENV) and plan(inputs).items != saved.plan.items:
+        raise AssertionError("the saved plan differs from the plan of the saved states")
+    graph.plan_memo = remembered(inputs, saved.plan)
+    graph.saved_plan = (graph_signature, saved.versions, saved.plan.items)
+
+
+def _save(
+    graph: LakeGraph,
+    persist_dir: str,
+    inputs: PlanInput,
+    states: Mapping[str, TableState | None],
+    whole: Plan,
+) -> None:
+    """Keep `whole` on disk for the next process, unless it is the plan already kept."""
+    if inputs.unreadable or graph.has_dynamic_partitions:
+        return
+    graph_signature = plan_cache.signature(graph, inputs.partition_keys)
+    if graph_signature is None:
+        return
+    versions = {n: (s.version if s is not None else None) for n, s in states.items()}
+    if graph.saved_plan == (graph_signature, versions, whole.items):
+        return
+    plan_cache.save(persist_dir, graph, graph_signature, versions, whole)
+    graph.saved_plan = (graph_signature, versions, whole.items)
 
 
 def _plan(graph: LakeGraph, inputs: PlanInput) -> Plan:

@@ -98,6 +98,8 @@ class LakeGraph:
         # Partition-key ids per (dimension columns, column types, partitioning)
         # (`gather.KeyIds`): each memoizes the key of every partition it saw.
         self.codecs: dict[tuple[Any, str, tuple[str, ...]], Any] = {}
+        # The plan last saved to disk by `gather` (signature, table versions, items).
+        self.saved_plan: tuple[str, dict[str, int | None], tuple[Any, ...]] | None = None
         self._incremental: dict[str, dict[str, Incremental]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)

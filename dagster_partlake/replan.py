@@ -53,7 +53,12 @@ class PlanMemo:
 
 def full(inputs: PlanInput) -> PlanMemo:
     """The full plan of `inputs`, memoized."""
-    result = plan(inputs)
+    return remembered(inputs, plan(inputs))
+
+
+def remembered(inputs: PlanInput, result: Plan) -> PlanMemo:
+    """The memo of `result`, the plan of `inputs` (made by `plan` or kept from an earlier
+    process)."""
     verdicts: dict[str, dict[Key, StalePartition]] = {}
     for item in result.items:
         verdicts.setdefault(item.asset, {})[item.partition] = item

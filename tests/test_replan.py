@@ -93,3 +93,49 @@ def test_plans_over_real_delta_tables_follow_the_new_commits(tmp_path, monkeypat
         assert not make_plan(graph, cache).plan and not from_scratch()
         assert all(graph.moved[a][4] == set(keys) for a in ("a1", "a2", "a3"))
     assert compared == []
+
+
+def test_a_new_process_starts_from_the_plan_the_last_one_saved(tmp_path, monkeypatch) -> None:
+    """With an on-disk cache (`partlake plan`, `partlake run`), a new process starts from the
+    plan the previous one saved when the tables are at the versions it saw, and plans only the
+    commits since then; a changed code version or a damaged plan file means a full plan."""
+    from benchmarks.plan_lake import Layout, build_defs, build_lake, change_source, repair
+    from dagster_partlake import gather, replan
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.gather import make_plan
+    from dagster_partlake.graph import LakeGraph
+
+    layout, root, persist = Layout(1000), str(tmp_path / "lake"), str(tmp_path / "cache")
+    build_lake(layout, root)
+    full_plans: list[object] = []
+    full = replan.full
+    monkeypatch.setattr(gather, "full", lambda inputs: full_plans.append(inputs) or full(inputs))
+
+    def new_process(code_version: str = "1") -> set[tuple[str, str | None]]:
+        defs = build_defs(layout, root, None, code_version)
+        result = make_plan(LakeGraph(defs), StateCache(persist))
+        return {(i.asset, i.partition) for i in result.plan.items}
+
+    def from_scratch(code_version: str = "1") -> set[tuple[str, str | None]]:
+        defs = build_defs(layout, root, None, code_version)
+        fresh = make_plan(LakeGraph(defs), StateCache())
+        return {(i.asset, i.partition) for i in fresh.plan.items}
+
+    assert new_process() == set() and len(full_plans) == 1  # the first: a full plan, saved
+    assert new_process() == set() and len(full_plans) == 1  # nothing moved: the saved plan
+    keys = [layout.old_key(0)]
+    change_source(root, keys)
+    expected = {(a, k) for a in ("a1", "a2", "a3") for k in keys}
+    assert new_process() == expected and len(full_plans) == 1  # from the saved plan
+    assert from_scratch() == expected and len(full_plans) == 2
+    repair(root, keys)
+    assert new_process() == set() == from_scratch() and len(full_plans) == 3
+    # Another code version changes the graph's signature: planned in full.
+    changed = new_process("2")
+    assert len(changed) == 3 * layout.n and changed == from_scratch("2")
+    assert len(full_plans) == 5
+    # A damaged plan file: planned in full, then saved again.
+    for saved in (tmp_path / "cache").glob("plan-*.plan"):
+        saved.write_bytes(b"damaged")
+    assert new_process() == set() and len(full_plans) == 6
+    assert new_process() == set() and len(full_plans) == 6

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from dagster_partlake.compact import VALUES, IntMap
 from dagster_partlake.layout import commit_version, log_dir
 
 # Delta partition types whose JSON commit value is the text Arrow casts them to.
@@ -38,8 +41,8 @@ class LogState:
     version: int
     partition_by: tuple[str, ...]
     column_types: dict[str, Any]
-    newest: dict[tuple[str | None, ...], int]
-    counts: dict[tuple[str | None, ...], int]
+    newest: IntMap[tuple[str | None, ...]]  # over `compact.VALUES`
+    counts: IntMap[tuple[str | None, ...]]
 
 
 def read_log_state(root: str) -> LogState | None:
@@ -62,16 +65,12 @@ def _read(root: str) -> LogState | None:
     wanted = [v for v in versions if v >= start]
     if wanted != list(range(start, start + len(wanted))) or (checkpoint is None and not wanted):
         return None  # a gap in the log
-    # Actions, oldest first, without the commitInfo lines: a partlake record of a large commit
-    # is most of its bytes and says nothing about files.
-    lines = [
-        line
-        for version in wanted
-        for line in _lines(os.path.join(log, f"{version:020d}.json"))
-        if not line.startswith(b'{"commitInfo"')
-    ]
-    # Every action but the adds is parsed once here: removes, metadata, protocol, ...
-    others = {i: json.loads(line) for i, line in enumerate(lines) if not line.startswith(_ADD)}
+    paths = [os.path.join(log, f"{version:020d}.json") for version in wanted]
+    # Every action but the adds is parsed once here: removes, metadata, protocol, ...; the adds
+    # are read again, one at a time, below (a million of them would not fit in memory at once).
+    others = {
+        i: json.loads(line) for i, line in enumerate(_actions(paths)) if not line.startswith(_ADD)
+    }
     rows = None
     if checkpoint is not None:
         import pyarrow.parquet as pq
@@ -94,8 +93,9 @@ def _read(root: str) -> LogState | None:
     # A file is live when the last action naming it is an add. Only files that some remove
     # names are followed one by one; the rest go straight into the per-partition totals.
     removed = {unquote(a["remove"]["path"]) for a in others.values() if "remove" in a}
-    newest: dict[tuple[str | None, ...], int] = {}
-    counts: dict[tuple[str | None, ...], int] = {}
+    # Per live file, its partition's values id and modification time: two int64 arrays, not
+    # dicts of a million entries.
+    ids, times = array("q"), array("q")
     followed: dict[str, tuple[tuple[str | None, ...], int] | None] = {}
 
     def added(add: dict[str, Any]) -> None:
@@ -107,16 +107,15 @@ def _read(root: str) -> LogState | None:
             count(values, int(add["modificationTime"]))
 
     def count(values: tuple[str | None, ...], modified: int) -> None:
-        if modified > newest.get(values, -1):
-            newest[values] = modified
-        counts[values] = counts.get(values, 0) + 1
+        ids.append(VALUES.id(values))
+        times.append(modified)
 
     if rows is not None:
         for add in rows.column("add").to_pylist():
             if add is not None:
                 added(add)
         del rows
-    for i, line in enumerate(lines):
+    for i, line in enumerate(_actions(paths)):
         action = others.get(i)
         if action is None:
             added(json.loads(line)["add"])
@@ -131,17 +130,29 @@ def _read(root: str) -> LogState | None:
         version=wanted[-1] if wanted else start - 1,
         partition_by=partition_by,
         column_types=column_types,
-        newest=newest,
-        counts=counts,
+        newest=IntMap.newest(VALUES, ids, times),
+        counts=IntMap.newest(VALUES, ids, array("q", [1]) * len(ids), add=True),
     )
 
 
 _ADD = b'{"add"'
 
 
-def _lines(path: str) -> list[bytes]:
-    with open(path, "rb") as commit:
-        return [line for line in commit.read().split(b"\n") if line.strip()]
+def _actions(paths: list[str]) -> Iterator[bytes]:
+    """The action lines of these JSON commits in order, but the commitInfo lines, which are
+    skipped in pieces (a partlake record of a large commit is most of its bytes)."""
+    for path in paths:
+        with open(path, "rb") as commit:
+            while head := commit.readline(_PIECE):
+                line = head
+                skip = head.startswith(b'{"commitInfo"')
+                while not line.endswith(b"\n") and (more := commit.readline(_PIECE)):
+                    line = more if skip else line + more
+                if not skip and line.strip():
+                    yield line
+
+
+_PIECE = 1 << 16
 
 
 def _newest_checkpoint(log: str, names: list[str]) -> tuple[int, str] | None | bool:

@@ -194,7 +194,21 @@ class CommitRecord:
 
 def _per_partition(values: Mapping[Any, Any]) -> IntMap[str | None]:
     """Partition id -> int, column-wise over the interned ids."""
+    if isinstance(values, IntMap):
+        return values
     return IntMap.build(KEYS, ((str(k), int(v)) for k, v in values.items()))
+
+
+def compact_pairs(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:
+    """`object_pairs_hook` for reading a record compactly: a large object of ints (what a
+    write consumed, its rows per partition) becomes an `IntMap` as it is parsed, so a commit of
+    a million partitions never exists as dicts of a million entries."""
+    if len(pairs) >= _LARGE and all(type(v) is int for _, v in pairs):
+        return IntMap.build(KEYS, pairs)
+    return dict(pairs)
+
+
+_LARGE = 256
 
 
 def _as_dict(values: Mapping[Any, Any]) -> dict[str, int]:

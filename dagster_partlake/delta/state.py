@@ -103,6 +103,22 @@ class StateCache:
             self._tables.pop(root, None)  # reload from scratch once it is repaired
             raise unreadable(root, error, table_name=name) from error
 
+    @property
+    def persist_dir(self) -> str | None:
+        return self._persist_dir
+
+    def persisted(self, root: str, *, with_commits: bool = True) -> TableState | None:
+        """The state of `root` this cache holds, else the one on disk, without following the
+        commits after it (None: neither; the next `sync` follows from the state returned)."""
+        root = os.path.abspath(root)
+        cached = self._tables.get(root)
+        if cached is None and self._persist_dir is not None:
+            cached = _load_state(self._persist_dir, root, with_commits=with_commits)
+            if cached is not None:
+                self._tables[root] = cached
+                self._stamps[root] = _stamp(root, cached.version)
+        return cached
+
     def moved(self, root: str, version: int) -> bool:
         """Whether the table at `root` may differ from its state at `version` as this cache
         holds it: not cached at that version, a commit after it, or its commit file changed."""
@@ -321,7 +337,7 @@ def _read_state(
 
 
 def _state_of_log(root: str, log: LogState, *, with_commits: bool) -> TableState:
-    last_updated = IntMap.build(VALUES, log.newest.items())
+    last_updated = log.newest
     commits = _partlake_commits(root, log.version, None) if with_commits else ()
     return TableState(
         root=root,
@@ -331,7 +347,7 @@ def _state_of_log(root: str, log: LogState, *, with_commits: bool) -> TableState
         last_updated=last_updated,
         touched_in=_touched_in(commits, last_updated, None, None),
         commits=commits,
-        file_counts=IntMap.build(VALUES, log.counts.items()),
+        file_counts=log.counts,
     )
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.delta.record import CommitRecord, compact_pairs
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
 from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.layout import (
@@ -190,8 +190,11 @@ def log_versions(root: str) -> list[int]:
     return sorted(v for v in map(commit_version, names) if v is not None)
 
 
-def commit_info(root: str, version: int) -> dict[str, Any]:
-    """The commitInfo action of one commit, read from its JSON file ({} if it has none).
+def commit_info(
+    root: str, version: int, *, pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None
+) -> dict[str, Any]:
+    """The commitInfo action of one commit, read from its JSON file ({} if it has none);
+    `pairs_hook` builds its objects (`json.loads`' `object_pairs_hook`).
 
     Raises:
         TableUnreadableError: the commit file is damaged.
@@ -200,7 +203,7 @@ def commit_info(root: str, version: int) -> dict[str, Any]:
         with open(commit_file(root, version), encoding="utf-8") as log_file:
             for line in log_file:
                 if line.startswith('{"commitInfo"'):
-                    return dict(json.loads(line)["commitInfo"])
+                    return dict(json.loads(line, object_pairs_hook=pairs_hook)["commitInfo"])
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
     except FileNotFoundError:
@@ -241,9 +244,8 @@ def commit_actions(
 def read_record(root: str, version: int, *, compact: bool = False) -> CommitRecord | None:
     """The partlake record of one commit (None if partlake did not write it; `compact`: see
     `CommitRecord.from_commit_info`)."""
-    return CommitRecord.from_commit_info(
-        commit_info(root, version), table_version=version, compact=compact
-    )
+    info = commit_info(root, version, pairs_hook=compact_pairs if compact else None)
+    return CommitRecord.from_commit_info(info, table_version=version, compact=compact)
 
 
 def find_record(
