@@ -66,9 +66,7 @@ class Layout:
         return (START + dt.timedelta(days=self.days)).isoformat()  # exclusive in Dagster
 
 
-def build_defs(
-    layout: Layout, root: str, condition: str | None, code_version: str = "1"
-) -> Any:
+def build_defs(layout: Layout, root: str, condition: str | None, code_version: str = "1") -> Any:
     """src (AssetSpec) -> a1 -> a2 -> a3 (@asset, code_version '1', bodies never run)."""
     from dagster import (
         AssetSpec,
