@@ -34,11 +34,10 @@ def auto_notes(n: int, entry: dict[str, Any]) -> list[str]:
     p = entry.get("partlake", {})
     if p.get("no_change_s") is not None:
         notes.append(
-            f"partlake: a no-change sensor tick skips after one stat per table "
+            f"partlake: a no-change sensor tick skips after two stats per table "
             f"({p.get('sensor_skip_tick_s')} s for the whole sensor call); make_plan itself, "
-            f"called with a warm cache and nothing changed, still takes {p['no_change_s']} s "
-            "because gather_plan_input rebuilds every PartitionState/Record and plan() judges "
-            "every partition (the StateCache only saves the Delta log reads)."
+            f"called with a warm cache and nothing changed, takes {p['no_change_s']} s (no "
+            "table moved: the conversion and the previous plan are reused)."
         )
     detail = entry.get("partlake_detail", {})
     gc_off = detail.get("no_change", {}).get("make_plan_gc_disabled_s")

@@ -6,14 +6,16 @@ file per partition (one file written once and hard-linked everywhere). `src` is 
 written "by another system"; a1..a3 carry `partlake` commit infos exactly like
 `DeltaPartitionIOManager.handle_output` writes them, so that everything starts fresh.
 
-For every N (default 1000, 10000, 100000) and every measured case a fresh subprocess is started,
-so each case has its own peak memory (`resource.getrusage(RUSAGE_SELF).ru_maxrss` of that process,
-plus psutil RSS sampled every 5 ms in a background thread during the timed call):
+For every N (default 10000, 100000, 1000000) and every measured case a fresh subprocess is
+started, so each case has its own peak memory (`resource.getrusage(RUSAGE_SELF).ru_maxrss` of
+that process, plus psutil RSS sampled every 5 ms in a background thread during the timed call):
 
 partlake (`make_plan` with a warm `StateCache`, synced once before timing):
   no_change       make_plan when nothing moved, and the sensor's quick check (per table, one
                   `stat` of `_delta_log/<version+1>.json` and one of `<version>.json`:
                   `dagster_partlake.gather.moved`)
+  disk_cache      make_plan in a new process whose on-disk cache (table states and the saved
+                  plan) a previous process filled: `partlake plan` the second time
   sensor_tick     the real sensor (`build_invalidation_sensor`): first tick, then skip ticks
   one_old_change  one src partition from the first week rewritten (new file + remove, one commit)
   ten_percent     10% of src partitions rewritten in one commit
@@ -27,7 +29,8 @@ evaluation, one old src partition reported (AssetMaterialization) + evaluation, 
 partitions reported + evaluation.
 
 Usage:
-    .venv/bin/python benchmarks/plan_scale.py [--sizes 1000,10000,100000] [--out FILE]
+    .venv/bin/python benchmarks/plan_scale.py [--sizes 10000,100000,1000000] [--out FILE]
+    (Dagster runs up to --dagster-max, 100,000 by default)
 
 Prints the JSON to stdout (progress goes to stderr) and writes it to --out
 (default benchmarks/out/plan_scale.json).
@@ -62,7 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         task_main(sys.stdin.read())
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1000,10000,100000", help="partitions per asset")
+    parser.add_argument(
+        "--sizes", default="10000,100000,1000000", help="partitions per asset (comma-separated)"
+    )
     parser.add_argument(
         "--out", default=str(REPO / "benchmarks" / "out" / "plan_scale.json"), help="JSON output"
     )

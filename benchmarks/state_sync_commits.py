@@ -5,11 +5,13 @@ Builds one table partitioned by `part` (`--partitions`, default 100) with `--com
 pyarrow, the old file removed, a partlake `CommitRecord` in the commit info, the file's
 modification time = the commit time, as partlake's writer does). No Spark. The build keeps
 delta-rs's automatic checkpoints (every 100 commits; without them each commit got slower as the
-log grew) and deletes them at the end, so the "before" log is all JSON, as a table without
-checkpoints has it. Then, each in a fresh Python
-process, a cold `StateCache().sync(root)` is timed (imports excluded; best of `--repeat`): before
-and after `checkpoint_table(root, keep_log_hours=0)`. The state (lastUpdated and the newest
-record of every partition) is checked to be the same.
+log grew). Then, each in a fresh Python process, a cold `StateCache().sync(root)` is timed
+(imports excluded; best of `--repeat`): with those checkpoints (the state replays the newest
+checkpoint and the JSON commits after it; the records still come from every JSON commit); with
+them deleted (all JSON, as a table without checkpoints has it); and after
+`checkpoint_table(root, keep_log_hours=0)` (a checkpoint, and only the JSON commits holding
+records the planner reads). The state (lastUpdated and the newest record of every partition) is
+checked to be the same in all three.
 
 Usage:
     .venv/bin/python -m benchmarks.state_sync_commits [--commits 10000] [--partitions 100]
@@ -128,10 +130,14 @@ def build_table(
             rate = (n + 1) / (time.perf_counter() - started)
             print(f"  {n + 1} commits ({rate:.0f}/s)", file=sys.stderr)
     if not checkpoints:
-        log_dir = os.path.join(root, "_delta_log")
-        for name in os.listdir(log_dir):
-            if ".checkpoint." in name or name == "_last_checkpoint":
-                os.remove(os.path.join(log_dir, name))
+        remove_checkpoints(root)
+
+
+def remove_checkpoints(root: str) -> None:
+    log_dir = os.path.join(root, "_delta_log")
+    for name in os.listdir(log_dir):
+        if ".checkpoint." in name or name == "_last_checkpoint":
+            os.remove(os.path.join(log_dir, name))
 
 
 def cold_sync(root: str, repeat: int) -> dict:
@@ -177,17 +183,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = os.path.join(args.work, "table")
     print(f"building {args.commits} commits over {args.partitions} partitions", file=sys.stderr)
     started = time.perf_counter()
-    build_table(root, commits=args.commits, partitions=args.partitions, log=True)
+    build_table(root, commits=args.commits, partitions=args.partitions, checkpoints=True, log=True)
     build_seconds = time.perf_counter() - started
     json_before = json_files(root)
-    print("cold sync before", file=sys.stderr)
+    print("cold sync with delta-rs' automatic checkpoints", file=sys.stderr)
+    automatic = cold_sync(root, args.repeat)
+    remove_checkpoints(root)
+    print("cold sync before (all JSON)", file=sys.stderr)
     before = cold_sync(root, args.repeat)
     started = time.perf_counter()
     checkpoint = checkpoint_table(root, keep_log_hours=0)
     checkpoint_seconds = time.perf_counter() - started
     print("cold sync after", file=sys.stderr)
     after = cold_sync(root, args.repeat)
-    same = all(before[k] == after[k] for k in ("version", "last_updated", "newest_record_version"))
+    same = all(
+        before[k] == after[k] == automatic[k]
+        for k in ("version", "last_updated", "newest_record_version")
+    )
     results = {
         "benchmark": "state_sync_commits",
         "commits": args.commits,
@@ -195,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "table_version": DeltaTable(root).version(),
         "build_seconds": round(build_seconds, 1),
         "checkpoint_table_seconds": round(checkpoint_seconds, 3),
+        "cold_sync_seconds_automatic_checkpoints": round(automatic["seconds"], 4),
         "cold_sync_seconds_before": round(before["seconds"], 4),
         "cold_sync_seconds_after": round(after["seconds"], 4),
         "speedup": round(before["seconds"] / after["seconds"], 1),

@@ -224,7 +224,45 @@ def _trimmed(values: IntMap[Any]) -> tuple[int, array]:
     return values.base + start if start < end else 0, slots[start:end]
 
 
-class StateMap(Mapping["str | None", "PartitionState"]):
+class _Rows(Mapping["str | None", Any]):
+    """A map over interned partition keys whose values are made on access from columns that
+    share one range of ids (`_keys` says which keys have a value)."""
+
+    __slots__ = ()
+
+    def _keys(self) -> IntMap[str | None]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str | None) -> Any:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys()
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def _same(self, other: Any) -> bool:
+        """Equal columns (a quick True; False says nothing)."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self)) and self._same(other):
+            return True
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class StateMap(_Rows):
     """The planner's `PartitionState` per partition key: lastUpdated and version columns."""
 
     __slots__ = ("last_updated", "versions")
@@ -242,13 +280,11 @@ class StateMap(Mapping["str | None", "PartitionState"]):
             IntMap.from_ids(KEYS, ids, (s.version for _, s in pairs)),
         )
 
-    def __getitem__(self, key: str | None) -> PartitionState:
-        found = self.get(key)
-        if found is None:
-            raise KeyError(key)
-        return found
+    def _keys(self) -> IntMap[str | None]:
+        return self.last_updated
 
     def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
+        """The key's `PartitionState`, made now."""
         from dagster_partlake.planner import PartitionState
 
         index = self.last_updated._index(key)
@@ -259,23 +295,8 @@ class StateMap(Mapping["str | None", "PartitionState"]):
             self.last_updated.column[index], None if version in (NONE, ABSENT) else version
         )
 
-    def __contains__(self, key: object) -> bool:
-        return key in self.last_updated
-
-    def __iter__(self) -> Iterator[str | None]:
-        return iter(self.last_updated)
-
-    def __len__(self) -> int:
-        return len(self.last_updated)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, StateMap):
-            return self.last_updated == other.last_updated and self.versions == other.versions
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        return len(self) == len(other) and dict(self.items()) == dict(other.items())
-
-    __hash__ = None  # type: ignore[assignment]
+    def _same(self, other: StateMap) -> bool:
+        return self.last_updated == other.last_updated and self.versions == other.versions
 
     def updated(
         self, changes: Mapping[str | None, PartitionState], delete: Iterable[str | None] = ()
@@ -287,7 +308,7 @@ class StateMap(Mapping["str | None", "PartitionState"]):
         )
 
 
-class RecordMap(Mapping["str | None", "Record"]):
+class RecordMap(_Rows):
     """The planner's `Record` per partition key: which commit wrote it (an index into
     `sources`, each that commit's record without a written lastUpdated) and the lastUpdated the
     write gave the partition."""
@@ -309,13 +330,11 @@ class RecordMap(Mapping["str | None", "Record"]):
     def empty(cls) -> RecordMap:
         return cls((), IntMap(KEYS), IntMap(KEYS))
 
-    def __getitem__(self, key: str | None) -> Record:
-        found = self.get(key)
-        if found is None:
-            raise KeyError(key)
-        return found
+    def _keys(self) -> IntMap[str | None]:
+        return self.which
 
     def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
+        """The key's `Record` (one object per commit and written lastUpdated)."""
         index = self.which._index(key)
         if index < 0:
             return default
@@ -327,28 +346,12 @@ class RecordMap(Mapping["str | None", "Record"]):
             self._made[(source, written)] = made
         return made
 
-    def __contains__(self, key: object) -> bool:
-        return key in self.which
-
-    def __iter__(self) -> Iterator[str | None]:
-        return iter(self.which)
-
-    def __len__(self) -> int:
-        return len(self.which)
-
-    def __eq__(self, other: object) -> bool:
-        if (
-            isinstance(other, RecordMap)
-            and other.sources == self.sources
+    def _same(self, other: RecordMap) -> bool:
+        return (
+            other.sources == self.sources
             and other.which == self.which
             and other.written == self.written
-        ):
-            return True
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        return len(self) == len(other) and dict(self.items()) == dict(other.items())
-
-    __hash__ = None  # type: ignore[assignment]
+        )
 
     def then(self, later: RecordMap) -> RecordMap:
         """These records with `later`'s (written after them) in place of theirs."""

@@ -1,13 +1,20 @@
 """Partition state of tables and folders: lastUpdated per partition, read without data files.
 
-For a Delta table, one pass over the live files of the latest version (delta-rs add actions:
-path, partition values, modification time) gives, per partition, lastUpdated = the newest
-modification time of its files. Our writer sets that time to the commit time. The result is
-cached per process by table version; `StateCache.sync` first checks that the commit it was read at
-is unchanged and whether the commit after it exists (two `stat`s), so a table that did not move
-costs next to nothing, and a table re-created at the same path or a damaged commit is read anew. A
-`StateCache(persist_dir=...)` also keeps each state on disk, stamped with the latest commit file,
-so a new process (`partlake run` with nothing to do) skips opening the table.
+For a Delta table, the live files of the latest version give, per partition, lastUpdated = the
+newest modification time of its files (our writer sets that time to the commit time). A first
+read replays the log (`dagster_partlake.delta.log_state`: the newest checkpoint and the JSON
+commits after it), falling back to delta-rs' snapshot for what that replay does not handle.
+Later syncs follow only the new commits: appends and whole-partition replacements from the
+JSON commits alone, other changes through delta-rs re-aggregating just the touched partitions.
+A state is held column-wise (`dagster_partlake.compact`: int64 arrays over interned partition
+values), so a table of a million partitions costs a few arrays, not a million objects.
+
+The state is cached per process by table version; `StateCache.sync` first checks that the commit
+it was read at is unchanged and whether the commit after it exists (two `stat`s), so a table
+that did not move costs next to nothing, and a table re-created at the same path or a damaged
+commit is read anew. A `StateCache(persist_dir=...)` also keeps each state on disk in the same
+column-wise form (`marshal`, stamped with the commit file it was read at), so a new process
+loads it without reading the log and follows only the commits made since.
 
 Commits made by dagster_partlake carry a `CommitRecord` (what was written and what was read);
 `TableState.commits` lists them, oldest first, for the planner's records.
