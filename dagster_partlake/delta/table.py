@@ -194,7 +194,8 @@ def commit_info(
     root: str, version: int, *, pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None
 ) -> dict[str, Any]:
     """The commitInfo action of one commit, read from its JSON file ({} if it has none);
-    `pairs_hook` builds its objects (`json.loads`' `object_pairs_hook`).
+    `pairs_hook` builds the objects of a large one (`json.loads`' `object_pairs_hook`, which
+    slows the parsing of small ones).
 
     Raises:
         TableUnreadableError: the commit file is damaged.
@@ -203,13 +204,17 @@ def commit_info(
         with open(commit_file(root, version), encoding="utf-8") as log_file:
             for line in log_file:
                 if line.startswith('{"commitInfo"'):
-                    return dict(json.loads(line, object_pairs_hook=pairs_hook)["commitInfo"])
+                    hook = pairs_hook if len(line) > _LARGE_LINE else None
+                    return dict(json.loads(line, object_pairs_hook=hook)["commitInfo"])
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
     except FileNotFoundError:
         # `checkpoint_table` deleted it after the log was listed: it held no needed record.
         return {}
     return {}
+
+
+_LARGE_LINE = 1 << 20
 
 
 def commit_actions(
