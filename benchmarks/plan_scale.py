@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--report-budget",
         type=float,
-        default=600.0,
+        default=1800.0,
         help="seconds Dagster's public API may take to report all materializations of one size; "
         "beyond it Dagster is not measured at that size (the JSON says so)",
     )

@@ -479,6 +479,9 @@ def _plan(graph: LakeGraph, inputs: PlanInput) -> Plan:
                 f"{memo.plan.items} != {plan(inputs).items}"
             )
     graph.plan_memo = memo
+    # The previous conversions it names are no longer needed (at a million partitions per
+    # asset, they are hundreds of megabytes).
+    graph.moved.clear()
     return memo.plan
 
 
