@@ -233,6 +233,10 @@ class _Rows(Mapping["str | None", Any]):
     def _keys(self) -> IntMap[str | None]:
         raise NotImplementedError
 
+    def _row(self, key: object) -> int:
+        """The key's position in the columns, or -1 when it has no value."""
+        return self._keys()._index(key)
+
     def __getitem__(self, key: str | None) -> Any:
         found = self.get(key)
         if found is None:
@@ -287,7 +291,7 @@ class StateMap(_Rows):
         """The key's `PartitionState`, made now."""
         from dagster_partlake.planner import PartitionState
 
-        index = self.last_updated._index(key)
+        index = self._row(key)
         if index < 0:
             return default
         version = self.versions.column[index]
@@ -335,7 +339,7 @@ class RecordMap(_Rows):
 
     def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
         """The key's `Record` (one object per commit and written lastUpdated)."""
-        index = self.which._index(key)
+        index = self._row(key)
         if index < 0:
             return default
         source, written = self.which.column[index], self.written.column[index]

@@ -398,10 +398,8 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
     version = previous.version
     while _has_commit(root, version + 1):
         version += 1
-        try:
-            with open(commit_file(root, version), encoding="utf-8") as log_file:
-                actions = [json.loads(line) for line in log_file if line.strip()]
-        except (OSError, ValueError):
+        actions = _file_actions(root, version)
+        if actions is None:
             return None
         for action in actions:
             kinds = set(action) - {"commitInfo", "txn"}
@@ -533,12 +531,10 @@ def _touched_since(
         return None
     touched: set[Values] = set()
     for number in range(previous.version + 1, version + 1):
-        try:
-            with open(commit_file(root, number), encoding="utf-8") as log_file:
-                lines = [json.loads(line) for line in log_file if line.strip()]
-        except (OSError, ValueError):
+        actions = _file_actions(root, number)
+        if actions is None:
             return None
-        for action in lines:
+        for action in actions:
             if "metaData" in action:
                 return None
             body = action.get("add") or action.get("remove")
@@ -549,6 +545,20 @@ def _touched_since(
                 return None
             touched.add(tuple(values[c] or None for c in partition_by))
     return touched
+
+
+def _file_actions(root: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of one JSON commit but its commitInfo (a partlake record of a large commit is
+    most of its bytes, and following the log needs none of it); None if it cannot be read."""
+    try:
+        with open(commit_file(root, version), encoding="utf-8") as log_file:
+            return [
+                json.loads(line)
+                for line in log_file
+                if line.strip() and not line.startswith('{"commitInfo"')
+            ]
+    except (OSError, ValueError):
+        return None
 
 
 def _partlake_commits(
