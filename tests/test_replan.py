@@ -149,3 +149,35 @@ def test_a_new_process_starts_from_the_plan_the_last_one_saved(tmp_path, monkeyp
         saved.write_bytes(b"damaged")
     assert new_process() == set() and len(full_plans) == 6
     assert new_process() == set() and len(full_plans) == 6
+
+
+def test_partlake_plan_in_new_processes_starts_from_the_saved_plan(tmp_path) -> None:
+    """The real `partlake plan`, one process per call, with its on-disk cache: the first call
+    saves its plan; the next ones start from it (the subprocesses inherit
+    PARTLAKE_CHECK_REPLAN, so a resumed plan is checked against a full plan in the process) and
+    show exactly the partitions a source commit made stale, then none after the repair."""
+    import json
+
+    from benchmarks.plan_lake import Layout, build_lake, change_source, repair
+    from tests.conftest import run_partlake, subprocess_env
+
+    layout, root = Layout(1000), str(tmp_path / "lake")
+    build_lake(layout, root)
+    cache = tmp_path / "cache"
+    env = subprocess_env(PLAN_LAKE_ROOT=root, PARTLAKE_CACHE_DIR=str(cache))
+    assert env.get("PARTLAKE_CHECK_REPLAN")
+
+    def plan() -> set[tuple[str, str]]:
+        proc = run_partlake("plan", "-m", "tests.plan_lake_defs", "--json", env=env)
+        assert proc.returncode == 0, proc.stderr
+        return {(i["asset"], i["partition"]) for i in json.loads(proc.stdout)}
+
+    assert plan() == set()
+    saved = list(cache.glob("plan-*.plan"))
+    assert len(saved) == 1 and len(list(cache.glob("*.state"))) == 4
+    assert plan() == set()
+    keys = [layout.old_key(0)]
+    change_source(root, keys)
+    assert plan() == {(a, k) for a in ("a1", "a2", "a3") for k in keys}
+    repair(root, keys)
+    assert plan() == set()
