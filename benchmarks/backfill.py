@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         assert ok_lines(out) == 3, out[-2000:]
 
-        from dagster_partlake.spark_server import start_connect, stop
+        from dagster_partlake.spark.server import start_connect, stop
 
         shared_lake, shared_env = lake_copy(work, "shared", golden)
         server_root = str(work / "servers")

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from dagster_partlake.delta.schema import arrow_to_spark
-from dagster_partlake.spark_conf import DEFAULT_CONF
+from dagster_partlake.spark.conf import DEFAULT_CONF
 from definitions.assets import clean, daily_stats, monthly_stats
 
 

@@ -197,8 +197,8 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
     layout, root, scenario = Layout(task["n"]), task["root"], task["scenario"]
     started = time.perf_counter()
     from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.gather import make_plan, moved
-    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan, moved
 
     out: dict[str, Any] = {"import_s": round(time.perf_counter() - started, 2)}
     defs = build_defs(layout, root, None)
@@ -356,7 +356,7 @@ def memory_profile(fn: Callable[[], Any], limit: int = 10) -> dict[str, Any]:
 def _sensor_ticks(defs: Any, root: str, task: dict[str, Any]) -> dict[str, Any]:
     from dagster import DagsterInstance, build_sensor_context
 
-    from dagster_partlake.sensor import build_invalidation_sensor
+    from dagster_partlake.orchestration.sensor import build_invalidation_sensor
 
     sensor = build_invalidation_sensor("plan_scale", root=root)
     repository = defs.get_repository_def()
@@ -554,8 +554,8 @@ def task_dagster_eval(task: dict[str, Any]) -> dict[str, Any]:
 def task_fill_cache(task: dict[str, Any]) -> dict[str, Any]:
     """A first `partlake plan`: reads every table and leaves the states in the on-disk cache."""
     from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.gather import make_plan
-    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan
 
     graph = LakeGraph(build_defs(Layout(task["n"]), task["root"], None))
     _, seconds, _ = timed(

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from dagster_partlake.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from dagster_partlake.checks import partlake_asset_checks
     from dagster_partlake.delta.record import CommitRecord
     from dagster_partlake.errors import (
         CommitConflictError,
@@ -21,17 +20,18 @@ if TYPE_CHECKING:
         SchemaMismatchError,
         TableUnreadableError,
     )
-    from dagster_partlake.gates import GateFailedError
-    from dagster_partlake.io_manager import DeltaPartitionIOManager
-    from dagster_partlake.kinds import ModelKind, model_kind_metadata
+    from dagster_partlake.gates.checks import partlake_asset_checks
+    from dagster_partlake.gates.spec import GateFailedError
+    from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
+    from dagster_partlake.kinds.spec import ModelKind, model_kind_metadata
     from dagster_partlake.layout import table_path
-    from dagster_partlake.maintenance_job import MaintenanceConfig, build_maintenance_job
-    from dagster_partlake.parallel import POOL
-    from dagster_partlake.planner import Plan, StalePartition, plan
-    from dagster_partlake.resource import SparkResource
-    from dagster_partlake.runs import PlannedRun, RunPlan, plan_runs
-    from dagster_partlake.sensor import build_invalidation_sensor
-    from dagster_partlake.sources import partlake_source
+    from dagster_partlake.maintenance.job import MaintenanceConfig, build_maintenance_job
+    from dagster_partlake.orchestration.pools import POOL
+    from dagster_partlake.orchestration.sensor import build_invalidation_sensor
+    from dagster_partlake.orchestration.sources import partlake_source
+    from dagster_partlake.planning.planner import Plan, StalePartition, plan
+    from dagster_partlake.planning.runs import PlannedRun, RunPlan, plan_runs
+    from dagster_partlake.spark.resource import SparkResource
 
 __all__ = [
     "POOL",
@@ -64,7 +64,7 @@ __all__ = [
 # Public name -> the module defining it, imported on first use: a process (a no-op
 # `partlake run`) imports only the modules its path needs.
 _LAZY = {
-    "partlake_asset_checks": "dagster_partlake.checks",
+    "partlake_asset_checks": "dagster_partlake.gates.checks",
     "CommitRecord": "dagster_partlake.delta.record",
     "CommitConflictError": "dagster_partlake.errors",
     "PartitionMismatchError": "dagster_partlake.errors",
@@ -72,23 +72,23 @@ _LAZY = {
     "PartlakeError": "dagster_partlake.errors",
     "SchemaMismatchError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
-    "GateFailedError": "dagster_partlake.gates",
-    "DeltaPartitionIOManager": "dagster_partlake.io_manager",
-    "ModelKind": "dagster_partlake.kinds",
-    "model_kind_metadata": "dagster_partlake.kinds",
+    "GateFailedError": "dagster_partlake.gates.spec",
+    "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
+    "ModelKind": "dagster_partlake.kinds.spec",
+    "model_kind_metadata": "dagster_partlake.kinds.spec",
     "table_path": "dagster_partlake.layout",
-    "MaintenanceConfig": "dagster_partlake.maintenance_job",
-    "build_maintenance_job": "dagster_partlake.maintenance_job",
-    "POOL": "dagster_partlake.parallel",
-    "Plan": "dagster_partlake.planner",
-    "StalePartition": "dagster_partlake.planner",
-    "plan": "dagster_partlake.planner",
-    "SparkResource": "dagster_partlake.resource",
-    "PlannedRun": "dagster_partlake.runs",
-    "RunPlan": "dagster_partlake.runs",
-    "plan_runs": "dagster_partlake.runs",
-    "build_invalidation_sensor": "dagster_partlake.sensor",
-    "partlake_source": "dagster_partlake.sources",
+    "MaintenanceConfig": "dagster_partlake.maintenance.job",
+    "build_maintenance_job": "dagster_partlake.maintenance.job",
+    "POOL": "dagster_partlake.orchestration.pools",
+    "Plan": "dagster_partlake.planning.planner",
+    "StalePartition": "dagster_partlake.planning.planner",
+    "plan": "dagster_partlake.planning.planner",
+    "SparkResource": "dagster_partlake.spark.resource",
+    "PlannedRun": "dagster_partlake.planning.runs",
+    "RunPlan": "dagster_partlake.planning.runs",
+    "plan_runs": "dagster_partlake.planning.runs",
+    "build_invalidation_sensor": "dagster_partlake.orchestration.sensor",
+    "partlake_source": "dagster_partlake.orchestration.sources",
 }
 
 

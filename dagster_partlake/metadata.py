@@ -22,3 +22,8 @@ FORMAT_KEY = "partlake/format"
 PATH_KEY = "partlake/path"
 VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
+
+
+def plain(value: object) -> object:
+    """A metadata entry's value: Dagster may hand it over wrapped in a `MetadataValue`."""
+    return getattr(value, "value", value)

@@ -19,9 +19,9 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dagster_partlake.gates import accepted_values, expression, not_null, row_count, unique
-from dagster_partlake.parallel import POOL
-from dagster_partlake.sources import partlake_source
+from dagster_partlake.gates.spec import accepted_values, expression, not_null, row_count, unique
+from dagster_partlake.orchestration.pools import POOL
+from dagster_partlake.orchestration.sources import partlake_source
 from definitions.partitions import daily_region, monthly_region
 
 
@@ -76,7 +76,7 @@ def build_lakehouse(
 
     regions = daily.get_partitions_def_for_dimension("region").get_partition_keys()
 
-    # Quality gates, checked on the staged files before each commit (see dagster_partlake.gates):
+    # Quality gates, checked on the staged files before each commit (see gates.spec):
     # a violation commits nothing and fails the step; each gate is an asset check in the UI.
     @asset(
         partitions_def=daily,

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from dagster_partlake.spark_conf import DEFAULT_CONF
+from dagster_partlake.spark.conf import DEFAULT_CONF
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Every incremental plan made in the tests (and in the CLIs and servers they start, which inherit
@@ -70,9 +70,9 @@ def example(spark, lake: Path, instance, monkeypatch):
     """The example code location over a fresh lake, fully materialized."""
     monkeypatch.setenv("PARTLAKE_HOME", str(lake))
     from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.gather import make_plan
-    from dagster_partlake.graph import LakeGraph
-    from dagster_partlake.runner import refresh
+    from dagster_partlake.orchestration.runner import refresh
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan
     from definitions import defs
     from definitions.ingest import write_partition
 

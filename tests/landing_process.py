@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance, materialize
 
-import dagster_partlake.io_manager as io_manager_module
+import dagster_partlake.io_manager.manager as io_manager_module
 from tests.landing_defs import consumer, landing_assets, resources
 
 

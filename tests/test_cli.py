@@ -19,8 +19,8 @@ from dagster._core.instance.config import PoolGranularity
 from dagster._core.instance.ref import InstanceRef
 
 from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.graph import LakeGraph
-from dagster_partlake.parallel import POOL, Parallelism, parallelism
+from dagster_partlake.orchestration.pools import POOL, Parallelism, parallelism
+from dagster_partlake.planning.graph import LakeGraph
 from tests.conftest import REPO_ROOT, cli_env, delta_rows, run_partlake, subprocess_env
 
 pytestmark = pytest.mark.dagster_cli
@@ -106,9 +106,9 @@ NOT_ON_THE_NO_OP_PATH = (
     "dagster_partlake.delta.maintenance",
     "dagster_partlake.delta.reader",
     "dagster_partlake.delta.writer",
-    "dagster_partlake.incremental_reads",
-    "dagster_partlake.kind_writes",
-    "dagster_partlake.runner",
+    "dagster_partlake.incremental.reads",
+    "dagster_partlake.kinds.write",
+    "dagster_partlake.orchestration.runner",
 )
 
 
@@ -135,7 +135,7 @@ def test_no_op_partlake_run_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.strip() == "Everything is fresh: nothing to run."
     imported = imported_modules(second.stderr)
-    assert {"dagster", "definitions.assets", "dagster_partlake.gather"} <= imported
+    assert {"dagster", "definitions.assets", "dagster_partlake.planning.session"} <= imported
     assert sorted(imported.intersection(NOT_ON_THE_NO_OP_PATH)) == []
 
 

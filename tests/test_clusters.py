@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_partlake.spark_server import start_standalone, status, stop
+from dagster_partlake.spark.server import start_standalone, status, stop
 from tests.conftest import REPO_ROOT, delta_rows, run_partlake, subprocess_env
 
 pytestmark = pytest.mark.cluster

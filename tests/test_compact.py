@@ -5,8 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_partlake.compact import KEYS, IntMap, RecordMap, StateMap
-from dagster_partlake.planner import PartitionState, Record
+from dagster_partlake.columnar.interner import KEYS
+from dagster_partlake.columnar.intmap import IntMap
+from dagster_partlake.planning.planner import PartitionState, Record
+from dagster_partlake.planning.state_maps import RecordMap, StateMap
 
 ALL_KEYS = [f"k{i}" for i in range(40)] + [None]
 keys = st.sampled_from(ALL_KEYS)

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_asset_checks
 from dagster_partlake.delta.writer import write_partitions
 from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.gates import (
+from dagster_partlake.gates.spec import (
     accepted_values,
     expression,
     gates_of,
@@ -32,7 +32,7 @@ from dagster_partlake.gates import (
     unique,
 )
 from dagster_partlake.layout import table_path
-from dagster_partlake.partitions import dimension_columns, selection_for_keys
+from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
 from tests.conftest import delta_rows
 
 daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")

@@ -34,7 +34,7 @@ def checksum(rows: list[tuple]) -> str:
 def test_history_and_restore_of_one_partition_through_the_cli(
     example, lake: Path, instance, tmp_path: Path
 ) -> None:
-    from dagster_partlake.runner import refresh
+    from dagster_partlake.orchestration.runner import refresh
     from definitions.ingest import write_partition
 
     _defs, graph = example

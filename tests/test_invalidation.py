@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.gather import make_plan
-from dagster_partlake.sensor import SENSOR_TAG, build_invalidation_sensor
+from dagster_partlake.orchestration.sensor import SENSOR_TAG, build_invalidation_sensor
+from dagster_partlake.planning.session import make_plan
 from tests.conftest import cli_env, run_partlake, sensor_tick
 
 pytestmark = pytest.mark.spark

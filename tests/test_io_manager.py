@@ -283,7 +283,7 @@ def test_monthly_example_reads_its_month_of_daily_partitions(spark, lake: Path, 
 
 
 def test_dynamic_partition_keys_are_validated_against_the_instance(instance) -> None:
-    from dagster_partlake.partitions import validate_keys
+    from dagster_partlake.partitions.keys import validate_keys
 
     customers = DynamicPartitionsDefinition(name="customer")
     instance.add_dynamic_partitions("customer", ["acme"])

@@ -26,12 +26,12 @@ from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import log_versions, read_record
 from dagster_partlake.delta.writer import write_partitions
 from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.gather import make_plan
-from dagster_partlake.graph import LakeGraph
-from dagster_partlake.kinds import model_kind, model_kind_metadata
+from dagster_partlake.kinds.spec import model_kind, model_kind_metadata
 from dagster_partlake.layout import table_path
-from dagster_partlake.partitions import dimension_columns, selection_for_keys
-from dagster_partlake.runner import refresh
+from dagster_partlake.orchestration.runner import refresh
+from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
+from dagster_partlake.planning.graph import LakeGraph
+from dagster_partlake.planning.session import make_plan
 from tests.conftest import delta_files, delta_rows
 
 pytestmark = pytest.mark.spark
@@ -170,7 +170,7 @@ def test_append_adds_rows_and_a_retried_commit_of_the_same_run_adds_nothing(
     version = log_versions(path)[-1]
     run_id = last_record(lake, "change_log").run_id
     from dagster_partlake.delta.record import CommitRecord
-    from dagster_partlake.kind_writes import WriteTarget, write_output
+    from dagster_partlake.kinds.write import WriteTarget, write_output
 
     target = WriteTarget(
         root=path,

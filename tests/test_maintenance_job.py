@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import table_exists
-from dagster_partlake.gather import make_plan
+from dagster_partlake.planning.session import make_plan
 from tests.conftest import REPO_ROOT, cli_env, delta_rows
 from tests.delta.test_maintenance import split_a_file
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from dagster import DagsterEventType, DagsterInstance, instance_for_test
 
-from dagster_partlake.checks import CHECK_OP_SUFFIX
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.gather import make_plan
-from dagster_partlake.graph import LakeGraph
-from dagster_partlake.parallel import POOL
-from dagster_partlake.runner import Outcome, refresh
+from dagster_partlake.gates.checks import CHECK_OP_SUFFIX
+from dagster_partlake.orchestration.pools import POOL
+from dagster_partlake.orchestration.runner import Outcome, refresh
+from dagster_partlake.planning.graph import LakeGraph
+from dagster_partlake.planning.session import make_plan
 
 pytestmark = pytest.mark.spark
 

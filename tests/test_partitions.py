@@ -16,7 +16,7 @@ from dagster import (
 
 from dagster_partlake.delta.selection import Box, DateRanges, PartitionSelection
 from dagster_partlake.errors import PartitionMismatchError, PartlakeConfigError
-from dagster_partlake.partitions import (
+from dagster_partlake.partitions.keys import (
     describe_partitions,
     dimension_columns,
     selection_for_keys,

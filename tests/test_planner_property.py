@@ -16,7 +16,7 @@ from functools import cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_partlake.planner import (
+from dagster_partlake.planning.planner import (
     Dependency,
     Key,
     PartitionState,

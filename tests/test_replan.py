@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from dagster_partlake.planner import plan
-from dagster_partlake.replan import PlanMemo, changed_partitions, full, replan
+from dagster_partlake.planning.planner import plan
+from dagster_partlake.planning.replan import PlanMemo, changed_partitions, full, replan
 from tests.test_planner_property import Event, World, apply, check_shape, compare, worlds
 
 
@@ -63,10 +63,10 @@ def test_plans_over_real_delta_tables_follow_the_new_commits(tmp_path, monkeypat
     one state cache as the sensor keeps: each plan after a change follows the new commits
     (only the moved partitions converted and judged) and equals a plan made from scratch."""
     from benchmarks.plan_lake import Layout, build_defs, build_lake, change_source, repair
-    from dagster_partlake import gather
     from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.gather import make_plan
-    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.planning import session as gather
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan
 
     # No partition-by-partition comparison of old and new state: the moved keys are known.
     # (Without the full re-checks the tests do elsewhere; `from_scratch` is the reference.)
@@ -110,10 +110,11 @@ def test_a_new_process_starts_from_the_plan_the_last_one_saved(tmp_path, monkeyp
     plan the previous one saved when the tables are at the versions it saw, and plans only the
     commits since then; a changed code version or a damaged plan file means a full plan."""
     from benchmarks.plan_lake import Layout, build_defs, build_lake, change_source, repair
-    from dagster_partlake import gather, replan
     from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.gather import make_plan
-    from dagster_partlake.graph import LakeGraph
+    from dagster_partlake.planning import replan
+    from dagster_partlake.planning import session as gather
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan
 
     layout, root, persist = Layout(1000), str(tmp_path / "lake"), str(tmp_path / "cache")
     build_lake(layout, root)

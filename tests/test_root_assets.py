@@ -18,9 +18,9 @@ from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, build_invalidation_sensor
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.gather import make_plan, runs_for
-from dagster_partlake.graph import LakeGraph
-from dagster_partlake.runner import refresh
+from dagster_partlake.orchestration.runner import refresh
+from dagster_partlake.planning.graph import LakeGraph
+from dagster_partlake.planning.session import make_plan, runs_for
 from tests.conftest import cli_env, run_partlake, sensor_tick
 
 pytestmark = pytest.mark.spark

@@ -16,11 +16,11 @@ from dagster import (
     TimeWindowPartitionMapping,
 )
 
-from dagster_partlake.batches import partition_boxes
-from dagster_partlake.mappings import key_maps
-from dagster_partlake.partitions import all_keys
-from dagster_partlake.planner import Dependency, PartitionState, PlanAsset, PlanInput, plan
-from dagster_partlake.runs import plan_runs
+from dagster_partlake.partitions.keys import all_keys
+from dagster_partlake.partitions.mappings import key_maps
+from dagster_partlake.planning.batches import partition_boxes
+from dagster_partlake.planning.planner import Dependency, PartitionState, PlanAsset, PlanInput, plan
+from dagster_partlake.planning.runs import plan_runs
 
 REGIONS = StaticPartitionsDefinition(["eu", "us", "apac"])
 DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-03-01")

@@ -79,7 +79,7 @@ def test_a_source_is_observed_in_the_io_managers_lake(
 def test_a_failed_run_is_counted_once(lake: Path, instance, monkeypatch) -> None:
     """A failure recorded while a tick was being evaluated (after the tick's start, before its
     query) used to be counted by that tick and again by the next one."""
-    import dagster_partlake.sensor as sensor_module
+    import dagster_partlake.orchestration.sensor as sensor_module
 
     write_raw(lake, "2024-01-02")
     defs = code_location(lake, retry_base_seconds=3600)

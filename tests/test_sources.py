@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_source
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.gather import make_plan
-from dagster_partlake.graph import LakeGraph
+from dagster_partlake.planning.graph import LakeGraph
+from dagster_partlake.planning.session import make_plan
 from tests.conftest import delta_rows
 
 pytestmark = pytest.mark.spark

@@ -12,9 +12,9 @@ from deltalake import DeltaTable
 
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import TableUnreadableError
-from dagster_partlake.gather import make_plan
-from dagster_partlake.runner import refresh
-from dagster_partlake.sensor import build_invalidation_sensor
+from dagster_partlake.orchestration.runner import refresh
+from dagster_partlake.orchestration.sensor import build_invalidation_sensor
+from dagster_partlake.planning.session import make_plan
 from tests.conftest import cli_env, run_partlake, sensor_tick
 
 pytestmark = pytest.mark.spark

@@ -1,6 +1,6 @@
 """What a Delta table gained since a version, read from its log without opening old files.
 
-A log-based incremental input (`dagster_partlake.incremental`) reads only the files added since
+A log-based incremental input (`dagster_partlake.incremental.spec`) reads only the files added since
 the version its asset last consumed. Those are the `add` actions of the JSON commits after that
 version that are still live at the version read. Any `remove` with `dataChange: true` in between
 means the table is not append-only there (rows were rewritten or deleted), and so does a

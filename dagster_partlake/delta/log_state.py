@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from dagster_partlake.compact import VALUES, IntMap
+from dagster_partlake.columnar.interner import VALUES
+from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.layout import commit_version, log_dir
 
 # Delta partition types whose JSON commit value is the text Arrow casts them to.

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from dagster_partlake.compact import KEYS, IntMap
+from dagster_partlake.columnar.interner import KEYS
+from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.errors import PartlakeError
 
 RECORD_KEY = "partlake"

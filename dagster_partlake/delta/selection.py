@@ -1,6 +1,6 @@
 """Which partitions of a Delta table a read or write covers, in table terms (columns and values).
 
-Dagster-free: `dagster_partlake.partitions` translates partition keys into a `PartitionSelection`;
+Dagster-free: `partitions.keys` translates partition keys into a `PartitionSelection`;
 the reader and writer only ever see columns and values. A selection is a union of boxes; a box
 constrains each partition column to a set of values or to half-open date ranges. Values are the
 strings Delta stores in `partitionValues` (dates as ISO `YYYY-MM-DD`), so a selection can be

@@ -6,7 +6,7 @@ read replays the log (`dagster_partlake.delta.log_state`: the newest checkpoint 
 commits after it), falling back to delta-rs' snapshot for what that replay does not handle.
 Later syncs follow only the new commits: appends and whole-partition replacements from the
 JSON commits alone, other changes through delta-rs re-aggregating just the touched partitions.
-A state is held column-wise (`dagster_partlake.compact`: int64 arrays over interned partition
+A state is held column-wise (`dagster_partlake.columnar`: int64 arrays over interned partition
 values), so a table of a million partitions costs a few arrays, not a million objects.
 
 The state is cached per process by table version; `StateCache.sync` first checks that the commit
@@ -37,7 +37,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from dagster_partlake.compact import ABSENT, NONE, VALUES, IntMap
+from dagster_partlake.columnar.interner import VALUES
+from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
 from dagster_partlake.delta.log_state import TEXT_TYPES, LogState, read_log_state
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
@@ -66,7 +67,7 @@ class TableState:
     version: int  # Delta version; for a folder, a hash of its state
     partition_by: tuple[str, ...]
     column_types: dict[str, Any]
-    # Column-wise over the interned partition values (`dagster_partlake.compact`):
+    # Column-wise over the interned partition values (`dagster_partlake.planning.state_maps`):
     last_updated: IntMap[Values]  # partition values -> newest modification time (ms)
     touched_in: IntMap[Values] = field(default_factory=lambda: IntMap(VALUES))  # -> version
     commits: tuple[CommitRecord, ...] = ()  # partlake commit records, oldest first

@@ -446,7 +446,7 @@ def split_a_file(root: str) -> None:
 def test_partlake_maintain_on_the_example_lake_leaves_nothing_stale(
     example, lake: Path, tmp_path: Path
 ) -> None:
-    from dagster_partlake.gather import make_plan
+    from dagster_partlake.planning.session import make_plan
 
     defs, graph = example
     split_a_file(graph.assets["clean_events"].path)

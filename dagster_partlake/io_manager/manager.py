@@ -1,0 +1,604 @@
+"""DeltaPartitionIOManager: Spark DataFrames in and out of partitioned Delta tables.
+
+The Dagster side of storage: turns the run's partition keys into table partitions
+(`dagster_partlake.partitions.keys`), validates them, and calls the Dagster-free `delta` adapter.
+`load_input` reads exactly the upstream partitions Dagster's partition mapping asks for and
+remembers, per step, which table version and partition states it read, so `handle_output` of the
+same step can record, in the Delta commit (`CommitRecord`) and in the materialization metadata,
+what each new partition was computed from: every output records the inputs of its own upstream
+assets (in a multi-asset step, not the other outputs' inputs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import (
+    AssetKey,
+    ConfigurableIOManager,
+    InitResourceContext,
+    InputContext,
+    MetadataValue,
+    OutputContext,
+)
+from dagster._check import CheckError
+from dagster._core.errors import DagsterInvariantViolationError
+from pydantic import Field, PrivateAttr
+
+from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
+from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.schema import delta_types, spark_to_arrow
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.state import folder_state
+from dagster_partlake.delta.table import latest_records, newest_record, table_exists
+from dagster_partlake.errors import PartlakeConfigError, PartlakeError
+from dagster_partlake.gates.checks import log_gate_results
+from dagster_partlake.gates.spec import gates_of
+from dagster_partlake.incremental.guards import RunFacts, judge
+from dagster_partlake.incremental.landing import (
+    AFTER_COMMIT_KEY,
+    ARCHIVE_DIR,
+    AfterCommit,
+    after_commit_of,
+    data_files,
+    finish,
+)
+from dagster_partlake.incremental.spec import Incremental, incremental_of
+from dagster_partlake.kinds.spec import model_kind
+from dagster_partlake.layout import table_path
+from dagster_partlake.metadata import (
+    FORMAT_KEY,
+    PATH_KEY,
+    SCHEMA_MODE_KEY,
+    TIMESTAMP_KEY,
+    VERSION_KEY,
+    plain,
+)
+from dagster_partlake.partitions.keys import (
+    DimensionColumn,
+    KeyCodec,
+    dimension_columns,
+    selection_for_keys,
+    validate_keys,
+)
+from dagster_partlake.spark.resource import SparkResource
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What load_input read of one upstream asset."""
+
+    version: int  # table version
+    partitions: dict[str, int]  # partition id -> lastUpdated (ms): what the run consumed
+    rows: int | None = None  # rows the input held, where the log or the read counted them
+    watermark: Mapping[str, str] | None = None  # an incremental input's high watermark
+    # A landing folder consumed once: its root, what to do after the commit, the files read.
+    landing: tuple[str, AfterCommit, tuple[str, ...]] | None = None
+
+
+class DeltaPartitionIOManager(ConfigurableIOManager):
+    """Stores each asset as a Delta table and replaces exactly the partitions of each run.
+
+    Outputs and inputs are Spark DataFrames. Partition dimensions are table columns (same name,
+    or asset metadata `partition_expr`); metadata `schema_mode: "add_columns"` lets a write add
+    new columns.
+
+    Example:
+        .. code-block:: python
+
+            from dagster import Definitions
+            from dagster_partlake import DeltaPartitionIOManager, SparkResource
+
+            spark = SparkResource()
+            defs = Definitions(
+                assets=[...],
+                resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
+            )
+    """
+
+    spark: SparkResource = Field(
+        default_factory=SparkResource,
+        description="Spark used to read and write tables; the local default if not given.",
+    )
+    root: str | None = Field(
+        default=None,
+        description=(
+            "Lake root; tables live at <root>/warehouse/<asset key path>. "
+            "Default: $PARTLAKE_HOME, else '.partlake' in the working directory."
+        ),
+    )
+    max_commit_attempts: int = Field(
+        default=DEFAULT_MAX_ATTEMPTS,
+        description="Commit attempts when concurrent writers conflict, before failing the step.",
+    )
+    # Per (run id, step key): upstream asset -> what load_input read. Kept until teardown, so
+    # every output of a step can record its inputs.
+    _reads: dict[tuple[str, str], dict[str, _Read]] = PrivateAttr(default_factory=dict)
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        self._reads.clear()
+
+    def table_root(self, asset_key: AssetKey) -> str:
+        return table_path(self.root, asset_key)
+
+    # Spark, delta-rs and the readers and writers are imported where a step needs them: loading
+    # the code location (as a no-op `partlake run` does) must not.
+
+    def handle_output(self, context: OutputContext, obj: Any) -> None:
+        from pyspark.sql import DataFrame
+
+        from dagster_partlake.kinds.write import WriteTarget, write_output
+
+        asset_name = context.asset_key.to_user_string()
+        if obj is None and context.dagster_type.is_nothing:
+            return
+        if not isinstance(obj, DataFrame):
+            raise PartlakeError(
+                f"asset {asset_name} returned {type(obj).__name__}; DeltaPartitionIOManager "
+                "stores Spark DataFrames, so return one (spark.createDataFrame(...) for local "
+                "data)."
+            )
+        partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
+        keys = _output_partition_keys(context) if partitions_def is not None else []
+        validate_keys(
+            partitions_def,
+            keys,
+            asset_name=asset_name,
+            dynamic_partitions_store=_instance(context),
+        )
+        definition_metadata = context.definition_metadata or {}
+        kind = model_kind(
+            definition_metadata, partitioned=partitions_def is not None, asset_name=asset_name
+        )
+        columns = dimension_columns(partitions_def, definition_metadata, asset_name=asset_name)
+        reads = self._inputs_of(context)
+        code_version = _code_version(context)
+        upstream_versions = {name: read.version for name, read in reads.items()}
+        target = WriteTarget(
+            root=self.table_root(context.asset_key),
+            asset_name=asset_name,
+            kind=kind,
+            columns=columns,
+            column_types=delta_types(spark_to_arrow(obj.schema)),
+            keys=keys,
+            allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
+            max_attempts=self.max_commit_attempts,
+            snapshot_time=_snapshot_time(context) if kind.kind == "scd2" else None,
+            gates=gates_of(definition_metadata, asset_name=asset_name, kind=kind.kind),
+            on_gates=lambda results: log_gate_results(context, results, keys),
+        )
+        written = write_output(
+            obj,
+            target,
+            CommitRecord(
+                asset_key=asset_name,
+                partition_keys=tuple(keys),
+                code_version=code_version,
+                run_id=context.run_id,
+                # lastUpdated of every upstream partition read: what the planner compares with.
+                consumed={name: read.partitions for name, read in reads.items()},
+                upstream_versions=upstream_versions,
+                watermarks={n: r.watermark for n, r in reads.items() if r.watermark is not None},
+                consumed_files={n: r.landing[2] for n, r in reads.items() if r.landing},
+            ),
+            skip=self._skip(context, obj, definition_metadata, keys, reads),
+        )
+        result, record = written.commit, written.record
+        for name, read in reads.items():
+            if read.landing is not None:
+                # Only now that the commit naming them landed (`incremental.landing`).
+                folder, mode, files = read.landing
+                moved = finish(folder, files, mode)
+                context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
+        metadata: dict[str, Any] = {
+            "dagster/row_count": MetadataValue.int(
+                result.num_records if result else written.metrics.get("rows_inserted", 0)
+            ),
+            "partlake/table_version": MetadataValue.int(
+                result.version if result else record.table_version or 0
+            ),
+            "partlake/path": MetadataValue.path(target.root),
+            "partlake/run_id": MetadataValue.text(context.run_id),
+            "partlake/partition_count": MetadataValue.int(len(keys)),
+            "partlake/code_version": MetadataValue.text(code_version or ""),
+            "partlake/upstream_versions": MetadataValue.json(upstream_versions),
+            "partlake/kind": MetadataValue.text(kind.kind),
+            **{f"partlake/{k}": MetadataValue.int(v) for k, v in written.metrics.items()},
+        }
+        if result is not None:
+            metadata["partlake/files_added"] = MetadataValue.int(result.files_added)
+            metadata["partlake/files_removed"] = MetadataValue.int(result.files_removed)
+            metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
+        else:
+            context.log.info(
+                f"{asset_name}: this run's append already landed in version "
+                f"{record.table_version}; nothing added again."
+            )
+        if kind.kind == "tracked":
+            metadata["partlake/partitions_unchanged"] = MetadataValue.int(
+                len(written.unchanged_partitions)
+            )
+        context.add_output_metadata(metadata)
+
+    def load_input(self, context: InputContext) -> Any:
+        from dagster_partlake.delta.reader import open_table, read_snapshot
+
+        asset_key = context.asset_key
+        asset_name = asset_key.to_user_string()
+        partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
+        keys = list(context.asset_partition_keys) if partitions_def is not None else []
+        upstream_metadata = (
+            context.upstream_output.definition_metadata if context.upstream_output else {}
+        )
+        columns = dimension_columns(partitions_def, upstream_metadata, asset_name=asset_name)
+        if upstream_metadata.get(FORMAT_KEY) == "folder":
+            return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
+        if _reads_itself(context) and (
+            (partitions_def is not None and not keys)
+            or not table_exists(self.table_root(asset_key))
+        ):
+            # A self-dependency's first partition: there is no earlier partition to read.
+            context.log.info(f"no earlier partition of {asset_name} to read: the input is None")
+            return None
+        version, timestamp = _pinned(context, asset_name)
+        snapshot = open_table(
+            self.table_root(asset_key), table_name=asset_name, version=version, timestamp=timestamp
+        )
+        if context.upstream_output is not None and model_kind(
+            upstream_metadata, partitioned=partitions_def is not None, asset_name=asset_name
+        ).decoupled([c.column for c in columns]):
+            return self._load_decoupled(context, asset_name, snapshot, keys)
+        selection = selection_for_keys(columns, keys, snapshot.column_types, asset_name=asset_name)
+        consumer = _consumer(context)
+        incremental = (
+            incremental_of(
+                context.definition_metadata,
+                consumer[1],
+                input_name=asset_name,
+                asset_name=consumer[0].to_user_string(),
+            )
+            if consumer is not None and version is None and timestamp is None
+            else None
+        )
+        if incremental is not None and consumer is not None:
+            return self._load_incremental(
+                context, snapshot, selection, columns, incremental, consumer[0]
+            )
+        result = read_snapshot(self.spark.spark_session, snapshot, selection)
+        rows = sum(f.num_records or 0 for f in result.files)
+        partitions = _lastupdated(result.files, columns, snapshot.column_types)
+        self._remember(context, asset_name, _Read(result.version, partitions, rows))
+        summary = {
+            "partlake/table_version": result.version,
+            "partlake/files_read": result.num_files,
+            "partlake/partition_count": len(keys),
+        }
+        if len(keys) <= 1:
+            context.add_input_metadata(summary)
+        else:
+            # Dagster 1.13 cannot attach input metadata to several partitions at once.
+            context.log.info(f"read {asset_name}: {json.dumps(summary)}")
+        return result.df
+
+    def _load_decoupled(
+        self, context: InputContext, asset_name: str, snapshot: Any, keys: list[str]
+    ) -> Any:
+        """An upstream whose table partitions are not its Dagster partitions: the whole table,
+        consumed as the lastUpdated its writes gave the partitions read."""
+        from dagster_partlake.delta.reader import read_snapshot
+
+        result = read_snapshot(self.spark.spark_session, snapshot, PartitionSelection.everything())
+        wanted = keys or [WHOLE_TABLE_ID]
+        records = latest_records(snapshot.root, wanted)
+        partitions = {
+            pid: updated
+            for pid, record in records.items()
+            if (updated := record.written_last_updated(pid)) is not None
+        }
+        rows = sum(f.num_records or 0 for f in result.files)
+        self._remember(context, asset_name, _Read(result.version, partitions, rows))
+        context.log.info(
+            f"read all of {asset_name} (its table is not partitioned by its Dagster partitions): "
+            f"version {result.version}, {result.num_files} file(s)"
+        )
+        return result.df
+
+    def _load_incremental(
+        self,
+        context: InputContext,
+        snapshot: Any,
+        selection: PartitionSelection,
+        columns: list[DimensionColumn],
+        incremental: Incremental,
+        consumer: AssetKey,
+    ) -> Any:
+        """Only what the consuming asset has not read yet (`dagster_partlake.incremental.spec`)."""
+        from dagster_partlake.incremental.reads import read_incremental
+
+        read = read_incremental(
+            self.spark.spark_session,
+            snapshot,
+            selection,
+            incremental,
+            consumer_root=self.table_root(consumer),
+            consumer=consumer.to_user_string(),
+        )
+        partitions = _lastupdated(read.state, columns, snapshot.column_types)
+        version = snapshot.table.version()
+        self._remember(
+            context, snapshot.name, _Read(version, partitions, read.rows, read.watermark)
+        )
+        context.log.info(f"read incrementally (version {version}): {read.description}")
+        return read.df
+
+    def _skip(
+        self,
+        context: OutputContext,
+        obj: Any,
+        metadata: Mapping[str, Any],
+        keys: list[str],
+        reads: dict[str, _Read],
+    ) -> str | None:
+        """Why the run guards say this run writes nothing (None: write)."""
+        facts = RunFacts(
+            partition_keys=keys,
+            input_rows={n: r.rows for n, r in reads.items() if r.rows is not None},
+            watermarks={
+                n: (r.watermark or {}).get("value") for n, r in reads.items() if r.watermark
+            },
+            run_tags=_run_tags(context),
+        )
+        condition = judge(
+            obj.sparkSession, metadata, facts, asset_name=context.asset_key.to_user_string()
+        )
+        if condition is None:
+            return None
+        context.log.info(f"run condition '{condition.description}' does not hold: skipped")
+        return condition.description
+
+    def _remember(self, context: InputContext, asset_name: str, read: _Read) -> None:
+        step = context.step_context
+        self._reads.setdefault((step.run_id, step.step.key), {})[asset_name] = read
+
+    def _inputs_of(self, context: OutputContext) -> dict[str, _Read]:
+        """What this step read of the output asset's own upstream assets."""
+        reads = self._reads.get((context.run_id, context.step_key), {})
+        if not reads:
+            return {}
+        parents = _parents(context)
+        return {name: read for name, read in reads.items() if parents is None or name in parents}
+
+    def _load_folder(
+        self,
+        context: InputContext,
+        asset_name: str,
+        columns: list[DimensionColumn],
+        keys: list[str],
+        metadata: Any,
+    ) -> Any:
+        root = table_path(self.root, context.asset_key, metadata.get(PATH_KEY))
+        # Folder partition values are strings: time windows match their keys.
+        types = {c.column: "string" for c in columns}
+        selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
+        mode = after_commit_of(metadata.get(AFTER_COMMIT_KEY), asset_name=asset_name)
+        consumer = _consumer(context)
+        if mode is not None and consumer is not None:
+            return self._load_landing(context, asset_name, root, columns, selection, mode, consumer)
+        dirs, chosen = _folder_partitions(root, columns, selection)
+        if not dirs:
+            raise PartlakeError(
+                f"source folder {root} has no files for the partitions read by this run "
+                f"({', '.join(keys[:5])}); write them first."
+            )
+        codec = KeyCodec(columns, types)
+        partitions = {
+            codec.key(list(values)) or WHOLE_TABLE_ID: updated for values, updated in chosen.items()
+        }
+        self._remember(context, asset_name, _Read(-1, partitions))
+        return self._read_folder(root, dirs, columns)
+
+    def _load_landing(
+        self,
+        context: InputContext,
+        asset_name: str,
+        root: str,
+        columns: list[DimensionColumn],
+        selection: PartitionSelection,
+        mode: AfterCommit,
+        consumer: tuple[AssetKey, Mapping[str, Any]],
+    ) -> Any:
+        """The files of a landing folder no commit of the consumer has read yet."""
+        consumer_root = self.table_root(consumer[0])
+        previous = newest_record(consumer_root) if table_exists(consumer_root) else None
+        # Files a run that died after its commit left behind: read by that run, never again.
+        pending = set(previous.consumed_files.get(asset_name, ())) if previous else set()
+        dirs, _ = _folder_partitions(root, columns, selection)
+        files = tuple(f for f in data_files(root, dirs) if f not in pending)
+        left = [f for f in sorted(pending) if os.path.exists(os.path.join(root, f))]
+        archive = os.path.join(root, ARCHIVE_DIR)
+        # The schema, for a run with nothing new: from a file it reads, a pending or an
+        # archived one (read now, before any of them moves).
+        base, schema_from = root, [os.path.join(root, f) for f in (*files, *left)]
+        if not schema_from and os.path.isdir(archive):
+            base, schema_from = (
+                archive,
+                [os.path.join(archive, f) for f in data_files(archive, [archive])],
+            )
+        if not schema_from:
+            raise PartlakeError(
+                f"landing folder {root} has no new files to read (and no archived one to take "
+                "the schema from); write new files first. The planner does not plan such a run."
+            )
+        df = self._read_folder(base, schema_from[:1], columns)
+        if finish(root, left, mode):
+            context.log.info(f"{mode}d {len(left)} file(s) of {asset_name} an earlier run read")
+        # Consumed files leave the folder: an empty folder is what "nothing new" looks like.
+        self._remember(context, asset_name, _Read(-1, {}, landing=(root, mode, files)))
+        context.log.info(f"read {len(files)} new file(s) of landing folder {asset_name}")
+        if not files:
+            return self.spark.spark_session.createDataFrame([], df.schema)
+        return self._read_folder(root, [os.path.join(root, f) for f in files], columns)
+
+    def _read_folder(self, root: str, paths: list[str], columns: list[DimensionColumn]) -> Any:
+        """Spark reads `paths` (folders or files) under `root`, partition columns as text."""
+        spark = self.spark.spark_session
+        uris = ["file://" + p for p in paths]
+        df = spark.read.option("basePath", "file://" + root).parquet(*uris)
+        for c in columns:  # folder names are text; keep them as strings, like the keys
+            df = df.withColumn(c.column, df[c.column].cast("string"))
+        return df
+
+
+def _folder_partitions(
+    root: str, columns: list[DimensionColumn], selection: Any
+) -> tuple[list[str], dict[tuple[str | None, ...], int]]:
+    state = folder_state(root, [c.column for c in columns])
+    if state is None:
+        raise PartlakeError(f"source folder {root} does not exist; write the source data first.")
+    chosen = {
+        values: updated
+        for values, updated in state.last_updated.items()
+        if selection.contains(dict(zip(state.partition_by, values, strict=True)))
+    }
+    dirs = [
+        os.path.join(root, *(f"{c}={v}" for c, v in zip(state.partition_by, values, strict=True)))
+        for values in chosen
+    ]
+    return dirs, chosen
+
+
+def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, Any]:
+    """The (version, timestamp) an input pins its upstream table to with its `AssetIn`
+    metadata `partlake/version` or `partlake/timestamp` (neither: (None, None), the latest)."""
+    metadata = context.definition_metadata or {}
+    version = metadata.get(VERSION_KEY)
+    timestamp = metadata.get(TIMESTAMP_KEY)
+    version, timestamp = plain(version), plain(timestamp)
+    if version is not None and timestamp is not None:
+        raise PartlakeConfigError(
+            f"the input {asset_name} pins both {VERSION_KEY} and {TIMESTAMP_KEY}; keep one."
+        )
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, int) or version < 0
+    ):
+        raise PartlakeConfigError(
+            f"input metadata {VERSION_KEY} of {asset_name} is {version!r}; it must be a Delta "
+            "table version, an integer >= 0."
+        )
+    if timestamp is not None and not isinstance(timestamp, (str, dt.datetime)):
+        raise PartlakeConfigError(
+            f"input metadata {TIMESTAMP_KEY} of {asset_name} is {timestamp!r}; it must be an "
+            "ISO 8601 string such as '2024-01-02T00:00:00Z' or a datetime."
+        )
+    if isinstance(timestamp, str):
+        try:
+            dt.datetime.fromisoformat(timestamp)
+        except ValueError as error:
+            raise PartlakeConfigError(
+                f"input metadata {TIMESTAMP_KEY} of {asset_name} is {timestamp!r}, not ISO "
+                "8601; write it like '2024-01-02T00:00:00Z'."
+            ) from error
+    return version, timestamp
+
+
+def _lastupdated(
+    files: Any, columns: list[DimensionColumn], column_types: Mapping[str, Any]
+) -> dict[str, int]:
+    """Partition id -> lastUpdated (ms) of the files read."""
+    codec = KeyCodec(columns, column_types)
+    partitions: dict[str, int] = {}
+    for f in files:
+        key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
+        key = key or WHOLE_TABLE_ID
+        partitions[key] = max(partitions.get(key, 0), f.modification_time)
+    return partitions
+
+
+def _step_assets(context: InputContext) -> Any:
+    """The AssetsDefinition of the step reading this input (None outside a run)."""
+    try:
+        job = context.step_context.job_def
+        handle = context.step_context.node_handle
+    except DagsterInvariantViolationError:
+        return None
+    return job.asset_layer.get_assets_def_for_node(handle)
+
+
+def _consumer(context: InputContext) -> tuple[AssetKey, Mapping[str, Any]] | None:
+    """The asset the step writes from this input, with its definition metadata."""
+    assets_def = _step_assets(context)
+    if assets_def is None:
+        return None
+    for key, spec in assets_def.specs_by_key.items():
+        if any(dep.asset_key == context.asset_key for dep in spec.deps):
+            return key, dict(spec.metadata or {})
+    return None
+
+
+def _run_tags(context: OutputContext) -> dict[str, str]:
+    try:
+        return dict(context.step_context.dagster_run.tags)
+    except DagsterInvariantViolationError:
+        return {}
+
+
+def _output_partition_keys(context: OutputContext) -> list[str]:
+    try:
+        return list(context.asset_partition_keys)
+    except ValueError:
+        # Dagster could not parse the key (e.g. '2024-13-01'); validate_keys explains it.
+        return [context.partition_key]
+
+
+def _parents(context: OutputContext) -> set[str] | None:
+    """Names of the output asset's upstream assets (None if Dagster cannot tell, outside a run:
+    then every input counts)."""
+    if not context.has_asset_key:
+        return None
+    try:
+        job = context.step_context.job_def
+    except DagsterInvariantViolationError:
+        return None
+    node = job.asset_layer.get(context.asset_key)
+    return {key.to_user_string() for key in node.parent_keys}
+
+
+def _reads_itself(context: InputContext) -> bool:
+    """Whether the input is an earlier partition of the asset the step writes."""
+    assets_def = _step_assets(context)
+    return assets_def is not None and context.asset_key in assets_def.keys
+
+
+def _instance(context: OutputContext) -> Any:
+    try:
+        return context.step_context.instance
+    except DagsterInvariantViolationError:  # direct invocation outside a run has no instance
+        return None
+
+
+def _snapshot_time(context: OutputContext) -> dt.datetime:
+    """When an scd2 snapshot was taken: its time window's start, else when the run started."""
+    if context.has_asset_partitions:
+        try:
+            return context.asset_partitions_time_window.start
+        except (ValueError, DagsterInvariantViolationError, CheckError):
+            pass  # no time dimension
+    try:
+        run = context.step_context.instance.get_run_record_by_id(context.run_id)
+        if run is not None and run.start_time is not None:
+            return dt.datetime.fromtimestamp(run.start_time, dt.UTC)
+    except DagsterInvariantViolationError:
+        pass
+    return dt.datetime.now(dt.UTC)
+
+
+def _code_version(context: OutputContext) -> str | None:
+    try:
+        return context.asset_spec.code_version
+    except DagsterInvariantViolationError:
+        return context.version

@@ -1,0 +1,369 @@
+"""One run's output written as its model kind says (`dagster_partlake.kinds.spec`).
+
+The IO manager gives the DataFrame, the run's partition keys and the record of what the run read;
+this module chooses the Delta operation and fills in what the kind adds to the commit record:
+
+- `partition` / `table`: replace the run's partitions (the whole table).
+- `tracked`: replace them too, except partitions whose content hash equals the one recorded by
+  their last write (and that nobody rewrote since): their staged files are dropped, their live
+  files and lastUpdated stay, and the record lists them as `kept` (early cutoff).
+- `append`: add the rows; if the log already holds this run's commit for the same partitions
+  (a retried step), add nothing and report that commit.
+- `merge`: upsert on the unique key (`dagster_partlake.delta.merge`).
+- `scd2`: apply the returned snapshot to the history (`dagster_partlake.delta.scd2`), one
+  partition (snapshot) per run.
+
+Before any commit, the asset's quality gates (`gates.spec`) are evaluated on the data
+about to be committed: the staged files, or for `merge` and `scd2` the incoming batch (persisted,
+so the rows checked are the rows written). Every result goes to `WriteTarget.on_gates` (the IO
+manager turns them into Dagster asset check evaluations); a failed gate of severity error
+discards the staged files and raises `GateFailedError`, so the table stays as it was.
+
+For `append` and `merge` on the dimension columns, a run partition that got no rows keeps its
+existing files and is recorded as `kept`, so it does not look written by someone else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
+from dagster_partlake.delta.merge import merge_rows
+from dagster_partlake.delta.reader import open_table, read_snapshot
+from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.scd2 import apply_snapshot
+from dagster_partlake.delta.schema import arrow_to_spark
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.table import (
+    latest_records,
+    live_files,
+    load_table,
+    log_versions,
+    read_record,
+    table_exists,
+)
+from dagster_partlake.delta.writer import CommitResult, StagedWrite, commit_staged, stage_partitions
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.gates.evaluate import GateInput, evaluate
+from dagster_partlake.gates.spec import GateFailedError, GateResult, Gates
+from dagster_partlake.kinds.spec import ModelKind
+from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class KindWrite:
+    """What a write did: the commit (None when a retried append found its own), row metrics."""
+
+    commit: CommitResult | None
+    record: CommitRecord
+    metrics: dict[str, int]
+    unchanged_partitions: tuple[str, ...] = ()
+    files_rewritten: int = 0
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """Where and how one output is written."""
+
+    root: str
+    asset_name: str
+    kind: ModelKind
+    columns: Sequence[DimensionColumn]
+    column_types: Mapping[str, Any]
+    keys: Sequence[str]
+    allow_new_columns: bool
+    max_attempts: int
+    # scd2: when the snapshot was taken (the run's time window start, else the run's start).
+    snapshot_time: dt.datetime | None = None
+    gates: Gates = field(default_factory=Gates)
+    # Receives every gate result of the write, before it commits or fails.
+    on_gates: Callable[[Sequence[GateResult]], None] | None = None
+
+    @property
+    def dimension_columns(self) -> list[str]:
+        return [c.column for c in self.columns]
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        return self.kind.table_partition_by(self.dimension_columns)
+
+    @property
+    def decoupled(self) -> bool:
+        return self.kind.decoupled(self.dimension_columns)
+
+    def selection(self, keys: Sequence[str]) -> PartitionSelection:
+        return selection_for_keys(self.columns, keys, self.column_types, asset_name=self.asset_name)
+
+    def key_of(self, values: Mapping[str, str | None]) -> str:
+        if not self.columns:
+            return WHOLE_TABLE_ID
+        codec = KeyCodec(self.columns, self.column_types)
+        return codec.key([values[c.column] for c in self.columns]) or WHOLE_TABLE_ID
+
+
+def write_output(
+    df: DataFrame, target: WriteTarget, record: CommitRecord, *, skip: str | None = None
+) -> KindWrite:
+    """Write `df` as `target.kind` says, recording `record` (completed here); with `skip` (a
+    run guard's reason) write no rows and only record what the run consumed."""
+    kind = target.kind.kind
+    record = replace(record, kind=kind)
+    if skip is not None:
+        return _record_only(df, target, record)
+    if kind in ("merge", "scd2"):
+        if not target.gates:
+            return (_merge if kind == "merge" else _scd2)(df, target, record)
+        # The batch is checked and then written: persisted, so both see the same rows.
+        batch = df.persist()
+        try:
+            _check_gates(target, batch)
+            return (
+                _merge(batch, target, record) if kind == "merge" else _scd2(batch, target, record)
+            )
+        finally:
+            batch.unpersist()
+    if kind == "append":
+        return _append(df, target, record)
+    staged = _stage(df, target, removal="selection")
+    _check_staged(df, target, staged)
+    rows = _rows_by_key(staged, target)
+    record = replace(record, rows_by_partition=rows)
+    unchanged: dict[str, int] = {}
+    if kind == "tracked":
+        hashes = partition_hashes(
+            df.sparkSession, staged, lambda f: target.key_of(f.partition_values)
+        )
+        stored = latest_records(target.root, list(hashes)) if table_exists(target.root) else {}
+        unchanged = unchanged_partitions(
+            hashes,
+            {pid: r.content_hashes.get(pid, "") for pid, r in stored.items()},
+            _last_updated(target, list(hashes)),
+            {pid: r.written_last_updated(pid) for pid, r in stored.items()},
+        )
+        record = replace(record, content_hashes=hashes, kept=unchanged)
+        if unchanged:
+            changed = [k for k in target.keys if k not in unchanged]
+            dropped = [f for f in staged.files if target.key_of(f.partition_values) in unchanged]
+            staged = staged.without(dropped, target.selection(changed))
+            if not changed:
+                staged = replace(staged, removal="none")
+    result = commit_staged(staged, record=record, max_attempts=target.max_attempts)
+    metrics = {
+        "rows_inserted": staged.num_records,
+        "rows_updated": 0,
+        "rows_deleted": result.rows_removed,
+        "rows_unchanged": sum(rows.get(pid, 0) for pid in unchanged),
+    }
+    return KindWrite(result, result.record, metrics, tuple(sorted(unchanged)))
+
+
+def _record_only(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+    """A commit without files: the run's partitions keep their data and lastUpdated, and the
+    record says what was consumed, so they are not planned again until an input changes."""
+    staged = _stage(df.limit(0), target, removal="none")
+    # Spark writes one empty file for an unpartitioned table: commit none.
+    staged = staged.without(staged.files, staged.selection)
+    metrics = {"rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
+    record = replace(record, metrics=metrics, **_unit_fields(staged, target))
+    result = commit_staged(staged, record=record, max_attempts=target.max_attempts)
+    return KindWrite(result, result.record, metrics)
+
+
+def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+    previous = _same_run_commit(target, record)
+    if previous is not None:
+        return KindWrite(None, previous, dict(previous.metrics))
+    staged = _stage(df, target, removal="none")
+    _check_staged(df, target, staged)
+    rows = staged.num_records
+    metrics = {"rows_inserted": rows, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
+    record = replace(record, metrics=metrics, **_unit_fields(staged, target))
+    result = commit_staged(staged, record=record, max_attempts=target.max_attempts)
+    return KindWrite(result, result.record, metrics)
+
+
+def _merge(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+    selection = (
+        PartitionSelection.everything() if target.decoupled else target.selection(target.keys)
+    )
+    merged = merge_rows(
+        df,
+        target.root,
+        unique_key=target.kind.unique_key,
+        partition_by=target.partition_by,
+        selection=selection,
+        record_for=lambda batch: replace(record, **_unit_fields(batch, target)),
+        allow_new_columns=target.allow_new_columns,
+        table_name=target.asset_name,
+        max_attempts=target.max_attempts,
+    )
+    return KindWrite(
+        merged.commit, merged.commit.record, merged.metrics, files_rewritten=merged.files_rewritten
+    )
+
+
+def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+    if len(target.keys) > 1 or target.snapshot_time is None:
+        raise PartlakeConfigError(
+            f"scd2 asset {target.asset_name} got {len(target.keys)} partitions in one run; "
+            "snapshots apply one at a time, in order. Remove its backfill policy (or use "
+            "BackfillPolicy.multi_run(1)) so that each run applies one partition."
+        )
+    snapshot_ms = int(target.snapshot_time.timestamp() * 1000)
+    newest = _newest_snapshot(target.root)
+    applied = apply_snapshot(
+        df,
+        target.root,
+        unique_key=target.kind.unique_key,
+        snapshot_time=target.snapshot_time,
+        newest_applied=(
+            None if newest is None else dt.datetime.fromtimestamp(newest / 1000, dt.UTC)
+        ),
+        record_for=lambda metrics: replace(
+            record, metrics=metrics, rows_by_partition=None, snapshot_ms=snapshot_ms
+        ),
+        partition_by=target.partition_by,
+        table_name=target.asset_name,
+        max_attempts=target.max_attempts,
+    )
+    return KindWrite(
+        applied.commit,
+        applied.commit.record,
+        applied.metrics,
+        files_rewritten=applied.files_rewritten,
+    )
+
+
+def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> None:
+    """Run the gates on the staged files; on a blocking failure remove them and raise."""
+    if not target.gates:
+        return
+    spark = df.sparkSession
+    schema = arrow_to_spark(staged.schema)
+    paths = ["file://" + os.path.join(staged.staging_dir, f.relative_path) for f in staged.files]
+    new = (
+        spark.read.schema(schema).option("basePath", "file://" + staged.staging_dir).parquet(*paths)
+        if paths
+        else spark.createDataFrame([], schema)
+    )
+    try:
+        _check_gates(target, new.select(*schema.fieldNames()))
+    except BaseException:
+        shutil.rmtree(staged.staging_dir, ignore_errors=True)
+        raise
+
+
+def _check_gates(target: WriteTarget, new: DataFrame) -> None:
+    old, old_rows = None, None
+    if target.gates.audits and table_exists(target.root):
+        snapshot = open_table(target.root, table_name=target.asset_name)
+        selection = target.selection([k for k in target.keys if k != WHOLE_TABLE_ID])
+        old_rows = {}
+        for f in live_files(snapshot.table, selection):
+            key = target.key_of(f.partition_values)
+            old_rows[key] = old_rows.get(key, 0) + (f.num_records or 0)
+        if any(g.type in ("column_sum", "column_mean") for g in target.gates.audits):
+            old = read_snapshot(new.sparkSession, snapshot, selection).df
+    keys = list(target.keys) or [WHOLE_TABLE_ID]
+    by = target.dimension_columns
+    if not set(by) <= set(new.columns):
+        # A batch without the partition columns (a decoupled merge): one group for the run.
+        by = []
+    whole = keys[0] if len(keys) == 1 else WHOLE_TABLE_ID
+    results = evaluate(
+        target.gates,
+        GateInput(
+            asset_name=target.asset_name,
+            new=new,
+            partition_columns=by,
+            keys=keys,
+            key_of=target.key_of if by else (lambda _values: whole),
+            old=old,
+            old_rows=old_rows,
+        ),
+    )
+    if target.on_gates is not None:
+        target.on_gates(results)
+    failed = [r for r in results if r.blocks]
+    if failed:
+        raise GateFailedError(target.asset_name, failed)
+
+
+def _newest_snapshot(root: str) -> int | None:
+    """The snapshot time of the table's latest scd2 commit: the history's state."""
+    if not table_exists(root):
+        return None
+    for version in reversed(log_versions(root)):
+        found = read_record(root, version)
+        if found is not None and found.snapshot_ms is not None:
+            return found.snapshot_ms
+    return None
+
+
+def _same_run_commit(target: WriteTarget, record: CommitRecord) -> CommitRecord | None:
+    """This run's earlier commit of the same partitions, if it landed (a retried step)."""
+    if record.run_id is None or not table_exists(target.root):
+        return None
+    first = record.partition_ids[0]
+    found = latest_records(target.root, [first]).get(first)
+    if (
+        found is not None
+        and found.kind == "append"
+        and found.run_id == record.run_id
+        and found.partition_ids == record.partition_ids
+    ):
+        return found
+    return None
+
+
+def _stage(df: DataFrame, target: WriteTarget, *, removal: Any) -> StagedWrite:
+    decoupled = target.decoupled
+    return stage_partitions(
+        df,
+        target.root,
+        partition_by=target.partition_by,
+        selection=PartitionSelection.everything() if decoupled else target.selection(target.keys),
+        partition_ids=list(target.keys) or [WHOLE_TABLE_ID],
+        allow_new_columns=target.allow_new_columns,
+        table_name=target.asset_name,
+        removal=removal,
+    )
+
+
+def _unit_fields(staged: StagedWrite, target: WriteTarget) -> dict[str, Any]:
+    """rows_by_partition and kept of an append/merge: per run partition on the dimension
+    columns; unknown (None: every run partition counts as written) when decoupled."""
+    if target.decoupled:
+        return {"rows_by_partition": None}
+    rows = _rows_by_key(staged, target)
+    before = _last_updated(target, [k for k, n in rows.items() if n == 0])
+    return {"rows_by_partition": rows, "kept": before}
+
+
+def _rows_by_key(staged: StagedWrite, target: WriteTarget) -> dict[str, int]:
+    rows: dict[str, int] = dict.fromkeys(target.keys or [WHOLE_TABLE_ID], 0)
+    for f in staged.files:
+        key = target.key_of(f.partition_values)
+        rows[key] = rows.get(key, 0) + f.num_records
+    return rows
+
+
+def _last_updated(target: WriteTarget, keys: Sequence[str]) -> dict[str, int]:
+    """lastUpdated of those run partitions that have files now."""
+    if not keys or not table_exists(target.root):
+        return {}
+    table = load_table(target.root, table_name=target.asset_name)
+    selection = target.selection([k for k in keys if k != WHOLE_TABLE_ID])
+    times: dict[str, int] = {}
+    for f in live_files(table, selection):
+        key = target.key_of(f.partition_values)
+        times[key] = max(times.get(key, 0), f.modification_time)
+    return times

@@ -1,0 +1,130 @@
+"""Table maintenance as a Dagster job, so a schedule runs it and the UI shows it.
+
+`build_maintenance_job()` makes a job of one op that runs `maintenance.operations`'s
+operations (compact, vacuum, checkpoint, in that order) on the Delta tables of the code
+location's managed assets, with the IO manager's lake root and Spark session. It logs one line
+per table and operation, and one `AssetObservation` per existing table saying what was done.
+Maintenance never invalidates anything (compaction commits `dataChange: false` and keeps every
+partition's lastUpdated; vacuum and checkpoint add no data), so the sensor plans nothing after
+it.
+
+    maintenance = build_maintenance_job()
+    defs = Definitions(
+        assets=assets,
+        jobs=[maintenance],
+        schedules=[ScheduleDefinition(job=maintenance, cron_schedule="0 3 * * *")],
+        resources={"io_manager": DeltaPartitionIOManager(spark=spark), ...},
+    )
+"""
+
+# No `from __future__ import annotations`: Dagster reads the op's config annotation as a class.
+
+from typing import Any
+
+from dagster import (
+    AssetObservation,
+    Config,
+    JobDefinition,
+    MetadataValue,
+    OpExecutionContext,
+    job,
+    op,
+)
+from pydantic import Field
+
+from dagster_partlake.errors import PartlakeError
+from dagster_partlake.maintenance.operations import (
+    OPERATIONS,
+    MaintainOptions,
+    TableOutcome,
+    maintain_tables,
+    managed_tables,
+)
+
+DEFAULT_JOB_NAME = "partlake_maintenance"
+
+
+class MaintenanceConfig(Config):
+    """What one maintenance run does."""
+
+    operations: list[str] = Field(
+        default=list(OPERATIONS),
+        description=f"Operations to run, in this order; any of {', '.join(OPERATIONS)}.",
+    )
+    assets: list[str] | None = Field(
+        default=None,
+        description="Asset names whose tables to maintain (default: every managed asset).",
+    )
+    target_file_mb: float = Field(
+        default=128.0,
+        description="compact: files smaller than this are rewritten into files of this size.",
+    )
+    retention_hours: int = Field(
+        default=168,
+        description="vacuum: keep unreferenced files removed or written within this many hours "
+        "(at least 1).",
+    )
+    keep_log_hours: float = Field(
+        default=720.0,
+        description="checkpoint: keep log files modified within this many hours.",
+    )
+
+
+def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
+    """A job that maintains the Delta tables of its code location's managed assets; it needs
+    the `io_manager` resource to be a `DeltaPartitionIOManager`."""
+
+    @op(
+        name=f"{name}_tables",
+        required_resource_keys={"io_manager"},
+        description="Compact, vacuum and checkpoint the Delta tables of the managed assets; "
+        "nothing becomes stale.",
+    )
+    def maintain(context: OpExecutionContext, config: MaintenanceConfig) -> None:
+        from dagster_partlake.planning.graph import LakeGraph
+
+        io_manager = context.resources.io_manager
+        graph = LakeGraph(asset_graph=context.repository_def.asset_graph, root=io_manager.root)
+        tables = managed_tables(graph, config.assets)
+        options = MaintainOptions(
+            target_file_bytes=int(config.target_file_mb * 1024 * 1024),
+            retention_hours=config.retention_hours,
+            keep_log_hours=config.keep_log_hours,
+        )
+        for operation in config.operations:
+            options.check(operation)  # every operation before the first table is touched
+        done: dict[str, list[TableOutcome]] = {}
+        for operation in config.operations:
+            outcomes = maintain_tables(
+                tables, operation, options, lambda: io_manager.spark.spark_session
+            )
+            for outcome in outcomes:
+                (context.log.error if outcome.status == "failed" else context.log.info)(
+                    f"{operation} {outcome.text}"
+                )
+                done.setdefault(outcome.asset, []).append(outcome)
+        for asset, outcomes in done.items():
+            if any(o.status != "no_table" for o in outcomes):
+                context.log_event(_observation(graph.assets[asset].key, outcomes))
+        failed = [o for outcomes in done.values() for o in outcomes if o.status == "failed"]
+        if failed:
+            raise PartlakeError(
+                f"maintenance failed on {len(failed)} table operation(s): "
+                + "; ".join(f"{o.operation} {o.text}" for o in failed)
+            )
+
+    @job(name=name, description="partlake table maintenance: never invalidates a partition.")
+    def maintenance_job() -> None:
+        maintain()
+
+    return maintenance_job
+
+
+def _observation(key: Any, outcomes: list[TableOutcome]) -> AssetObservation:
+    return AssetObservation(
+        asset_key=key,
+        description="; ".join(f"{o.operation}: {o.summary}" for o in outcomes),
+        metadata={
+            f"partlake/maintenance/{o.operation}": MetadataValue.text(o.summary) for o in outcomes
+        },
+    )

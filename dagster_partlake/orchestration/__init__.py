@@ -1,0 +1,45 @@
+"""What keeps partitions fresh: the sensor, `partlake run`'s runner, pools and sources.
+
+`sensor` requests runs for the stale partitions on every tick; `runner` executes a `RunPlan`
+in this process (`partlake run`); `pools` reads the Dagster concurrency pools that cap steps
+across runs; `sources` declares source assets partlake observes. May import every layer below:
+the planning core and everything under it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagster_partlake.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from dagster_partlake.orchestration.pools import POOL, Parallelism, parallelism, pool_limits
+    from dagster_partlake.orchestration.runner import Outcome, execute_runs, refresh
+    from dagster_partlake.orchestration.sensor import build_invalidation_sensor
+    from dagster_partlake.orchestration.sources import partlake_source
+
+__all__ = [
+    "POOL",
+    "Outcome",
+    "Parallelism",
+    "build_invalidation_sensor",
+    "execute_runs",
+    "parallelism",
+    "partlake_source",
+    "pool_limits",
+    "refresh",
+]
+
+_LAZY = {
+    "build_invalidation_sensor": "dagster_partlake.orchestration.sensor",
+    "Outcome": "dagster_partlake.orchestration.runner",
+    "execute_runs": "dagster_partlake.orchestration.runner",
+    "refresh": "dagster_partlake.orchestration.runner",
+    "POOL": "dagster_partlake.orchestration.pools",
+    "Parallelism": "dagster_partlake.orchestration.pools",
+    "parallelism": "dagster_partlake.orchestration.pools",
+    "pool_limits": "dagster_partlake.orchestration.pools",
+    "partlake_source": "dagster_partlake.orchestration.sources",
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -1,0 +1,318 @@
+"""`partlake run`: execute a `RunPlan` as Dagster runs on the configured instance.
+
+Each planned run (`planning.runs`) is one run of the code location's asset job, executed
+in this process so every run shares one Spark session; runs are recorded in the Dagster instance
+and show up in the UI. A run starts once every run it waits for has succeeded; a run whose
+upstream run failed is skipped (its partitions stay stale for the next plan). Up to
+`max_parallel` runs execute at once, each in its own thread (by default as many as the assets'
+Dagster pool allows, see `orchestration.pools`); every step still claims a pool slot from
+the instance, so runs launched elsewhere (the sensor's, the UI's) share the same limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dagster import DagsterInstance
+from dagster._core.errors import DagsterError
+
+from dagster_partlake.delta.record import WHOLE_TABLE_ID
+from dagster_partlake.delta.state import StateCache
+from dagster_partlake.delta.table import find_record, log_versions
+from dagster_partlake.orchestration.pools import parallelism
+from dagster_partlake.planning.graph import LakeGraph
+from dagster_partlake.planning.planner import Key
+from dagster_partlake.planning.runs import PlannedRun, RunPlan
+from dagster_partlake.planning.session import make_plan, runs_for
+from dagster_partlake.spark.resource import SparkResource, running_session
+
+# "unchanged": not run, because the runs it waited for left its inputs as they were (early
+# cutoff of a `tracked` upstream).
+Status = Literal["ok", "failed", "skipped", "unchanged"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status
+    asset: str
+    partition: Key
+    reason: str
+    rows: int | None
+    ms: int | None
+    run_id: str | None
+    error: str | None = None
+    # Row counts of an append, merge, scd2 or tracked write (rows_inserted, rows_updated, ...).
+    metrics: Mapping[str, int] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "unchanged")
+
+
+def refresh(
+    graph: LakeGraph,
+    instance: DagsterInstance,
+    *,
+    select: Sequence[str] | None = None,
+    max_parallel: int | None = None,
+    cache: StateCache | None = None,
+    on_outcome: Callable[[Outcome], None] = lambda _o: None,
+) -> list[Outcome]:
+    """Plan the selected assets and execute the runs the plan becomes: `partlake run` without
+    its printing.
+
+    Args:
+        max_parallel: runs executed at once; None for the limit of the assets' Dagster pool.
+    """
+    result = make_plan(
+        graph, cache or StateCache(), select=select, dynamic_partitions_store=instance
+    )
+    runs = runs_for(graph, result)
+    stale_assets = {item.asset for item in result.plan.items}
+    workers = parallelism(instance, graph.pools(stale_assets), max_parallel).runs
+    return execute_runs(
+        graph,
+        instance,
+        runs,
+        max_parallel=workers,
+        on_outcome=on_outcome,
+        cache=cache,
+    )
+
+
+def execute_runs(
+    graph: LakeGraph,
+    instance: DagsterInstance,
+    run_plan: RunPlan,
+    *,
+    max_parallel: int = 1,
+    on_outcome: Callable[[Outcome], None] = lambda _o: None,
+    cache: StateCache | None = None,
+) -> list[Outcome]:
+    """Execute every run of `run_plan`, each after the runs it waits for.
+
+    When the graph has `tracked` assets, a run that waited for others is planned again before it
+    starts: if none of its partitions is stale any more (the upstream came out unchanged), it is
+    not run and its partitions are reported `unchanged`.
+
+    Returns:
+        One outcome per stale asset partition of the planned runs, in completion order.
+    """
+    if not run_plan.runs:
+        return []
+    assert graph.defs is not None, "partlake run needs the code location's Definitions"
+    job = graph.defs.resolve_implicit_global_asset_job_def()
+    outcomes: list[Outcome] = []
+    succeeded: dict[int, bool] = {}
+    pending = list(run_plan.runs)
+
+    def report(run: PlannedRun, results: list[Outcome]) -> None:
+        succeeded[run.number] = all(o.ok for o in results)
+        for outcome in results:
+            outcomes.append(outcome)
+            on_outcome(outcome)
+
+    cutoff = any(a.kind == "tracked" for a in graph.assets.values())
+    cache = cache or StateCache()
+    # One session for every run of this process; the runs' resources reuse it.
+    session_started = _start_shared_session(graph)
+    workers = max(1, max_parallel)
+    try:
+        with _safe_for_threads(instance, workers), ThreadPoolExecutor(workers) as pool:
+            running: dict[Future[list[Outcome]], PlannedRun] = {}
+            while pending or running:
+                for run in list(pending):
+                    failed_before = [w for w in run.waits_for if succeeded.get(w) is False]
+                    if failed_before:
+                        pending.remove(run)
+                        report(run, _skipped(run, failed_before))
+                    elif all(succeeded.get(w) for w in run.waits_for):
+                        pending.remove(run)
+                        if run.waits_for and cutoff and _still_fresh(graph, cache, instance, run):
+                            report(run, _unchanged(run))
+                            continue
+                        running[pool.submit(_execute, job, instance, graph, run)] = run
+                if not running:
+                    # Runs wait only for lower-numbered runs, so the first pending one can always
+                    # start or be skipped: nothing running means nothing is left.
+                    assert not pending, f"runs {[r.number for r in pending]} can never start"
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    report(running.pop(future), future.result())
+    finally:
+        if session_started:
+            session = running_session()
+            if session is not None:
+                session.stop()
+    return outcomes
+
+
+def _still_fresh(
+    graph: LakeGraph, cache: StateCache, instance: DagsterInstance, run: PlannedRun
+) -> bool:
+    """Whether a fresh plan finds none of the run's partitions stale."""
+    result = make_plan(graph, cache, select=run.assets, dynamic_partitions_store=instance)
+    stale = {(i.asset, i.partition) for i in result.plan.items}
+    return not any((i.asset, i.partition) in stale for i in run.items)
+
+
+def _unchanged(run: PlannedRun) -> list[Outcome]:
+    return [
+        Outcome(
+            "unchanged",
+            i.asset,
+            i.partition,
+            i.reason,
+            None,
+            None,
+            None,
+            "not run: its inputs came out unchanged",
+        )
+        for i in run.items
+    ]
+
+
+def _skipped(run: PlannedRun, failed: list[int]) -> list[Outcome]:
+    because = ", ".join(f"run {n}" for n in failed)
+    return [
+        Outcome("skipped", i.asset, i.partition, i.reason, None, None, None, f"{because} failed")
+        for i in run.items
+    ]
+
+
+@contextmanager
+def _safe_for_threads(instance: DagsterInstance, workers: int) -> Iterator[None]:
+    """Make the instance safe for runs executing in threads of this process.
+
+    Two things Dagster does at the start of every run assume one run per process:
+    - it resolves the instance's `python_logs` handlers with `logging.config.dictConfig`, which
+      closes every logging handler of the process under logging's module lock; two runs starting
+      in threads deadlocked (one in dictConfig waiting for the event-log handler of a running run,
+      whose thread held it while waiting for the module lock). Every run gets the handlers
+      resolved once, up front.
+    - its compute log manager captures stdout/stderr by pointing the process's file descriptors 1
+      and 2 at the run's log files; with runs in threads one run restored another's redirection
+      and the command's own output went into a log file. Runs in threads capture no raw
+      stdout/stderr (their Dagster events and logs are recorded as usual).
+    """
+    if workers <= 1:
+        yield
+        return
+    from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
+
+    handlers = instance.get_yaml_python_handlers()
+    setattr(instance, "get_yaml_python_handlers", lambda: handlers)  # noqa: B010 - per instance
+    capture = instance._compute_log_manager  # noqa: SLF001 - no public setter
+    instance._compute_log_manager = NoOpComputeLogManager()  # noqa: SLF001
+    try:
+        yield
+    finally:
+        vars(instance).pop("get_yaml_python_handlers", None)
+        instance._compute_log_manager = capture  # noqa: SLF001
+
+
+def _start_shared_session(graph: LakeGraph) -> bool:
+    resources = (graph.defs.resources if graph.defs else None) or {}
+    spark = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
+    if spark is None or running_session() is not None:
+        return False
+    spark.spark_session  # noqa: B018 - creates the session on first access
+    return True
+
+
+def _execute(
+    job: Any, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun
+) -> list[Outcome]:
+    kwargs: dict[str, Any] = {}
+    if run.partition_key is not None:
+        kwargs["partition_key"] = run.partition_key
+    versions = {name: _latest_version(graph, name) for name in run.assets}
+    started = time.perf_counter()
+    error: str | None = None
+    try:
+        result = job.execute_in_process(
+            instance=instance,
+            asset_selection=[graph.assets[a].key for a in run.assets],
+            tags=run.run_tags(),
+            raise_on_error=False,
+            **kwargs,
+        )
+        run_id: str | None = result.run_id
+        ok = result.success
+        if not ok:
+            failures = result.get_step_failure_events()
+            error = _root_cause(failures[0].step_failure_data.error) if failures else "failed"
+    except DagsterError as exc:  # a run that could not even start: report, go on with the rest
+        run_id, ok, error = None, False, f"{type(exc).__name__}: {exc}"[:300]
+    elapsed_ms = int((time.perf_counter() - started) * 1000)
+    step_ms = _step_ms(instance, job, graph, run, run_id) if run_id else {}
+    rows, metrics = _written(graph, run, run_id, versions) if ok and run_id else ({}, {})
+    return [
+        Outcome(
+            status="ok" if ok else "failed",
+            asset=item.asset,
+            partition=item.partition,
+            reason=item.reason,
+            rows=rows.get((item.asset, item.partition)),
+            ms=step_ms.get(item.asset, elapsed_ms),
+            run_id=run_id,
+            error=error,
+            metrics=metrics.get(item.asset),
+        )
+        for item in run.items
+    ]
+
+
+def _root_cause(error: Any) -> str:
+    # Dagster wraps the user's exception ("Error occurred while handling output ..."): show the
+    # innermost cause, which names the actual problem.
+    while error is not None and getattr(error, "cause", None) is not None:
+        error = error.cause
+    message = (getattr(error, "message", "") or "failed").strip()
+    return message.splitlines()[0][:400]
+
+
+def _step_ms(
+    instance: DagsterInstance, job: Any, graph: LakeGraph, run: PlannedRun, run_id: str
+) -> dict[str, int]:
+    """Step time per asset of the run (Dagster keys step stats by step key, not asset name)."""
+    by_step = {}
+    for stat in instance.get_run_step_stats(run_id):
+        if stat.start_time and stat.end_time:
+            by_step[stat.step_key] = int((stat.end_time - stat.start_time) * 1000)
+    result = {}
+    for name in run.assets:
+        handle = job.asset_layer.get_op_output_handle(graph.assets[name].key)
+        step_key = str(handle.node_handle)  # a step key is its node handle, as text
+        if step_key in by_step:
+            result[name] = by_step[step_key]
+    return result
+
+
+def _latest_version(graph: LakeGraph, name: str) -> int:
+    versions = log_versions(graph.assets[name].path)
+    return versions[-1] if versions else -1
+
+
+def _written(
+    graph: LakeGraph, run: PlannedRun, run_id: str, before: dict[str, int]
+) -> tuple[dict[tuple[str, Key], int], dict[str, Mapping[str, int]]]:
+    """Rows per asset partition the run wrote, and per asset the row counts of kinds that
+    report them (not `partition` / `table`: their rows say it all)."""
+    rows: dict[tuple[str, Key], int] = {}
+    metrics: dict[str, Mapping[str, int]] = {}
+    for name in run.assets:
+        record = find_record(graph.assets[name].path, since=before[name] + 1, run_id=run_id)
+        if record is None:
+            continue
+        for key, n in (record.rows_by_partition or {}).items():
+            rows[(name, None if key == WHOLE_TABLE_ID else key)] = n
+        if record.metrics and record.kind not in (None, "partition", "table"):
+            metrics[name] = record.metrics
+    return rows, metrics

@@ -1,0 +1,343 @@
+"""`build_invalidation_sensor`: request runs for exactly the stale asset partitions.
+
+Each tick: (1) a quick check, from the cursor, whether any table got a new commit or had the
+commit it was read at changed (two `stat`s per Delta table), a folder source changed, a root
+asset gained partitions, a requested run is still pending, or a retry is due; if none,
+SkipReason at once, without planning or reading the event log. (2) Otherwise sync the partition
+state, plan, leave out partitions of runs already queued or running and partitions backing off
+after failures, and request the runs of the plan that wait for no other run
+(`dagster_partlake.planning.runs`, the same runs `partlake plan` shows): upstream before downstream,
+partitions of one asset batched as its backfill policy allows. Runs carry the tags
+`partlake/sensor`, `partlake/reasons` and `partlake/partitions`, visible in the UI.
+
+A partition whose run failed is retried after `retry_base_seconds * 2**(failures-1)` (capped at
+`retry_max_seconds`), not every tick; the retry carries `partlake/attempt` and a run key of its
+own. At most `max_runs_in_flight` of its runs are queued or running at once. A table whose Delta
+log cannot be read holds back itself and its downstream closure (nothing is requested there); the
+tick logs the error, and fails with it when it has nothing else to request, so the UI shows it
+until the log is repaired.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dagster import (
+    AssetSelection,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    PartitionKeyRange,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
+
+from dagster_partlake.delta.state import StateCache
+from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.layout import resolve_root
+from dagster_partlake.planning.graph import LakeGraph, repository_root
+from dagster_partlake.planning.planner import Key
+from dagster_partlake.planning.runs import PlannedRun
+from dagster_partlake.planning.session import make_plan, moved, runs_for
+
+SENSOR_TAG = "partlake/sensor"
+ATTEMPT_TAG = "partlake/attempt"  # on retries: 2 for the first retry of a failed partition
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+
+# One state cache and graph per sensor per process: the code server keeps them across ticks, so
+# a tick re-reads and re-converts only the tables whose version moved.
+_caches: dict[str, StateCache] = {}
+_graphs: dict[tuple[str, str], tuple[Any, LakeGraph]] = {}
+
+
+@dataclass
+class _Cursor:
+    """What a tick leaves for the next one (stored as JSON by Dagster)."""
+
+    versions: dict[str, int] = field(default_factory=dict)  # table versions planned against
+    horizon: dict[str, str] = field(default_factory=dict)  # root assets' newest partitions
+    # json([asset, key]) -> [failures so far, time of the next retry]
+    failures: dict[str, list[float]] = field(default_factory=dict)
+    pending: bool = False  # runs requested, running or waiting: plan again next tick
+    checked_at: float = 0.0
+    failures_seen_until: float = 0.0  # update time of the newest failed run already counted
+
+    @classmethod
+    def from_json(cls, text: str | None) -> _Cursor:
+        data = json.loads(text) if text else {}
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        cursor = cls(**known)
+        if "failures_seen_until" not in data:  # a cursor of an earlier version
+            cursor.failures_seen_until = cursor.checked_at
+        return cursor
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def _graph(
+    context: SensorEvaluationContext, name: str, root: str | None, io_manager_key: str
+) -> LakeGraph:
+    """The code location's graph, rebuilt only when the code location was reloaded; the lake
+    root is the sensor's `root`, else the code location's DeltaPartitionIOManager's, else the
+    default (as for `partlake plan` on the same module)."""
+    repository = context.repository_def
+    assert repository is not None, "the sensor needs its code location (repository_def)"
+    asset_graph = repository.asset_graph
+    # Resolved on every tick: the default root follows $PARTLAKE_HOME.
+    resolved = resolve_root(root or repository_root(repository, io_manager_key))
+    cached = _graphs.get((name, resolved))
+    if cached is None or cached[0] is not asset_graph:
+        graph = LakeGraph(asset_graph=asset_graph, root=resolved)
+        cached = _graphs[(name, resolved)] = (asset_graph, graph)
+    return cached[1]
+
+
+def build_invalidation_sensor(
+    name: str = "partlake_invalidation",
+    *,
+    root: str | None = None,
+    minimum_interval_seconds: int = 30,
+    retry_base_seconds: int = 60,
+    retry_max_seconds: int = 3600,
+    max_runs_in_flight: int = 20,
+    io_manager_key: str = "io_manager",
+    default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
+) -> SensorDefinition:
+    """A sensor that keeps every partitioned Delta asset of the code location fresh.
+
+    Args:
+        name: sensor name (also the value of the `partlake/sensor` run tag).
+        root: lake root; default: the code location's `DeltaPartitionIOManager(root=...)`, else
+            `$PARTLAKE_HOME`, else `.partlake`.
+        minimum_interval_seconds: time between ticks.
+        retry_base_seconds: wait before retrying a failed partition; doubles per failure.
+        retry_max_seconds: longest wait between retries.
+        max_runs_in_flight: most runs of this sensor queued or running at once; further runs
+            (e.g. the years of partitions of a new asset) are requested as those finish.
+        io_manager_key: the resource key of the code location's `DeltaPartitionIOManager`,
+            whose `root` is the lake's.
+        default_status: whether the sensor starts running when the code location loads.
+
+    Example:
+        .. code-block:: python
+
+            defs = Definitions(assets=[...], sensors=[build_invalidation_sensor()], ...)
+    """
+    if max_runs_in_flight < 1:
+        raise ValueError(f"max_runs_in_flight must be at least 1, got {max_runs_in_flight}")
+
+    # The daemon refuses run requests from a sensor without a target; an asset selection makes
+    # Dagster run each request's assets in the code location's asset job.
+    @sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        asset_selection=AssetSelection.all(),
+        description="Requests runs for the asset partitions that are out of date (partlake).",
+    )
+    def _invalidation(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+        return evaluate(
+            context,
+            name=name,
+            root=root,
+            retry_base_seconds=retry_base_seconds,
+            retry_max_seconds=retry_max_seconds,
+            max_runs_in_flight=max_runs_in_flight,
+            io_manager_key=io_manager_key,
+        )
+
+    return _invalidation
+
+
+def evaluate(
+    context: SensorEvaluationContext,
+    *,
+    name: str,
+    root: str | None,
+    retry_base_seconds: int,
+    retry_max_seconds: int,
+    max_runs_in_flight: int = 20,
+    io_manager_key: str = "io_manager",
+) -> SensorResult | SkipReason:
+    """One tick of the sensor (see the module docstring).
+
+    Raises:
+        TableUnreadableError: a table cannot be read and nothing else can be requested, so the
+            tick fails with its message (with requests, the message is logged on the tick).
+    """
+    now = time.time()
+    cursor = _Cursor.from_json(context.cursor)
+    graph = _graph(context, name, root, io_manager_key)
+    instance = context.instance
+    cache = _caches.setdefault(name, StateCache())
+    horizon = graph.horizon(instance)
+    retry_due = any(retry_at <= now for _, retry_at in cursor.failures.values())
+    if (
+        cursor.versions
+        and not cursor.pending
+        and not retry_due
+        and horizon == cursor.horizon
+        and not moved(graph, cache, cursor.versions)
+    ):
+        return SkipReason("No new commits in any table since the last tick: nothing to plan.")
+
+    in_flight = instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: name}, statuses=IN_FLIGHT))
+    failures, seen_until = _count_failures(
+        instance, graph, name, cursor, now, retry_base_seconds, retry_max_seconds
+    )
+
+    result = make_plan(graph, cache, dynamic_partitions_store=instance)
+    stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
+    held = {a for u in result.plan.unreadable for a in u.held}
+    # Fresh again: forget. Held behind an unreadable table: keep, it was neither judged nor run.
+    failures = {k: v for k, v in failures.items() if k in stale or _unfkey(k)[0] in held}
+    blocked: dict[str, set[Key]] = {}
+    for run in in_flight:
+        for asset, key in _run_partitions(graph, run):
+            blocked.setdefault(asset, set()).add(key)
+    for fkey, (_, retry_at) in failures.items():
+        if retry_at > now:
+            asset, key = _unfkey(fkey)
+            blocked.setdefault(asset, set()).add(key)
+
+    runs = runs_for(graph, result, blocked=blocked)
+    room = max(0, max_runs_in_flight - len(in_flight))
+    ready = runs.ready
+    requests = [
+        _request(graph, run, name, result.versions, _attempt(run, failures)) for run in ready[:room]
+    ]
+    new_cursor = _Cursor(
+        versions=result.versions,
+        horizon=horizon,
+        failures=failures,
+        pending=bool(requests or in_flight or len(runs.runs) > len(requests) or runs.waiting),
+        checked_at=now,
+        failures_seen_until=seen_until,
+    ).to_json()
+    errors = [u.message for u in result.plan.unreadable]
+    for message in errors:
+        context.log.error(message)
+    if not requests:
+        if errors:
+            raise TableUnreadableError(" ".join(errors))
+        waiting = len(result.plan.items)
+        reason = (
+            f"{waiting} stale asset partition(s) wait for running or backing-off runs."
+            if waiting
+            else "Everything is fresh."
+        )
+        return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
+    return SensorResult(run_requests=requests, cursor=new_cursor)
+
+
+def _count_failures(
+    instance: Any,
+    graph: LakeGraph,
+    name: str,
+    cursor: _Cursor,
+    now: float,
+    retry_base_seconds: int,
+    retry_max_seconds: int,
+) -> tuple[dict[str, list[float]], float]:
+    """The cursor's failures plus the runs that failed since, each counted once; and the update
+    time of the newest failed run counted."""
+    failures = dict(cursor.failures)
+    seen_until = cursor.failures_seen_until
+    records = instance.get_run_records(
+        filters=RunsFilter(
+            tags={SENSOR_TAG: name},
+            statuses=[DagsterRunStatus.FAILURE],
+            updated_after=dt.datetime.fromtimestamp(seen_until, tz=dt.UTC) if seen_until else None,
+        )
+    )
+    newest = seen_until
+    for record in records:
+        updated = record.update_timestamp.timestamp()
+        if updated <= seen_until:
+            continue
+        newest = max(newest, updated)
+        for asset, key in _run_partitions(graph, record.dagster_run):
+            count = int(failures.get(_fkey(asset, key), [0, 0])[0]) + 1
+            wait = min(retry_max_seconds, retry_base_seconds * 2 ** (count - 1))
+            failures[_fkey(asset, key)] = [count, now + wait]
+    return failures, newest
+
+
+def _attempt(run: PlannedRun, failures: Mapping[str, list[float]]) -> int:
+    """How many times the run's partitions have failed so far (0 on a first request)."""
+    counts = [failures.get(_fkey(i.asset, i.partition), [0, 0])[0] for i in run.items]
+    return int(max(counts, default=0))
+
+
+def _request(
+    graph: LakeGraph, run: PlannedRun, name: str, versions: Mapping[str, int], attempt: int
+) -> RunRequest:
+    tags = {SENSOR_TAG: name, **run.run_tags()}
+    if attempt:
+        tags[ATTEMPT_TAG] = str(attempt + 1)
+    kwargs: dict[str, Any] = {}
+    if run.partition_key is not None:
+        kwargs["partition_key"] = run.partition_key
+    # Same run against the same table versions = same request (Dagster skips a run key it has
+    # seen); new commits give a new key, and so does a retry after a failure, which Dagster
+    # would otherwise skip as already requested.
+    digest = hashlib.sha1(
+        json.dumps([run.assets, run.keys, sorted(versions.items()), attempt], default=str).encode()
+    ).hexdigest()[:16]
+    return RunRequest(
+        run_key=f"{name}:{digest}",
+        asset_selection=[graph.assets[a].key for a in run.assets],
+        tags=tags,
+        **kwargs,
+    )
+
+
+def _run_partitions(graph: LakeGraph, run: Any) -> list[tuple[str, Key]]:
+    """(asset, partition key) pairs a Dagster run targets, from its asset selection and tags."""
+    pairs: list[tuple[str, Key]] = []
+    tags = run.tags or {}
+    for asset_key in run.asset_selection or []:
+        asset = graph.assets.get(asset_key.to_user_string())
+        if asset is None:
+            continue
+        keys: Sequence[Key] = [None]
+        if PARTITION_NAME_TAG in tags:
+            keys = [tags[PARTITION_NAME_TAG]]
+        elif ASSET_PARTITION_RANGE_START_TAG in tags and asset.partitions_def is not None:
+            keys = asset.partitions_def.get_partition_keys_in_range(
+                PartitionKeyRange(
+                    tags[ASSET_PARTITION_RANGE_START_TAG], tags[ASSET_PARTITION_RANGE_END_TAG]
+                )
+            )
+        pairs.extend((asset.name, k) for k in keys)
+    return pairs
+
+
+def _fkey(asset: str, key: Key) -> str:
+    return json.dumps([asset, key])
+
+
+def _unfkey(value: str) -> tuple[str, Key]:
+    asset, key = json.loads(value)
+    return asset, key

@@ -1,0 +1,110 @@
+"""`partlake_source`: a table written by another system, as an observable Dagster source asset.
+
+Observing it reports one data version per partition (its lastUpdated, read from the Delta log or,
+for a folder of files, from file modification times), so the Dagster UI shows when each source
+partition last changed. Assets read it through `DeltaPartitionIOManager` like any other input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dagster import (
+    AssetKey,
+    DataVersion,
+    DataVersionsByPartition,
+    PartitionsDefinition,
+    SourceAsset,
+    observable_source_asset,
+)
+
+from dagster_partlake.delta.state import StateCache
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
+from dagster_partlake.layout import table_path
+from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
+from dagster_partlake.partitions.keys import dimension_columns
+from dagster_partlake.planning.graph import LakeAsset, io_manager_root
+from dagster_partlake.planning.session import read_state, to_partition_states
+
+_cache = StateCache()
+
+
+def partlake_source(
+    key: str | AssetKey,
+    *,
+    partitions_def: PartitionsDefinition | None = None,
+    folder: bool = False,
+    path: str | None = None,
+    root: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    io_manager_key: str = "io_manager",
+    after_commit: AfterCommit | None = None,
+) -> SourceAsset:
+    """An observable source asset over a Delta table (default) or a folder of Parquet files.
+
+    Args:
+        key: asset key; the table is at `<root>/warehouse/<key path>` unless `path` is given.
+        partitions_def: the source's partitions (columns as for managed assets, `partition_expr`).
+        folder: the source is a folder with `col=value/` sub-folders instead of a Delta table.
+        path: location relative to the lakehouse root (absolute paths work too).
+        root: lake root; default: the `root` of the `DeltaPartitionIOManager` under
+            `io_manager_key` (as the sensor and `partlake plan`), else `$PARTLAKE_HOME`, else
+            `.partlake`.
+        metadata: extra asset metadata (e.g. `partition_expr`).
+        group_name, description, io_manager_key: as for any Dagster asset.
+        after_commit: a folder whose files are consumed once: after the commit of the run that
+            read them, move them to `<folder>/_archive/` ("archive") or delete them ("delete")
+            (`dagster_partlake.incremental.landing`).
+    """
+    asset_key = AssetKey.from_coercible(key)
+    full_metadata = dict(metadata or {})
+    if folder:
+        full_metadata[FORMAT_KEY] = "folder"
+    if path:
+        full_metadata[PATH_KEY] = path
+    name = asset_key.to_user_string()
+    if after_commit_of(after_commit, asset_name=name) is not None:
+        if not folder:
+            raise PartlakeConfigError(
+                f"source {name} sets after_commit={after_commit!r}, which moves consumed files "
+                "of a folder; add folder=True (a Delta table's files belong to its log)."
+            )
+        full_metadata[AFTER_COMMIT_KEY] = after_commit
+    columns = tuple(dimension_columns(partitions_def, full_metadata, asset_name=name))
+
+    @observable_source_asset(
+        key=asset_key,
+        partitions_def=partitions_def,
+        metadata=full_metadata,
+        io_manager_key=io_manager_key,
+        group_name=group_name,
+        description=description,
+        required_resource_keys={io_manager_key},
+    )
+    def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
+        io_manager = getattr(context.resources, io_manager_key)
+        location = table_path(root or io_manager_root([io_manager]), asset_key, path)
+        asset = LakeAsset(
+            key=asset_key,
+            name=name,
+            partitions_def=partitions_def,
+            columns=columns,
+            path=location,
+            is_source=True,
+            is_folder=folder,
+            code_version=None,
+            parents=(),
+        )
+        states = to_partition_states(asset, read_state(asset, _cache))
+        if partitions_def is None:
+            state = states.get(None)
+            return DataVersion(str(state.last_updated) if state else "absent")
+        return DataVersionsByPartition(
+            {key: DataVersion(str(s.last_updated)) for key, s in states.items() if key}
+        )
+
+    return _observe

@@ -1,0 +1,66 @@
+"""Dagster partitions in table terms: keys, dimension columns and partition mappings.
+
+`keys` turns a Dagster partition key into the table partitions that hold it (the dimension
+columns, `KeyCodec`, `selection_for_keys`, `validate_keys`); `mappings` turns a Dagster
+`PartitionMapping` into two plain functions over keys, which the planner walks. May import the
+base modules and the storage adapter's `delta.selection` (the table side of a key).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagster_partlake.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from dagster_partlake.partitions.keys import (
+        DimensionColumn,
+        KeyCodec,
+        all_keys,
+        describe_partitions,
+        dimension_columns,
+        is_dynamic,
+        key_dimensions,
+        key_values,
+        multi_key,
+        partitions_horizon,
+        selection_for_keys,
+        validate_keys,
+    )
+    from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
+
+__all__ = [
+    "DimensionColumn",
+    "KeyCodec",
+    "all_keys",
+    "describe_partitions",
+    "dimension_columns",
+    "is_dynamic",
+    "key_dimensions",
+    "key_maps",
+    "key_values",
+    "multi_key",
+    "partitions_horizon",
+    "previous_partition_maps",
+    "selection_for_keys",
+    "validate_keys",
+]
+
+_LAZY = {
+    "DimensionColumn": "dagster_partlake.partitions.keys",
+    "KeyCodec": "dagster_partlake.partitions.keys",
+    "all_keys": "dagster_partlake.partitions.keys",
+    "describe_partitions": "dagster_partlake.partitions.keys",
+    "dimension_columns": "dagster_partlake.partitions.keys",
+    "is_dynamic": "dagster_partlake.partitions.keys",
+    "key_dimensions": "dagster_partlake.partitions.keys",
+    "key_values": "dagster_partlake.partitions.keys",
+    "multi_key": "dagster_partlake.partitions.keys",
+    "partitions_horizon": "dagster_partlake.partitions.keys",
+    "selection_for_keys": "dagster_partlake.partitions.keys",
+    "validate_keys": "dagster_partlake.partitions.keys",
+    "key_maps": "dagster_partlake.partitions.mappings",
+    "previous_partition_maps": "dagster_partlake.partitions.mappings",
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

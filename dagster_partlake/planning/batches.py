@@ -1,0 +1,293 @@
+"""One round of batching: which stale partitions can run now, grouped into Dagster runs.
+
+`dagster_partlake.runs.plan_runs` calls this round after round to turn a whole plan into runs.
+
+A batch is one Dagster run: a list of assets sharing a partitions definition, and either one
+partition key or one partition range (a box for multi-partitions). An asset whose backfill policy
+is `single_run()` gets all its stale partitions in as few ranges as they allow; with
+`multi_run(n)` ranges of at most n partitions; without a policy, one partition per run.
+Per stale partition: if every upstream partition it reads is fresh, it runs now; if it reads
+partitions written in this round, it joins their run when that run can write it too (same
+partitions definition and policy, the same keys; Dagster then runs both steps in order),
+otherwise it waits for the next round (`deferred`), as does every partition that reads a blocked
+or deferred one. So upstream always runs before downstream, and a partition that keeps failing
+holds back only what reads it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from dagster import (
+    BackfillPolicy,
+    MultiPartitionsDefinition,
+    PartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+)
+
+from dagster_partlake.partitions.keys import key_values
+from dagster_partlake.planning.planner import Key, Plan, PlanAsset, StalePartition
+
+
+@dataclass(frozen=True)
+class Batch:
+    assets: tuple[str, ...]
+    keys: tuple[Key, ...]  # every partition key the run covers, in order
+    partition_range: tuple[str, str] | None  # (start, end) when the run is a range
+    items: tuple[StalePartition, ...]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    ready: tuple[Batch, ...]
+    deferred: tuple[StalePartition, ...]  # wait for their stale upstream partitions
+
+
+def make_batches(
+    plan: Plan,
+    assets: Sequence[PlanAsset],
+    partitions_defs: Mapping[str, PartitionsDefinition | None],
+    policies: Mapping[str, BackfillPolicy | None],
+    *,
+    blocked: Mapping[str, set[Key]] | None = None,
+    units: Mapping[str, Sequence[str]] | None = None,
+    cutoff: Collection[str] = (),
+) -> BatchPlan:
+    """Batches that can run now, and the stale partitions that must wait.
+
+    Args:
+        plan: from `planner.plan`.
+        assets: the planner's assets (for dependencies).
+        partitions_defs: per asset.
+        policies: backfill policy per asset.
+        blocked: partitions not to request now (already running, or backing off after failures);
+            their downstream partitions wait too.
+        units: per asset of a multi-asset that Dagster cannot subset, all its assets: they run
+            together, in one run, once every partition they read outside it is written.
+        cutoff: assets whose stale partitions may come out unchanged (`tracked`): a partition
+            reading one of them never joins its run, it waits for the next round.
+    """
+    by_name = {a.name: a for a in assets}
+    blocked = blocked or {}
+    stale = {(i.asset, i.partition) for i in plan.items}
+    # Stale partitions that will not be written this round: blocked, then deferred ones.
+    waiting: set[tuple[str, Key]] = {(a, k) for a, keys in blocked.items() for k in keys}
+    groups: list[tuple[list[str], list[StalePartition]]] = []
+    group_of: dict[tuple[str, Key], int] = {}  # partitions written this round -> their group
+    deferred: list[StalePartition] = []
+    by_asset = plan.by_asset()
+    units = units or {}
+    handled: set[str] = set()
+
+    def ups_of(item: StalePartition) -> list[tuple[str, Key]]:
+        """The stale upstream partitions an item reads."""
+        return [
+            (dep.upstream, key)
+            for dep in by_name[item.asset].deps
+            for key in ((item.partition,) if dep.identity else dep.upstream_keys(item.partition))
+            if (dep.upstream, key) in stale
+        ]
+
+    for name in plan.asset_order:
+        if name in handled:
+            continue
+        if name in units:
+            # A multi-asset that cannot be subset: all its stale partitions in one group, when
+            # nothing it reads from outside is still to be written.
+            members = [m for m in units[name] if m in by_asset]
+            handled.update(units[name])
+            unit_items = [
+                i for m in members for i in by_asset[m] if i.partition not in blocked.get(m, ())
+            ]
+            outside = {up for i in unit_items for up in ups_of(i) if up[0] not in units[name]}
+            if not unit_items:
+                continue
+            if outside:
+                deferred.extend(unit_items)
+                waiting.update((i.asset, i.partition) for i in unit_items)
+                continue
+            group_of.update({(i.asset, i.partition): len(groups) for i in unit_items})
+            groups.append((members, unit_items))
+            continue
+        items = [i for i in by_asset.get(name, []) if i.partition not in blocked.get(name, ())]
+        if not items:
+            continue
+        alone: list[StalePartition] = []  # every upstream partition it reads is fresh
+        joining: dict[StalePartition, set[int]] = {}  # reads partitions written this round
+        later: list[StalePartition] = []  # reads a partition that waits
+        for item in items:
+            ups = ups_of(item)
+            # Its own earlier stale partition (a self-dependency) runs first, in an earlier run.
+            if any(up in waiting or up[0] in cutoff or up[0] == name for up in ups):
+                later.append(item)
+            elif ups:
+                joining[item] = {group_of[up] for up in ups}
+            else:
+                alone.append(item)
+        if joining and not _join(groups, name, joining, partitions_defs, policies, group_of):
+            later.extend(joining)
+        if alone:
+            group_of.update({(name, i.partition): len(groups) for i in alone})
+            groups.append(([name], alone))
+        deferred.extend(later)
+        waiting.update((name, i.partition) for i in later)
+    ready: list[Batch] = []
+    for members, items in groups:
+        leader = members[0]
+        # Joined assets have their leader's keys; a multi-asset's assets may each have others.
+        keys = sorted({i.partition for i in items}, key=lambda k: k or "")
+        by_key: dict[Key, list[StalePartition]] = {}
+        for item in items:
+            by_key.setdefault(item.partition, []).append(item)
+        for chunk in _chunks(keys, partitions_defs.get(leader), policies.get(leader)):
+            chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
+            ready.append(Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items))
+    return BatchPlan(tuple(ready), tuple(deferred))
+
+
+def _join(
+    groups: list[tuple[list[str], list[StalePartition]]],
+    name: str,
+    joining: Mapping[StalePartition, set[int]],
+    partitions_defs: Mapping[str, PartitionsDefinition | None],
+    policies: Mapping[str, BackfillPolicy | None],
+    group_of: dict[tuple[str, Key], int],
+) -> bool:
+    """Add the partitions to the one group they read from, if its run can write them too: same
+    partitions definition and backfill policy as its first asset, and exactly its keys (a
+    Dagster run covers one key or range for all its assets). Dagster orders the steps."""
+    targets = set().union(*joining.values())
+    if len(targets) != 1:
+        return False
+    index = targets.pop()
+    members, items = groups[index]
+    leader = members[0]
+    if partitions_defs.get(leader) != partitions_defs.get(name):
+        return False
+    if policies.get(leader) != policies.get(name):
+        return False
+    if {i.partition for i in joining} != {i.partition for i in items if i.asset == leader}:
+        return False
+    if name not in members:
+        members.append(name)
+    items.extend(joining)
+    group_of.update({(name, i.partition): index for i in joining})
+    return True
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    keys: tuple[Key, ...]
+    partition_range: tuple[str, str] | None
+
+
+def _chunks(
+    keys: Sequence[Key], partitions_def: PartitionsDefinition | None, policy: BackfillPolicy | None
+) -> list[_Chunk]:
+    if partitions_def is None or keys == [None]:
+        return [_Chunk((None,), None)]
+    if policy is None:
+        return [_Chunk((k,), None) for k in keys]
+    limit = policy.max_partitions_per_run
+    grid = _Grid(partitions_def)
+    chunks: list[_Chunk] = []
+    for box in _boxes(grid, [k for k in keys if k is not None]):
+        for start in range(0, len(box), limit or len(box)):
+            part = box[start : start + (limit or len(box))]
+            if len(part) == 1:
+                chunks.append(_Chunk((part[0],), None))
+            elif grid.is_box(part):
+                chunks.append(_Chunk(tuple(part), (part[0], part[-1])))
+            else:
+                chunks.extend(_Chunk((k,), None) for k in part)
+    return chunks
+
+
+class _Grid:
+    """Partition keys as coordinates: per dimension (alphabetical, as in multi keys), the key's
+    position in that dimension's key order. Lets range questions be answered without building
+    Dagster's partition key objects, which costs seconds at tens of thousands of keys."""
+
+    def __init__(self, partitions_def: PartitionsDefinition) -> None:
+        if isinstance(partitions_def, MultiPartitionsDefinition):
+            dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
+        else:
+            dims = {"": partitions_def}
+        self.names = sorted(dims)
+        self.multi = isinstance(partitions_def, MultiPartitionsDefinition)
+        self.time_axis = next(
+            (
+                i
+                for i, n in enumerate(self.names)
+                if isinstance(dims[n], TimeWindowPartitionsDefinition)
+            ),
+            None,
+        )
+        self.position = [
+            {k: i for i, k in enumerate(dims[n].get_partition_keys())} for n in self.names
+        ]
+
+    def coords(self, key: str) -> tuple[int, ...]:
+        """Position per dimension; -1 where the value is not a partition of that dimension."""
+        values = key_values(key) if self.multi else [key]
+        if len(values) != len(self.names):
+            return (-1,) * len(self.names)
+        return tuple(p.get(v, -1) for p, v in zip(self.position, values, strict=True))
+
+    def is_box(self, keys: Sequence[str]) -> bool:
+        """True when the Dagster partition range keys[0]...keys[-1] contains exactly `keys`
+        (for multi-partitions that range is the product of each dimension's range)."""
+        if not keys:
+            return False
+        coords = [self.coords(k) for k in keys]
+        size = 1
+        for axis in range(len(self.names)):
+            seen = {c[axis] for c in coords}
+            low, high = min(seen), max(seen)
+            if low < 0 or len(seen) != high - low + 1:
+                return False
+            if coords[0][axis] != low or coords[-1][axis] != high:
+                return False
+            size *= high - low + 1
+        return len(set(keys)) == len(keys) == size
+
+
+def partition_boxes(partitions_def: PartitionsDefinition, keys: Sequence[str]) -> list[list[str]]:
+    """Split keys into groups that are each exactly one Dagster partition range."""
+    return _boxes(_Grid(partitions_def), keys)
+
+
+def _boxes(grid: _Grid, keys: Sequence[str]) -> list[list[str]]:
+    wanted = list(dict.fromkeys(keys))
+    coords = {k: grid.coords(k) for k in wanted}
+    axis = grid.time_axis
+
+    def rest(key: str) -> tuple[int, ...]:
+        return tuple(c for i, c in enumerate(coords[key]) if i != axis)
+
+    def when(key: str) -> int:
+        return coords[key][axis] if axis is not None else 0
+
+    if not grid.multi:
+        return _runs(sorted(wanted, key=lambda k: coords[k][0]), lambda k: coords[k][0])
+    ordered = sorted(wanted, key=lambda k: (rest(k), when(k)))
+    if grid.is_box(ordered):
+        return [sorted(wanted, key=lambda k: (when(k), rest(k)))]
+    boxes: list[list[str]] = []
+    for _, group in itertools.groupby(ordered, key=rest):
+        members = list(group)
+        boxes.extend(_runs(members, when) if axis is not None else [[k] for k in members])
+    return boxes
+
+
+def _runs(keys: list[str], position: Callable[[str], int]) -> list[list[str]]:
+    """Maximal runs of consecutive positions."""
+    runs: list[list[str]] = []
+    for key in keys:
+        if runs and position(key) == position(runs[-1][-1]) + 1:
+            runs[-1].append(key)
+        else:
+            runs.append([key])
+    return runs

@@ -1,0 +1,289 @@
+"""A code location's assets as partlake sees them: `LakeGraph`.
+
+Read once from the `Definitions` (or a repository's asset graph): per asset its partitions, table
+columns, code version, parents, pools, backfill policy and where its table lives (the lake root
+comes from the code location's `DeltaPartitionIOManager`, else `$PARTLAKE_HOME`), and the
+planner's view of the graph with each edge's partition mapping as functions
+(`partitions.mappings`). A long-lived process (the sensor's code server) keeps one graph,
+so what is derived from it is computed once: the planner's assets, the existing partitions of
+root assets (until a new one appears), and per table version the conversions `gather` makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import (
+    AssetKey,
+    BackfillPolicy,
+    Definitions,
+    IdentityPartitionMapping,
+    PartitionsDefinition,
+)
+
+from dagster_partlake.gates.spec import gates_of
+from dagster_partlake.incremental.spec import Incremental, incremental_of
+from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
+from dagster_partlake.kinds.spec import ORDERED_KINDS, model_kind
+from dagster_partlake.layout import resolve_root, table_path
+from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, TIMESTAMP_KEY, VERSION_KEY
+from dagster_partlake.partitions.keys import (
+    DimensionColumn,
+    all_keys,
+    dimension_columns,
+    is_dynamic,
+    partitions_horizon,
+)
+from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
+from dagster_partlake.planning.planner import Dependency, Key, PartitionState, PlanAsset, Record
+from dagster_partlake.planning.replan import PlanMemo
+
+
+@dataclass(frozen=True)
+class LakeAsset:
+    key: AssetKey
+    name: str
+    partitions_def: PartitionsDefinition | None
+    columns: tuple[DimensionColumn, ...]
+    path: str
+    is_source: bool
+    is_folder: bool
+    code_version: str | None
+    parents: tuple[str, ...]
+    pools: frozenset[str] = frozenset()  # Dagster concurrency pools of its steps
+    backfill_policy: BackfillPolicy | None = None
+    kind: str = "partition"  # the model kind (`dagster_partlake.kinds.spec`)
+    # The table's partitions are not the Dagster partitions (`ModelKind.decoupled`).
+    decoupled: bool = False
+    gates: tuple[str, ...] = ()  # names of its quality gates (`dagster_partlake.gates.spec`)
+
+    @property
+    def is_root(self) -> bool:
+        """A managed, partitioned asset without upstream assets: it produces its own data."""
+        others = [p for p in self.parents if p != self.name]  # its own earlier partitions aside
+        return not self.is_source and not others and self.partitions_def is not None
+
+
+class LakeGraph:
+    """The assets of a code location, with tables and partition mappings resolved."""
+
+    def __init__(
+        self,
+        defs: Definitions | None = None,
+        *,
+        root: str | None = None,
+        asset_graph: Any = None,
+        resources: Mapping[str, Any] | None = None,
+    ) -> None:
+        if defs is None and asset_graph is None:
+            raise ValueError("LakeGraph needs defs or asset_graph")
+        self.defs = defs
+        self.asset_graph = asset_graph if asset_graph is not None else defs.resolve_asset_graph()
+        resources = resources if resources is not None else (defs.resources if defs else None)
+        self.root = resolve_root(root or io_manager_root((resources or {}).values()))
+        self.assets: dict[str, LakeAsset] = {}
+        self._plan_assets: list[PlanAsset] | None = None
+        self._root_keys: dict[str, tuple[str, list[Key]]] = {}
+        # Per asset: (version, states, records, the raw TableState they were converted from).
+        self.converted: dict[
+            str, tuple[int, dict[Key, PartitionState], dict[Key, Record], Any]
+        ] = {}
+        # The last plan made on this graph, for incremental planning (`planning.replan`).
+        self.plan_memo: PlanMemo | None = None
+        # Per asset whose conversion last moved with known keys: (old states, old records, new
+        # states, new records, the keys that may differ between them).
+        self.moved: dict[str, tuple[Any, Any, Any, Any, set[Key]]] = {}
+        # Partition-key ids per (dimension columns, column types, partitioning)
+        # (`gather.KeyIds`): each memoizes the key of every partition it saw.
+        self.codecs: dict[tuple[Any, str, tuple[str, ...]], Any] = {}
+        # The plan last saved to disk by `gather` (signature, table versions, items).
+        self.saved_plan: tuple[str, dict[str, int | None], tuple[Any, ...]] | None = None
+        self._incremental: dict[str, dict[str, Incremental]] = {}
+        for key in self.asset_graph.get_all_asset_keys():
+            node = self.asset_graph.get(key)
+            if not (node.is_materializable or node.is_observable or node.is_external):
+                continue
+            name = key.to_user_string()
+            metadata = dict(node.metadata or {})
+            is_folder = metadata.get(FORMAT_KEY) == "folder"
+            path = table_path(self.root, key, metadata.get(PATH_KEY))
+            columns = tuple(dimension_columns(node.partitions_def, metadata, asset_name=name))
+            kind = model_kind(
+                metadata, partitioned=node.partitions_def is not None, asset_name=name
+            )
+            self.assets[name] = LakeAsset(
+                key=key,
+                name=name,
+                partitions_def=node.partitions_def,
+                columns=columns,
+                path=path,
+                is_source=not node.is_materializable,
+                is_folder=is_folder,
+                code_version=node.code_version,
+                parents=tuple(
+                    p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: k.path)
+                ),
+                pools=frozenset(node.pools or ()) if node.is_materializable else frozenset(),
+                backfill_policy=node.backfill_policy if node.is_materializable else None,
+                kind=kind.kind,
+                decoupled=node.is_materializable and kind.decoupled([c.column for c in columns]),
+                gates=tuple(g.name for g in gates_of(metadata, asset_name=name, kind=kind.kind).all)
+                if node.is_materializable
+                else (),
+            )
+        # Dynamic partition keys live in the Dagster instance, so planning needs it only then.
+        self.has_dynamic_partitions = any(
+            is_dynamic(a.partitions_def) for a in self.assets.values()
+        )
+
+    def units(self) -> dict[str, tuple[str, ...]]:
+        """Per asset of a multi-asset Dagster cannot subset, all its assets (they can only run
+        together)."""
+        result: dict[str, tuple[str, ...]] = {}
+        for asset in self.assets.values():
+            if asset.is_source:
+                continue
+            assets_def = self.asset_graph.get(asset.key).assets_def
+            keys = [k.to_user_string() for k in assets_def.keys]
+            if len(keys) > 1 and not assets_def.can_subset:
+                result[asset.name] = tuple(k for k in keys if k in self.assets)
+        return result
+
+    def cutoff(self) -> set[str]:
+        """Assets whose recomputed partitions may come out unchanged (kind `tracked`)."""
+        return {name for name, a in self.assets.items() if a.kind == "tracked"}
+
+    def partitions_defs(self) -> dict[str, PartitionsDefinition | None]:
+        return {name: a.partitions_def for name, a in self.assets.items()}
+
+    def policies(self) -> dict[str, BackfillPolicy | None]:
+        return {name: a.backfill_policy for name, a in self.assets.items()}
+
+    def pools(self, select: Iterable[str] | None = None) -> set[str]:
+        """Dagster pools of the selected assets (all assets when `select` is None)."""
+        names = list(select) if select is not None else list(self.assets)
+        return {pool for name in names for pool in self.assets[name].pools}
+
+    def plan_assets(self, dynamic_partitions_store: Any = None) -> list[PlanAsset]:
+        """The planner's view of the graph. Built once (its key maps memoize across plans)
+        unless a dynamic partitions definition makes the key sets change over time."""
+        if self._plan_assets is not None:
+            return self._plan_assets
+        result = []
+        for asset in self.assets.values():
+            deps = tuple(
+                self._dependency(asset, self.assets[parent], dynamic_partitions_store)
+                for parent in asset.parents
+                # An input pinned to a version or time never sees its upstream change.
+                if parent in self.assets and not _pins(self.input_metadata(asset.name, parent))
+            )
+            ordered = asset.kind in ORDERED_KINDS and asset.name not in asset.parents
+            maps = previous_partition_maps(asset.partitions_def, dynamic_partitions_store)
+            if ordered and maps is not None:
+                # A merge or scd2 applies its time partitions in order: day D+1 after day D.
+                deps += (Dependency(asset.name, *maps, order_only=True),)
+            result.append(
+                PlanAsset(
+                    name=asset.name,
+                    deps=deps,
+                    code_version=asset.code_version,
+                    is_source=asset.is_source,
+                    partitioned=asset.partitions_def is not None,
+                )
+            )
+        if not self.has_dynamic_partitions:
+            self._plan_assets = result
+        return result
+
+    def root_partition_keys(self, dynamic_partitions_store: Any = None) -> dict[str, list[Key]]:
+        """Partitions that exist now of the managed assets without upstream assets: each is due
+        until written. Recomputed only when the newest partition moved (a new time window
+        began, a dynamic partition was added)."""
+        result: dict[str, list[Key]] = {}
+        for asset in self.assets.values():
+            if not asset.is_root:
+                continue
+            assert asset.partitions_def is not None
+            horizon = partitions_horizon(asset.partitions_def, dynamic_partitions_store)
+            cached = self._root_keys.get(asset.name)
+            if cached is None or cached[0] != horizon:
+                keys: list[Key] = list(all_keys(asset.partitions_def, dynamic_partitions_store))
+                cached = (horizon, keys)
+                self._root_keys[asset.name] = cached
+            result[asset.name] = cached[1]
+        return result
+
+    def horizon(self, dynamic_partitions_store: Any = None) -> dict[str, str]:
+        """Per root managed asset, what moves when it gains partitions (see
+        `partitions_horizon`); the sensor keeps it in its cursor."""
+        return {
+            asset.name: partitions_horizon(asset.partitions_def, dynamic_partitions_store)
+            for asset in self.assets.values()
+            if asset.is_root and asset.partitions_def is not None
+        }
+
+    def incremental_inputs(self, name: str) -> dict[str, Incremental]:
+        """The asset's inputs read incrementally (`incremental.spec`), by upstream."""
+        if name not in self._incremental:
+            asset = self.assets[name]
+            metadata = dict(self.asset_graph.get(asset.key).metadata or {})
+            found = {}
+            for parent in asset.parents:
+                if parent in self.assets and not asset.is_source:
+                    how = incremental_of(
+                        self.input_metadata(name, parent),
+                        metadata,
+                        input_name=parent,
+                        asset_name=name,
+                    )
+                    if how is not None:
+                        found[parent] = how
+            self._incremental[name] = found
+        return self._incremental[name]
+
+    def input_metadata(self, child: str, parent: str) -> dict[str, Any]:
+        """The `AssetIn` metadata of `child`'s input that reads `parent` ({} if none)."""
+        node = self.asset_graph.get(self.assets[child].key)
+        assets_def = node.assets_def
+        parent_key = self.assets[parent].key
+        for input_name, key in assets_def.node_keys_by_input_name.items():
+            if key == parent_key:
+                return dict(assets_def.node_def.input_def_named(input_name).metadata or {})
+        return {}
+
+    def _dependency(self, child: LakeAsset, parent: LakeAsset, store: Any) -> Dependency:
+        mapping = self.asset_graph.get_partition_mapping(child.key, parent.key)
+        up, down = key_maps(parent.partitions_def, child.partitions_def, mapping, store)
+        identity = (
+            parent.partitions_def is not None
+            and parent.partitions_def == child.partitions_def
+            and isinstance(mapping, IdentityPartitionMapping)
+        )
+        return Dependency(parent.name, up, down, identity=identity)
+
+
+def _pins(metadata: dict[str, Any]) -> bool:
+    return metadata.get(VERSION_KEY) is not None or metadata.get(TIMESTAMP_KEY) is not None
+
+
+def repository_root(repository: Any, io_manager_key: str) -> str | None:
+    """The `root` configured on the code location's `DeltaPartitionIOManager` under
+    `io_manager_key`, read from its resource definition (what a sensor sees of it without
+    initializing the resource on every tick)."""
+    definition = repository.get_top_level_resources().get(io_manager_key)
+    resource_cls = getattr(definition, "configurable_resource_cls", None)
+    if not (isinstance(resource_cls, type) and issubclass(resource_cls, DeltaPartitionIOManager)):
+        return None
+    field = definition.config_schema.as_field()
+    root = (field.default_value if field.default_provided else {}).get("root")
+    return root if isinstance(root, str) else None
+
+
+def io_manager_root(resources: Iterable[Any]) -> str | None:
+    """The `root` of the first `DeltaPartitionIOManager` among a code location's resources."""
+    for resource in resources:
+        if isinstance(resource, DeltaPartitionIOManager):
+            return resource.root
+    return None

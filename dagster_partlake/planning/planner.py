@@ -1,0 +1,344 @@
+"""The invalidation planner: which asset partitions are stale, why, and because of what.
+
+A pure function over plain data (no Spark, no Delta, no Dagster instance): `plan(PlanInput)`.
+The sensor, `partlake plan` and `partlake run` gather the inputs, call it, and render or execute
+the frozen `Plan` it returns.
+
+Inputs, all keyed by asset name and partition key (None for an unpartitioned asset):
+
+- `states[asset][key]`: the partitions that currently have data in storage, with their
+  lastUpdated (ms; the newest modification time among the partition's live files).
+- `records[asset][key]`: what the last successful write of that partition recorded: the code
+  version, the lastUpdated it gave its own partition (None if it wrote no rows) and, per upstream
+  asset, the lastUpdated of every upstream partition it read (partitions without data absent).
+- the graph: for each asset its code version and, per dependency, two functions given by the
+  partition mapping: downstream key -> upstream keys, and upstream key -> downstream keys.
+
+The rule (one topological pass, upstream first). `data(X)` = partitions of X that have data or
+are stale themselves (they will have data after the plan runs). For a managed asset A:
+
+- candidates: partitions of A with a record or with data, and every partition mapped from a
+  partition in `data(U)` of an upstream U. An asset with no dependencies: the former plus every
+  partition that exists now (`partition_keys`; the single partition of an unpartitioned asset),
+  so each is `missing` until written.
+- `missing`: no record, and every dependency has at least one mapped upstream partition in
+  `data(U)` (a monthly partition is due as soon as any of its days exists; an empty future is
+  never due). because = those upstream partitions.
+- with a record, stale when any of (reason = the first that applies, in this order):
+  `code_changed`: the recorded code version differs from the asset's;
+  `out_of_band`: the partition's lastUpdated differs from what the write gave it (someone else
+  wrote or deleted it);
+  `upstream_changed`: a mapped upstream partition is stale, or its lastUpdated differs from the
+  one recorded as read (including appearing or disappearing).
+  For all three reasons, because = those changed upstream partitions (so a `code_changed`
+  partition whose inputs also changed lists them; with unchanged inputs it is empty).
+An order-only self-dependency (an asset whose time partitions apply in order: `merge`, `scd2`)
+maps each partition to the previous one. It never makes a partition `missing` or keeps one from
+being due; a partition with a record is `upstream_changed` because of its previous partition when
+that one is stale, or was written after it (its lastUpdated is newer than this partition's
+written lastUpdated). Staleness thus runs forward in time: when day D is stale, so is every later
+day with a record.
+Sources (assets written by other systems) are never stale; their states feed their dependents.
+Nothing fresh is ever listed. An asset whose table could not be read (`unreadable`) and every
+asset downstream of it are not judged at all: the plan lists them in `Plan.unreadable` instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dagster_partlake.columnar.interner import Key
+
+Reason = Literal["missing", "code_changed", "out_of_band", "upstream_changed"]
+REASONS: tuple[Reason, ...] = ("missing", "code_changed", "out_of_band", "upstream_changed")
+KeyMap = Callable[[Key], Iterable[Key]]
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """An edge of the asset graph with its partition mapping, as two functions."""
+
+    upstream: str
+    upstream_keys: KeyMap  # downstream key -> the upstream keys it reads
+    downstream_keys: KeyMap  # upstream key -> the downstream keys that read it
+    identity: bool = False  # both maps are k -> [k]; lets the planner skip the calls
+    # An asset's dependency on its own previous partition that exists only to order its writes
+    # (`merge` and `scd2` apply their time partitions in order; see the module docstring).
+    order_only: bool = False
+
+
+@dataclass(frozen=True)
+class PlanAsset:
+    name: str
+    deps: tuple[Dependency, ...] = ()
+    code_version: str | None = None
+    is_source: bool = False
+    partitioned: bool = True
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    last_updated: int  # ms since epoch
+    version: int | None = None  # table version that last touched it, where known
+
+
+@dataclass(frozen=True)
+class Record:
+    code_version: str | None
+    written_last_updated: int | None  # None: the write produced no rows for this partition
+    consumed: Mapping[str, Mapping[Key, int]] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    assets: Sequence[PlanAsset]
+    states: Mapping[str, Mapping[Key, PartitionState]]
+    records: Mapping[str, Mapping[Key, Record]]
+    # The partitions that exist now of managed assets without upstream assets (time windows up
+    # to the current one, static keys, registered dynamic keys): each is due until written.
+    partition_keys: Mapping[str, Sequence[Key]] = field(default_factory=dict)
+    # Tables whose state could not be read: asset -> the error message.
+    unreadable: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StalePartition:
+    asset: str
+    partition: Key
+    reason: Reason
+    because: tuple[str, ...] = ()  # upstream asset partitions, rendered 'asset[key]'
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "asset": self.asset,
+            "partition": self.partition,
+            "reason": self.reason,
+            "because": list(self.because),
+        }
+
+
+@dataclass(frozen=True)
+class UnreadableTable:
+    """A table whose state could not be read, and the assets not planned because of it."""
+
+    asset: str
+    message: str
+    held: tuple[str, ...]  # the asset itself (if managed) and every managed asset downstream
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Stale asset partitions in dependency order (upstream assets first)."""
+
+    items: tuple[StalePartition, ...]
+    asset_order: tuple[str, ...]
+    unreadable: tuple[UnreadableTable, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def by_asset(self) -> dict[str, list[StalePartition]]:
+        grouped: dict[str, list[StalePartition]] = {}
+        for item in self.items:
+            grouped.setdefault(item.asset, []).append(item)
+        return grouped
+
+    def sorted_items(self) -> list[StalePartition]:
+        """Sorted by asset name, then partition key (the `--json` order)."""
+        return sorted(self.items, key=lambda i: (i.asset, i.partition or ""))
+
+    def select(self, assets: Iterable[str]) -> Plan:
+        wanted = set(assets)
+        return Plan(
+            tuple(i for i in self.items if i.asset in wanted),
+            self.asset_order,
+            tuple(u for u in self.unreadable if wanted & {u.asset, *u.held}),
+        )
+
+
+def render_partition(asset: str, key: Key) -> str:
+    return asset if key is None else f"{asset}[{key}]"
+
+
+def topological_order(assets: Sequence[PlanAsset]) -> list[PlanAsset]:
+    """Upstream before downstream; ties by name. Raises ValueError on a cycle."""
+    by_name = {a.name: a for a in assets}
+    # A self-dependency orders an asset's own partitions, not assets.
+    pending = {
+        a.name: {d.upstream for d in a.deps if d.upstream in by_name and d.upstream != a.name}
+        for a in assets
+    }
+    order: list[PlanAsset] = []
+    while pending:
+        ready = sorted(name for name, ups in pending.items() if not ups)
+        if not ready:
+            raise ValueError(f"the asset graph has a cycle among {', '.join(sorted(pending))}")
+        for name in ready:
+            order.append(by_name[name])
+            del pending[name]
+        for ups in pending.values():
+            ups.difference_update(ready)
+    return order
+
+
+def plan(inputs: PlanInput) -> Plan:
+    """The stale asset partitions of `inputs`, with reasons; see the module docstring."""
+    order = topological_order(inputs.assets)
+    stale: dict[str, set[Key]] = {}
+    items: list[StalePartition] = []
+    # An unreadable table and everything downstream of it are neither stale nor fresh: nothing
+    # is judged (so nothing runs) there until its state can be read again.
+    held_by: dict[str, set[str]] = {}
+    for asset in order:
+        stale[asset.name] = set()
+        causes = {asset.name} if asset.name in inputs.unreadable else set()
+        for dep in asset.deps:
+            causes |= held_by.get(dep.upstream, set())
+        if causes:
+            held_by[asset.name] = causes
+            continue
+        if asset.is_source:
+            continue
+        states = inputs.states.get(asset.name, {})
+        records = inputs.records.get(asset.name, {})
+        own = [d for d in asset.deps if d.upstream == asset.name]
+        candidates = sorted(candidates_of(asset, inputs, stale), key=lambda k: k or "")
+        if own:
+            items.extend(_judge_in_order(asset, own, candidates, inputs, stale))
+            continue
+        for key in candidates:
+            item = judge(asset, key, states.get(key), records.get(key), inputs, stale)
+            if item is not None:
+                items.append(item)
+                stale[asset.name].add(key)
+    sources = {a.name for a in order if a.is_source}
+    unreadable = tuple(
+        UnreadableTable(
+            name,
+            inputs.unreadable[name],
+            tuple(
+                a.name for a in order if name in held_by.get(a.name, ()) and a.name not in sources
+            ),
+        )
+        for name in sorted(inputs.unreadable)
+    )
+    return Plan(tuple(items), tuple(a.name for a in order), unreadable)
+
+
+def _judge_in_order(
+    asset: PlanAsset,
+    own: Sequence[Dependency],
+    candidates: Sequence[Key],
+    inputs: PlanInput,
+    stale: dict[str, set[Key]],
+) -> list[StalePartition]:
+    """Judge the partitions of an asset that depends on its own earlier partitions: a partition
+    that turns stale makes the ones reading it candidates again (a worklist in key order)."""
+    states = inputs.states.get(asset.name, {})
+    records = inputs.records.get(asset.name, {})
+    known = set(candidates)
+    heap = [(k or "", k) for k in candidates]
+    heapq.heapify(heap)
+    queued = set(candidates)
+    items = []
+    while heap:
+        _, key = heapq.heappop(heap)
+        queued.discard(key)
+        if key in stale[asset.name]:
+            continue
+        item = judge(asset, key, states.get(key), records.get(key), inputs, stale)
+        if item is None:
+            continue
+        items.append(item)
+        stale[asset.name].add(key)
+        for dep in own:
+            for later in dep.downstream_keys(key):
+                if later in known and later not in queued and later not in stale[asset.name]:
+                    heapq.heappush(heap, (later or "", later))
+                    queued.add(later)
+    return items
+
+
+def _mapped(dep: Dependency, key: Key) -> Iterable[Key]:
+    return (key,) if dep.identity else dep.upstream_keys(key)
+
+
+def _has_data(asset: str, key: Key, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> bool:
+    return key in inputs.states.get(asset, {}) or key in stale.get(asset, ())
+
+
+def candidates_of(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> set[Key]:
+    """The partitions of `asset` that `plan` judges, given the stale partitions so far."""
+    keys: set[Key] = set(inputs.records.get(asset.name, {}))
+    keys.update(inputs.states.get(asset.name, {}))
+    if not any(d.upstream != asset.name for d in asset.deps):
+        if not asset.partitioned:
+            keys.add(None)
+        keys.update(inputs.partition_keys.get(asset.name, ()))
+        return keys
+    for dep in asset.deps:
+        if dep.upstream == asset.name:
+            continue  # its own partitions are candidates already
+        upstream_with_data = set(inputs.states.get(dep.upstream, {})) | stale.get(
+            dep.upstream, set()
+        )
+        if dep.identity:
+            keys.update(upstream_with_data)
+            continue
+        for upstream_key in upstream_with_data:
+            keys.update(dep.downstream_keys(upstream_key))
+    return keys
+
+
+def judge(
+    asset: PlanAsset,
+    key: Key,
+    state: PartitionState | None,
+    record: Record | None,
+    inputs: PlanInput,
+    stale: Mapping[str, set[Key]],
+) -> StalePartition | None:
+    """The verdict on one partition (None: fresh), given the stale partitions of its upstream
+    assets (and, for an asset ordered on itself, of its earlier partitions)."""
+    if record is None:
+        because: list[str] = []
+        for dep in asset.deps:
+            with_data = [u for u in _mapped(dep, key) if _has_data(dep.upstream, u, inputs, stale)]
+            if not with_data:
+                if dep.upstream == asset.name:
+                    continue  # its own earlier partition never keeps one from being due
+                return None
+            because.extend(render_partition(dep.upstream, u) for u in with_data)
+        return StalePartition(asset.name, key, "missing", tuple(sorted(because)))
+
+    changed: list[str] = []
+    for dep in asset.deps:
+        consumed = record.consumed.get(dep.upstream, {})
+        upstream_states = inputs.states.get(dep.upstream, {})
+        upstream_stale = stale.get(dep.upstream, set())
+        for u in _mapped(dep, key):
+            current = upstream_states.get(u)
+            now = current.last_updated if current is not None else None
+            if dep.order_only:
+                written = record.written_last_updated
+                later = now is not None and written is not None and now > written
+                if u in upstream_stale or later:
+                    changed.append(render_partition(dep.upstream, u))
+            elif u in upstream_stale or now != consumed.get(u):
+                changed.append(render_partition(dep.upstream, u))
+    own = state.last_updated if state is not None else None
+    if record.code_version != asset.code_version:
+        reason: Reason | None = "code_changed"
+    elif own != record.written_last_updated:
+        reason = "out_of_band"
+    elif changed:
+        reason = "upstream_changed"
+    else:
+        reason = None
+    if reason is None:
+        return None
+    return StalePartition(asset.name, key, reason, tuple(sorted(changed)))
