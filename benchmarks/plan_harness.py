@@ -198,7 +198,7 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.planning.graph import LakeGraph
-    from dagster_partlake.planning.session import make_plan, moved
+    from dagster_partlake.planning.session import PlanningSession, make_plan
 
     out: dict[str, Any] = {"import_s": round(time.perf_counter() - started, 2)}
     defs = build_defs(layout, root, None)
@@ -225,8 +225,9 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
         assert not result.plan.items
         return out
 
-    cache = StateCache()
-    cold, cold_s, cold_mem = timed(lambda: make_plan(graph, cache))
+    # One session, as the sensor keeps one: each plan after the first is incremental.
+    session = PlanningSession(graph, StateCache())
+    cold, cold_s, cold_mem = timed(lambda: session.plan())
     assert not cold.plan.items, f"initial plan not empty: {len(cold.plan.items)} items"
     out.update({"cold_make_plan_s": cold_s, "cold_memory": cold_mem})
     before = {name: s.version for name, s in cold.states.items() if s is not None}
@@ -235,14 +236,14 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
     def quick_check(current: dict[str, int], repeats: int = 200) -> tuple[bool, float]:
         begun = time.perf_counter()
         for _ in range(repeats):
-            changed = moved(graph, cache, current)
+            changed = session.moved(current)
         return changed, (time.perf_counter() - begun) / repeats
 
     if scenario == "no_change":
         runs, memory, items = [], {}, -1
         repeats = task.get("repeats", 5) if cold_s < 5 else 3
         for _ in range(repeats):
-            result, seconds, memory = timed(lambda: make_plan(graph, cache))
+            result, seconds, memory = timed(lambda: session.plan())
             items = len(result.plan.items)
             del result
             assert items == 0
@@ -265,14 +266,14 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
         gc.disable()
         try:
             for _ in range(2):
-                result, seconds, _ = timed(lambda: make_plan(graph, cache))
+                result, seconds, _ = timed(lambda: session.plan())
                 del result
                 gc_runs.append(seconds)
         finally:
             gc.enable()
         out["make_plan_gc_disabled_s"] = gc_runs
         if task.get("profile"):
-            out["profile"] = profiled(lambda: make_plan(graph, cache))[1]
+            out["profile"] = profiled(lambda: session.plan())[1]
     else:
         if scenario == "one_old_change":
             keys = [layout.old_key(0)]
@@ -283,7 +284,7 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
         if "error" in change:
             raise RuntimeError(f"source change failed: {change}")
         moved, quick_s = quick_check(before, repeats=20)
-        result, seconds, memory = timed(lambda: make_plan(graph, cache))
+        result, seconds, memory = timed(lambda: session.plan())
         expected = {(a, k) for a in MANAGED for k in keys}
         got = _items(result.plan)
         out.update(
@@ -310,7 +311,7 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
             )
             if "error" in again:
                 raise RuntimeError(f"source change failed: {again}")
-            profiled_result, out["profile"] = profiled(lambda: make_plan(graph, cache))
+            profiled_result, out["profile"] = profiled(lambda: session.plan())
             out["profile"]["plan_items"] = len(profiled_result.plan.items)
             del profiled_result
     if task.get("profile_cold"):

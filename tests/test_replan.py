@@ -66,7 +66,7 @@ def test_plans_over_real_delta_tables_follow_the_new_commits(tmp_path, monkeypat
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.planning import session as gather
     from dagster_partlake.planning.graph import LakeGraph
-    from dagster_partlake.planning.session import make_plan
+    from dagster_partlake.planning.session import PlanningSession, make_plan
 
     # No partition-by-partition comparison of old and new state: the moved keys are known.
     # (Without the full re-checks the tests do elsewhere; `from_scratch` is the reference.)
@@ -74,33 +74,34 @@ def test_plans_over_real_delta_tables_follow_the_new_commits(tmp_path, monkeypat
     compared: list[object] = []
     monkeypatch.setattr(gather, "changed_partitions", lambda *a: compared.append(a) or {})
     moved: dict[str, set] = {}  # what the last plan took as moved, from the followed commits
-    changes = gather._changes
+    changes = PlanningSession._changes
 
-    def spied(graph, old, new):  # type: ignore[no-untyped-def]
-        found = changes(graph, old, new)
+    def spied(self, old, new):  # type: ignore[no-untyped-def]
+        found = changes(self, old, new)
         moved.clear()
-        moved.update({name: set(graph.moved[name][4]) for name in graph.moved})
+        moved.update({name: set(move.keys) for name, move in self.moves.items()})
         return found
 
-    monkeypatch.setattr(gather, "_changes", spied)
+    monkeypatch.setattr(PlanningSession, "_changes", spied)
     layout, root = Layout(1000), str(tmp_path / "lake")
     build_lake(layout, root)
-    graph, cache = LakeGraph(build_defs(layout, root, None)), StateCache()
+    # One session, as the sensor keeps one across ticks.
+    session = PlanningSession(LakeGraph(build_defs(layout, root, None)), StateCache())
 
     def from_scratch() -> set[tuple[str, str | None]]:
         fresh = make_plan(LakeGraph(build_defs(layout, root, None)), StateCache())
         return {(i.asset, i.partition) for i in fresh.plan.items}
 
-    assert not make_plan(graph, cache).plan
+    assert not session.plan().plan
     for keys in ([layout.old_key(0)], layout.ten_percent(5), [layout.old_key(1)]):
         change_source(root, keys)
-        result = make_plan(graph, cache)
+        result = session.plan()
         got = {(i.asset, i.partition) for i in result.plan.items}
         assert got == {(a, k) for a in ("a1", "a2", "a3") for k in keys} == from_scratch()
-        assert graph.plan_memo is not None and graph.plan_memo.incremental
+        assert session.memo is not None and session.memo.incremental
         assert moved["src"] == set(keys)  # the keys its new commits touched
         repair(root, keys)  # the runs of a1..a3 commit: fresh again
-        assert not make_plan(graph, cache).plan and not from_scratch()
+        assert not session.plan().plan and not from_scratch()
         assert all(moved[a] == set(keys) for a in ("a1", "a2", "a3"))
     assert compared == []
 

@@ -59,8 +59,8 @@ def plan_command(module: str, select: str | None, as_json: bool, runs_json: bool
 
     if as_json and runs_json:
         raise click.UsageError("--json and --runs-json print different documents; choose one.")
-    graph, result, runs = _plan(module, select, need_instance=False)
-    failures = _gate_failures(graph, result.plan)
+    session, result, runs = _plan(module, select, need_instance=False)
+    failures = _gate_failures(session.graph, result.plan)
     if as_json:
         click.echo(plan_json(result.plan, failures))
     elif runs_json:
@@ -87,7 +87,8 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     """Run every stale asset partition (and nothing else) as Dagster runs: exactly the runs
     `partlake plan` shows."""
     _require_dagster_home()
-    graph, result, runs = _plan(module, select, need_instance=True)
+    session, result, runs = _plan(module, select, need_instance=True)
+    graph = session.graph
     if not result.plan:
         _skip_final_collection()
         if not result.plan.unreadable:
@@ -107,7 +108,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     )
     click.echo(f"Executing {workers.describe()}.")
     outcomes = execute_runs(
-        graph,
+        session,
         instance,
         runs,
         max_parallel=workers.runs,
@@ -131,24 +132,21 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
 
 
 def _plan(module: str, select: str | None, *, need_instance: bool) -> tuple[Any, Any, Any]:
-    """Load the code location, plan it, and turn the plan into runs (no runs blocked)."""
+    """Load the code location, plan it, and turn the plan into runs (no runs blocked): the
+    session, the plan and the runs."""
     from dagster_partlake.cli.location import load_definitions
     from dagster_partlake.delta.state import StateCache, default_persist_dir
     from dagster_partlake.planning.graph import LakeGraph
-    from dagster_partlake.planning.session import make_plan, runs_for
+    from dagster_partlake.planning.session import PlanningSession
 
-    graph = LakeGraph(load_definitions(module))
+    session = PlanningSession(
+        LakeGraph(load_definitions(module)), StateCache(default_persist_dir())
+    )
     # Opening the instance costs about a second of imports: without dynamic partitions a plan
     # (and a no-op `partlake run`) does without it.
-    store = _instance(need_instance) if graph.has_dynamic_partitions else None
-    result = make_plan(
-        graph,
-        StateCache(default_persist_dir()),
-        select=_selection(select),
-        dynamic_partitions_store=store,
-    )
-    runs = runs_for(graph, result)
-    return graph, result, runs
+    store = _instance(need_instance) if session.graph.has_dynamic_partitions else None
+    result = session.plan(select=_selection(select), dynamic_partitions_store=store)
+    return session, result, session.runs(result)
 
 
 @main.command("history")
@@ -349,7 +347,8 @@ def _gate_failures(graph: Any, plan: Any) -> dict[Any, Any]:
         return {}
     from dagster_partlake.gates.failures import last_gate_failures
 
-    return last_gate_failures(instance, graph, plan.items)
+    gates = {n: (a.key, a.gates) for n, a in graph.assets.items() if a.gates}
+    return last_gate_failures(instance, gates, [(i.asset, i.partition) for i in plan.items])
 
 
 # --- partlake maintain: table maintenance (dagster_partlake.delta.maintenance) -----------------

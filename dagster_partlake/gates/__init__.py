@@ -1,7 +1,8 @@
 """Quality gates: constraints and audits checked before a commit, and their asset checks.
 
 `spec` parses `partlake/constraints` and `partlake/audits` (pure); `evaluate` runs them on a
-batch with Spark before the commit; `checks` declares them as Dagster asset checks and logs
+batch with Spark; `before_commit` is the `GateCheck` a write calls on its batch before the
+commit; `checks` declares them as Dagster asset checks and logs
 their results into the writing step; `failures` finds which stale partitions last failed a
 gate. May import the base modules, `delta/`, `partitions/` and `kinds.spec`.
 """
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from dagster_partlake.lazy import lazy_names
 
 if TYPE_CHECKING:
+    from dagster_partlake.gates.before_commit import GateCheck
     from dagster_partlake.gates.checks import log_gate_results, partlake_asset_checks
     from dagster_partlake.gates.evaluate import GateInput, evaluate
     from dagster_partlake.gates.failures import last_gate_failures
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Gate",
+    "GateCheck",
     "GateFailedError",
     "GateInput",
     "GateResult",
@@ -48,6 +51,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "GateCheck": "dagster_partlake.gates.before_commit",
     "Gate": "dagster_partlake.gates.spec",
     "GateFailedError": "dagster_partlake.gates.spec",
     "GateResult": "dagster_partlake.gates.spec",

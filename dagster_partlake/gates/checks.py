@@ -29,8 +29,8 @@ from dagster import (
     MetadataValue,
     multi_asset_check,
 )
-from dagster._core.events import DagsterEvent  # the event a step logs for a check result
 
+from dagster_partlake.compat import log_check_evaluation
 from dagster_partlake.gates.spec import GateResult, Gates, gates_of
 from dagster_partlake.kinds.spec import model_kind
 
@@ -162,7 +162,7 @@ def log_gate_results(context: Any, results: Sequence[GateResult], keys: Sequence
     """Log one asset check evaluation per gate result into the run of an output's step."""
     step_context = context.step_context
     for result in results:
-        DagsterEvent.asset_check_evaluation(
+        log_check_evaluation(
             step_context,
             AssetCheckEvaluation(
                 asset_key=context.asset_key,

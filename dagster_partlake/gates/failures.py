@@ -8,35 +8,45 @@ failed one of severity error names the gate, a newer passed or warned one clears
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from dagster_partlake.columnar.interner import Key
 from dagster_partlake.gates.checks import FAILING_PARTITIONS_KEY, WRITTEN_PARTITIONS_KEY
 from dagster_partlake.metadata import plain
-from dagster_partlake.planning.graph import LakeGraph
-from dagster_partlake.planning.planner import Key, StalePartition
+
+if TYPE_CHECKING:
+    from dagster import AssetKey, DagsterInstance
 
 # Evaluations read per check, newest first: enough to cover the partitions of recent runs.
 HISTORY_LIMIT = 200
 
 
 def last_gate_failures(
-    instance: Any, graph: LakeGraph, items: Iterable[StalePartition]
+    instance: DagsterInstance,
+    gates: Mapping[str, tuple[AssetKey, Sequence[str]]],
+    stale: Iterable[tuple[str, Key]],
 ) -> dict[tuple[str, Key], tuple[str, ...]]:
-    """(asset, partition) -> the gates its newest evaluated run failed, for stale `items`."""
+    """(asset, partition) -> the gates its newest evaluated run failed.
+
+    Args:
+        instance: the Dagster instance holding the check evaluations.
+        gates: per asset with gates, its key and the names of its gates.
+        stale: the (asset, partition) pairs to look up (a plan's stale partitions).
+    """
     from dagster import AssetCheckKey, AssetCheckSeverity
 
     wanted: dict[str, set[Key]] = {}
-    for item in items:
-        if graph.assets[item.asset].gates:
-            wanted.setdefault(item.asset, set()).add(item.partition)
+    for asset_name, partition in stale:
+        if gates.get(asset_name, (None, ()))[1]:
+            wanted.setdefault(asset_name, set()).add(partition)
     found: dict[tuple[str, Key], tuple[str, ...]] = {}
     for name, partitions in wanted.items():
-        asset = graph.assets[name]
+        asset_key, names = gates[name]
         failed: dict[Key, list[str]] = {}
-        for gate in asset.gates:
+        for gate in names:
             history = instance.event_log_storage.get_asset_check_execution_history(
-                AssetCheckKey(asset.key, gate), limit=HISTORY_LIMIT
+                AssetCheckKey(asset_key, gate), limit=HISTORY_LIMIT
             )
             decided: set[Key] = set()
             for record in history:

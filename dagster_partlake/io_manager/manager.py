@@ -15,21 +15,21 @@ import datetime as dt
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dagster import (
     AssetKey,
     ConfigurableIOManager,
+    DagsterInvariantViolationError,
     InitResourceContext,
     InputContext,
     MetadataValue,
     OutputContext,
 )
-from dagster._check import CheckError
-from dagster._core.errors import DagsterInvariantViolationError
 from pydantic import Field, PrivateAttr
 
+from dagster_partlake.compat import CheckError
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
@@ -37,8 +37,9 @@ from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
 from dagster_partlake.delta.table import latest_records, newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
+from dagster_partlake.gates.before_commit import GateCheck
 from dagster_partlake.gates.checks import log_gate_results
-from dagster_partlake.gates.spec import gates_of
+from dagster_partlake.gates.spec import Gates, gates_of
 from dagster_partlake.incremental.guards import RunFacts, judge
 from dagster_partlake.incremental.landing import (
     AFTER_COMMIT_KEY,
@@ -50,6 +51,7 @@ from dagster_partlake.incremental.landing import (
 )
 from dagster_partlake.incremental.spec import Incremental, incremental_of
 from dagster_partlake.kinds.spec import model_kind
+from dagster_partlake.kinds.write import WriteTarget
 from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import (
     FORMAT_KEY,
@@ -132,7 +134,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         from pyspark.sql import DataFrame
 
-        from dagster_partlake.kinds.write import WriteTarget, write_output
+        from dagster_partlake.kinds.write import write_output
 
         asset_name = context.asset_key.to_user_string()
         if obj is None and context.dagster_type.is_nothing:
@@ -169,9 +171,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
             max_attempts=self.max_commit_attempts,
             snapshot_time=_snapshot_time(context) if kind.kind == "scd2" else None,
-            gates=gates_of(definition_metadata, asset_name=asset_name, kind=kind.kind),
-            on_gates=lambda results: log_gate_results(context, results, keys),
         )
+        gates = gates_of(definition_metadata, asset_name=asset_name, kind=kind.kind)
+        if gates:
+            target = replace(target, check=_gate_check(context, target, gates))
         written = write_output(
             obj,
             target,
@@ -602,3 +605,17 @@ def _code_version(context: OutputContext) -> str | None:
         return context.asset_spec.code_version
     except DagsterInvariantViolationError:
         return context.version
+
+
+def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> GateCheck:
+    """The write's quality gates; their results go into the step as asset check evaluations."""
+    return GateCheck(
+        gates=gates,
+        asset_name=target.asset_name,
+        root=target.root,
+        keys=target.keys,
+        partition_columns=target.dimension_columns,
+        replaced=target.selection([k for k in target.keys if k != WHOLE_TABLE_ID]),
+        key_of=target.key_of,
+        on_results=lambda results: log_gate_results(context, results, target.keys),
+    )

@@ -13,11 +13,10 @@ this module chooses the Delta operation and fills in what the kind adds to the c
 - `scd2`: apply the returned snapshot to the history (`dagster_partlake.delta.scd2`), one
   partition (snapshot) per run.
 
-Before any commit, the asset's quality gates (`gates.spec`) are evaluated on the data
-about to be committed: the staged files, or for `merge` and `scd2` the incoming batch (persisted,
-so the rows checked are the rows written). Every result goes to `WriteTarget.on_gates` (the IO
-manager turns them into Dagster asset check evaluations); a failed gate of severity error
-discards the staged files and raises `GateFailedError`, so the table stays as it was.
+Before any commit, `WriteTarget.check` (the asset's quality gates, `dagster_partlake.gates`)
+is called on the data about to be committed: the staged files, or for `merge` and `scd2` the
+incoming batch (persisted, so the rows checked are the rows written). When it raises, the staged
+files are discarded and the table stays as it was.
 
 For `append` and `merge` on the dimension columns, a run partition that got no rows keeps its
 existing files and is recorded as `kept`, so it does not look written by someone else.
@@ -29,12 +28,11 @@ import datetime as dt
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
 from dagster_partlake.delta.merge import merge_rows
-from dagster_partlake.delta.reader import open_table, read_snapshot
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.scd2 import apply_snapshot
 from dagster_partlake.delta.schema import arrow_to_spark
@@ -49,8 +47,6 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.delta.writer import CommitResult, StagedWrite, commit_staged, stage_partitions
 from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.gates.evaluate import GateInput, evaluate
-from dagster_partlake.gates.spec import GateFailedError, GateResult, Gates
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
 
@@ -83,9 +79,9 @@ class WriteTarget:
     max_attempts: int
     # scd2: when the snapshot was taken (the run's time window start, else the run's start).
     snapshot_time: dt.datetime | None = None
-    gates: Gates = field(default_factory=Gates)
-    # Receives every gate result of the write, before it commits or fails.
-    on_gates: Callable[[Sequence[GateResult]], None] | None = None
+    # The asset's quality gates, called on the rows about to be committed; raises to stop the
+    # commit (`dagster_partlake.gates.GateCheck`). None: the asset declares no gates.
+    check: Callable[[DataFrame], None] | None = None
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -119,12 +115,12 @@ def write_output(
     if skip is not None:
         return _record_only(df, target, record)
     if kind in ("merge", "scd2"):
-        if not target.gates:
+        if target.check is None:
             return (_merge if kind == "merge" else _scd2)(df, target, record)
         # The batch is checked and then written: persisted, so both see the same rows.
         batch = df.persist()
         try:
-            _check_gates(target, batch)
+            target.check(batch)
             return (
                 _merge(batch, target, record) if kind == "merge" else _scd2(batch, target, record)
             )
@@ -244,7 +240,7 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
 
 def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> None:
     """Run the gates on the staged files; on a blocking failure remove them and raise."""
-    if not target.gates:
+    if target.check is None:
         return
     spark = df.sparkSession
     schema = arrow_to_spark(staged.schema)
@@ -255,46 +251,10 @@ def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> No
         else spark.createDataFrame([], schema)
     )
     try:
-        _check_gates(target, new.select(*schema.fieldNames()))
+        target.check(new.select(*schema.fieldNames()))
     except BaseException:
         shutil.rmtree(staged.staging_dir, ignore_errors=True)
         raise
-
-
-def _check_gates(target: WriteTarget, new: DataFrame) -> None:
-    old, old_rows = None, None
-    if target.gates.audits and table_exists(target.root):
-        snapshot = open_table(target.root, table_name=target.asset_name)
-        selection = target.selection([k for k in target.keys if k != WHOLE_TABLE_ID])
-        old_rows = {}
-        for f in live_files(snapshot.table, selection):
-            key = target.key_of(f.partition_values)
-            old_rows[key] = old_rows.get(key, 0) + (f.num_records or 0)
-        if any(g.type in ("column_sum", "column_mean") for g in target.gates.audits):
-            old = read_snapshot(new.sparkSession, snapshot, selection).df
-    keys = list(target.keys) or [WHOLE_TABLE_ID]
-    by = target.dimension_columns
-    if not set(by) <= set(new.columns):
-        # A batch without the partition columns (a decoupled merge): one group for the run.
-        by = []
-    whole = keys[0] if len(keys) == 1 else WHOLE_TABLE_ID
-    results = evaluate(
-        target.gates,
-        GateInput(
-            asset_name=target.asset_name,
-            new=new,
-            partition_columns=by,
-            keys=keys,
-            key_of=target.key_of if by else (lambda _values: whole),
-            old=old,
-            old_rows=old_rows,
-        ),
-    )
-    if target.on_gates is not None:
-        target.on_gates(results)
-    failed = [r for r in results if r.blocks]
-    if failed:
-        raise GateFailedError(target.asset_name, failed)
 
 
 def _newest_snapshot(root: str) -> int | None:

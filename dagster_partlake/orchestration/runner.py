@@ -12,15 +12,14 @@ the instance, so runs launched elsewhere (the sensor's, the UI's) share the same
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dagster import DagsterInstance
-from dagster._core.errors import DagsterError
+from dagster import DagsterError, DagsterInstance
 
+from dagster_partlake.compat import threadsafe_in_process_runs
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import find_record, log_versions
@@ -28,7 +27,7 @@ from dagster_partlake.orchestration.pools import parallelism
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.planner import Key
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
-from dagster_partlake.planning.session import make_plan, runs_for
+from dagster_partlake.planning.session import PlanningSession
 from dagster_partlake.spark.resource import SparkResource, running_session
 
 # "unchanged": not run, because the runs it waited for left its inputs as they were (early
@@ -69,42 +68,36 @@ def refresh(
     Args:
         max_parallel: runs executed at once; None for the limit of the assets' Dagster pool.
     """
-    result = make_plan(
-        graph, cache or StateCache(), select=select, dynamic_partitions_store=instance
-    )
-    runs = runs_for(graph, result)
+    session = PlanningSession(graph, cache)
+    result = session.plan(select=select, dynamic_partitions_store=instance)
     stale_assets = {item.asset for item in result.plan.items}
     workers = parallelism(instance, graph.pools(stale_assets), max_parallel).runs
     return execute_runs(
-        graph,
-        instance,
-        runs,
-        max_parallel=workers,
-        on_outcome=on_outcome,
-        cache=cache,
+        session, instance, session.runs(result), max_parallel=workers, on_outcome=on_outcome
     )
 
 
 def execute_runs(
-    graph: LakeGraph,
+    session: PlanningSession,
     instance: DagsterInstance,
     run_plan: RunPlan,
     *,
     max_parallel: int = 1,
     on_outcome: Callable[[Outcome], None] = lambda _o: None,
-    cache: StateCache | None = None,
 ) -> list[Outcome]:
-    """Execute every run of `run_plan`, each after the runs it waits for.
+    """Execute every run of `run_plan` (planned by `session`), each after the runs it waits for.
 
-    When the graph has `tracked` assets, a run that waited for others is planned again before it
-    starts: if none of its partitions is stale any more (the upstream came out unchanged), it is
-    not run and its partitions are reported `unchanged`.
+    When the graph has `tracked` assets, a run that waited for others is planned again (by the
+    same session: only what the earlier runs committed is judged again) before it starts: if
+    none of its partitions is stale any more (the upstream came out unchanged), it is not run
+    and its partitions are reported `unchanged`.
 
     Returns:
         One outcome per stale asset partition of the planned runs, in completion order.
     """
     if not run_plan.runs:
         return []
+    graph = session.graph
     assert graph.defs is not None, "partlake run needs the code location's Definitions"
     job = graph.defs.resolve_implicit_global_asset_job_def()
     outcomes: list[Outcome] = []
@@ -118,12 +111,11 @@ def execute_runs(
             on_outcome(outcome)
 
     cutoff = any(a.kind == "tracked" for a in graph.assets.values())
-    cache = cache or StateCache()
     # One session for every run of this process; the runs' resources reuse it.
     session_started = _start_shared_session(graph)
     workers = max(1, max_parallel)
     try:
-        with _safe_for_threads(instance, workers), ThreadPoolExecutor(workers) as pool:
+        with threadsafe_in_process_runs(instance, workers), ThreadPoolExecutor(workers) as pool:
             running: dict[Future[list[Outcome]], PlannedRun] = {}
             while pending or running:
                 for run in list(pending):
@@ -133,7 +125,7 @@ def execute_runs(
                         report(run, _skipped(run, failed_before))
                     elif all(succeeded.get(w) for w in run.waits_for):
                         pending.remove(run)
-                        if run.waits_for and cutoff and _still_fresh(graph, cache, instance, run):
+                        if run.waits_for and cutoff and _still_fresh(session, instance, run):
                             report(run, _unchanged(run))
                             continue
                         running[pool.submit(_execute, job, instance, graph, run)] = run
@@ -153,11 +145,9 @@ def execute_runs(
     return outcomes
 
 
-def _still_fresh(
-    graph: LakeGraph, cache: StateCache, instance: DagsterInstance, run: PlannedRun
-) -> bool:
-    """Whether a fresh plan finds none of the run's partitions stale."""
-    result = make_plan(graph, cache, select=run.assets, dynamic_partitions_store=instance)
+def _still_fresh(session: PlanningSession, instance: DagsterInstance, run: PlannedRun) -> bool:
+    """Whether a new plan finds none of the run's partitions stale."""
+    result = session.plan(select=run.assets, dynamic_partitions_store=instance)
     stale = {(i.asset, i.partition) for i in result.plan.items}
     return not any((i.asset, i.partition) in stale for i in run.items)
 
@@ -184,37 +174,6 @@ def _skipped(run: PlannedRun, failed: list[int]) -> list[Outcome]:
         Outcome("skipped", i.asset, i.partition, i.reason, None, None, None, f"{because} failed")
         for i in run.items
     ]
-
-
-@contextmanager
-def _safe_for_threads(instance: DagsterInstance, workers: int) -> Iterator[None]:
-    """Make the instance safe for runs executing in threads of this process.
-
-    Two things Dagster does at the start of every run assume one run per process:
-    - it resolves the instance's `python_logs` handlers with `logging.config.dictConfig`, which
-      closes every logging handler of the process under logging's module lock; two runs starting
-      in threads deadlocked (one in dictConfig waiting for the event-log handler of a running run,
-      whose thread held it while waiting for the module lock). Every run gets the handlers
-      resolved once, up front.
-    - its compute log manager captures stdout/stderr by pointing the process's file descriptors 1
-      and 2 at the run's log files; with runs in threads one run restored another's redirection
-      and the command's own output went into a log file. Runs in threads capture no raw
-      stdout/stderr (their Dagster events and logs are recorded as usual).
-    """
-    if workers <= 1:
-        yield
-        return
-    from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
-
-    handlers = instance.get_yaml_python_handlers()
-    setattr(instance, "get_yaml_python_handlers", lambda: handlers)  # noqa: B010 - per instance
-    capture = instance._compute_log_manager  # noqa: SLF001 - no public setter
-    instance._compute_log_manager = NoOpComputeLogManager()  # noqa: SLF001
-    try:
-        yield
-    finally:
-        vars(instance).pop("get_yaml_python_handlers", None)
-        instance._compute_log_manager = capture  # noqa: SLF001
 
 
 def _start_shared_session(graph: LakeGraph) -> bool:

@@ -26,7 +26,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetSelection,
@@ -41,19 +41,22 @@ from dagster import (
     SkipReason,
     sensor,
 )
-from dagster._core.storage.tags import (
+
+from dagster_partlake.compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,
 )
-
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.layout import resolve_root
 from dagster_partlake.planning.graph import LakeGraph, repository_root
 from dagster_partlake.planning.planner import Key
 from dagster_partlake.planning.runs import PlannedRun
-from dagster_partlake.planning.session import make_plan, moved, runs_for
+from dagster_partlake.planning.session import PlanningSession
+
+if TYPE_CHECKING:
+    from dagster_partlake.compat import AssetGraph
 
 SENSOR_TAG = "partlake/sensor"
 ATTEMPT_TAG = "partlake/attempt"  # on retries: 2 for the first retry of a failed partition
@@ -64,10 +67,11 @@ IN_FLIGHT = [
     DagsterRunStatus.STARTED,
 ]
 
-# One state cache and graph per sensor per process: the code server keeps them across ticks, so
-# a tick re-reads and re-converts only the tables whose version moved.
+# One state cache per sensor and one planning session per sensor and lake per process: the code
+# server keeps them across ticks, so a tick re-reads and re-converts only the tables whose version
+# moved, and plans only what that changed.
 _caches: dict[str, StateCache] = {}
-_graphs: dict[tuple[str, str], tuple[Any, LakeGraph]] = {}
+_sessions: dict[tuple[str, str], tuple[AssetGraph, PlanningSession]] = {}
 
 
 @dataclass
@@ -95,21 +99,23 @@ class _Cursor:
         return json.dumps(asdict(self))
 
 
-def _graph(
+def _session(
     context: SensorEvaluationContext, name: str, root: str | None, io_manager_key: str
-) -> LakeGraph:
-    """The code location's graph, rebuilt only when the code location was reloaded; the lake
-    root is the sensor's `root`, else the code location's DeltaPartitionIOManager's, else the
-    default (as for `partlake plan` on the same module)."""
+) -> PlanningSession:
+    """The code location's planning session, made anew only when the code location was
+    reloaded (the state cache is kept); the lake root is the sensor's `root`, else the code
+    location's DeltaPartitionIOManager's, else the default (as for `partlake plan` on the same
+    module)."""
     repository = context.repository_def
     assert repository is not None, "the sensor needs its code location (repository_def)"
     asset_graph = repository.asset_graph
     # Resolved on every tick: the default root follows $PARTLAKE_HOME.
     resolved = resolve_root(root or repository_root(repository, io_manager_key))
-    cached = _graphs.get((name, resolved))
+    cached = _sessions.get((name, resolved))
     if cached is None or cached[0] is not asset_graph:
         graph = LakeGraph(asset_graph=asset_graph, root=resolved)
-        cached = _graphs[(name, resolved)] = (asset_graph, graph)
+        session = PlanningSession(graph, _caches.setdefault(name, StateCache()))
+        cached = _sessions[(name, resolved)] = (asset_graph, session)
     return cached[1]
 
 
@@ -188,9 +194,9 @@ def evaluate(
     """
     now = time.time()
     cursor = _Cursor.from_json(context.cursor)
-    graph = _graph(context, name, root, io_manager_key)
+    session = _session(context, name, root, io_manager_key)
+    graph = session.graph
     instance = context.instance
-    cache = _caches.setdefault(name, StateCache())
     horizon = graph.horizon(instance)
     retry_due = any(retry_at <= now for _, retry_at in cursor.failures.values())
     if (
@@ -198,7 +204,7 @@ def evaluate(
         and not cursor.pending
         and not retry_due
         and horizon == cursor.horizon
-        and not moved(graph, cache, cursor.versions)
+        and not session.moved(cursor.versions)
     ):
         return SkipReason("No new commits in any table since the last tick: nothing to plan.")
 
@@ -207,7 +213,7 @@ def evaluate(
         instance, graph, name, cursor, now, retry_base_seconds, retry_max_seconds
     )
 
-    result = make_plan(graph, cache, dynamic_partitions_store=instance)
+    result = session.plan(dynamic_partitions_store=instance)
     stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
     held = {a for u in result.plan.unreadable for a in u.held}
     # Fresh again: forget. Held behind an unreadable table: keep, it was neither judged nor run.
@@ -221,7 +227,7 @@ def evaluate(
             asset, key = _unfkey(fkey)
             blocked.setdefault(asset, set()).add(key)
 
-    runs = runs_for(graph, result, blocked=blocked)
+    runs = session.runs(result, blocked=blocked)
     room = max(0, max_runs_in_flight - len(in_flight))
     ready = runs.ready
     requests = [

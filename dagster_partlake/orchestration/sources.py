@@ -25,8 +25,8 @@ from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, 
 from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
 from dagster_partlake.partitions.keys import dimension_columns
+from dagster_partlake.planning.convert import read_state, to_partition_states
 from dagster_partlake.planning.graph import LakeAsset, io_manager_root
-from dagster_partlake.planning.session import read_state, to_partition_states
 
 _cache = StateCache()
 

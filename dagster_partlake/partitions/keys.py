@@ -27,6 +27,7 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from dagster_partlake.compat import partition_loading_context
 from dagster_partlake.delta.selection import (
     Box,
     Constraint,
@@ -58,10 +59,7 @@ def key_values(key: str) -> list[str]:
 
 def all_keys(partitions_def: PartitionsDefinition, store: Any = None) -> list[str]:
     """Every partition key that exists now (dynamic keys from `store`, a Dagster instance)."""
-    # Private in Dagster 1.13, but how Dagster itself resolves dynamic partitions.
-    from dagster._core.definitions.partitions.context import partition_loading_context
-
-    with partition_loading_context(dynamic_partitions_store=store):
+    with partition_loading_context(store):
         if not isinstance(partitions_def, MultiPartitionsDefinition):
             return list(partitions_def.get_partition_keys())
         # The product of the dimensions' keys, without building Dagster's MultiPartitionKey
@@ -275,11 +273,7 @@ def validate_keys(
                 f"{', '.join(map(repr, keys[:3]))} were given; run it without a partition."
             )
         return
-    # Private in Dagster 1.13, but it is how Dagster itself resolves dynamic partitions for
-    # membership checks; without it a dynamic dimension would need a live instance per key.
-    from dagster._core.definitions.partitions.context import partition_loading_context
-
-    with partition_loading_context(dynamic_partitions_store=dynamic_partitions_store):
+    with partition_loading_context(dynamic_partitions_store):
         valid = partitions_def.filter_valid_partition_keys(set(keys))
     invalid = [key for key in keys if key not in valid]
     if invalid:

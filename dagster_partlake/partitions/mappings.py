@@ -25,6 +25,7 @@ from dagster import (
 )
 
 from dagster_partlake.columnar.interner import Key
+from dagster_partlake.compat import partition_loading_context
 from dagster_partlake.partitions.keys import all_keys, key_dimensions, key_values, multi_key
 
 
@@ -159,11 +160,9 @@ def _dagster_maps(
     mapping: PartitionMapping,
     store: Any,
 ) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]]:
-    from dagster._core.definitions.partitions.context import partition_loading_context
-
     @cache
     def upstream_keys(key: Key) -> tuple[Key, ...]:
-        with partition_loading_context(dynamic_partitions_store=store):
+        with partition_loading_context(store):
             subset = downstream.empty_subset().with_partition_keys([key])
             result = mapping.get_upstream_mapped_partitions_result_for_partitions(
                 subset, downstream, upstream
@@ -172,7 +171,7 @@ def _dagster_maps(
 
     @cache
     def downstream_keys(key: Key) -> tuple[Key, ...]:
-        with partition_loading_context(dynamic_partitions_store=store):
+        with partition_loading_context(store):
             subset = upstream.empty_subset().with_partition_keys([key])
             result = mapping.get_downstream_partitions_for_partitions(subset, upstream, downstream)
             return tuple(result.get_partition_keys())

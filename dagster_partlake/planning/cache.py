@@ -23,9 +23,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dagster_partlake.compat import serialize_value
 from dagster_partlake.planning.planner import Key, Plan, StalePartition
 
 _FORMAT = (1, marshal.version, *sys.version_info[:2])
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Which plan a process last saved: its graph signature, table versions and items."""
+
+    signature: str
+    versions: dict[str, int | None]
+    items: tuple[StalePartition, ...]
 
 
 @dataclass(frozen=True)
@@ -95,8 +105,6 @@ def _partitions(partitions_def: Any) -> str | None:
 
 
 def _mapping(graph: Any, child: Any, parent: Any) -> str | None:
-    from dagster._serdes import serialize_value
-
     try:
         return serialize_value(graph.asset_graph.get_partition_mapping(child.key, parent.key))
     except Exception:  # noqa: BLE001 - a mapping serdes cannot describe: never reuse a plan

@@ -4,9 +4,10 @@ Read once from the `Definitions` (or a repository's asset graph): per asset its 
 columns, code version, parents, pools, backfill policy and where its table lives (the lake root
 comes from the code location's `DeltaPartitionIOManager`, else `$PARTLAKE_HOME`), and the
 planner's view of the graph with each edge's partition mapping as functions
-(`partitions.mappings`). A long-lived process (the sensor's code server) keeps one graph,
-so what is derived from it is computed once: the planner's assets, the existing partitions of
-root assets (until a new one appears), and per table version the conversions `gather` makes.
+(`dagster_partlake.partitions.mappings`). A long-lived process (the sensor's code server) keeps
+one graph, so what is derived from it is computed once: the planner's assets, the existing
+partitions of root assets (until a new one appears) and the incremental inputs. What planning
+keeps between plans is the `PlanningSession`'s, not the graph's.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ from dagster_partlake.partitions.keys import (
     partitions_horizon,
 )
 from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
-from dagster_partlake.planning.planner import Dependency, Key, PartitionState, PlanAsset, Record
-from dagster_partlake.planning.replan import PlanMemo
+from dagster_partlake.planning.planner import Dependency, Key, PlanAsset
 
 
 @dataclass(frozen=True)
@@ -86,20 +86,6 @@ class LakeGraph:
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
-        # Per asset: (version, states, records, the raw TableState they were converted from).
-        self.converted: dict[
-            str, tuple[int, dict[Key, PartitionState], dict[Key, Record], Any]
-        ] = {}
-        # The last plan made on this graph, for incremental planning (`planning.replan`).
-        self.plan_memo: PlanMemo | None = None
-        # Per asset whose conversion last moved with known keys: (old states, old records, new
-        # states, new records, the keys that may differ between them).
-        self.moved: dict[str, tuple[Any, Any, Any, Any, set[Key]]] = {}
-        # Partition-key ids per (dimension columns, column types, partitioning)
-        # (`gather.KeyIds`): each memoizes the key of every partition it saw.
-        self.codecs: dict[tuple[Any, str, tuple[str, ...]], Any] = {}
-        # The plan last saved to disk by `gather` (signature, table versions, items).
-        self.saved_plan: tuple[str, dict[str, int | None], tuple[Any, ...]] | None = None
         self._incremental: dict[str, dict[str, Incremental]] = {}
         for key in self.asset_graph.get_all_asset_keys():
             node = self.asset_graph.get(key)

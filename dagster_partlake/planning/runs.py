@@ -15,11 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster import BackfillPolicy, PartitionsDefinition
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
+from dagster_partlake.compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster_partlake.planning.batches import make_batches
 from dagster_partlake.planning.planner import Key, Plan, PlanAsset, StalePartition
 

@@ -1,0 +1,101 @@
+"""Every use of Dagster's internals, in one place.
+
+Dagster's private modules (`dagster._...`) and private attributes move between minor versions
+without notice. partlake needs a few of them, listed here with what each is for; no other module
+imports `dagster._...` or touches a private attribute of a Dagster object. `tests/test_compat.py`
+exercises each use against the installed Dagster, so an upgrade that moves one fails there,
+naming it, rather than somewhere deep in a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+# Run tags Dagster reads to know a run's partition or partition range (no public constant).
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
+
+# Raised by Dagster's argument checks, e.g. `asset_partitions_time_window` of an asset without a
+# time dimension (dagster re-exports dagster_shared's; neither package exports it publicly).
+from dagster_shared.check import CheckError
+
+if TYPE_CHECKING:
+    from dagster import AssetCheckEvaluation, DagsterInstance
+
+    # The type of `Definitions.resolve_asset_graph()` and `RepositoryDefinition.asset_graph`
+    # (for annotations only: import it from here under TYPE_CHECKING).
+    from dagster._core.definitions.assets.graph.asset_graph import AssetGraph as AssetGraph
+
+__all__ = [
+    "ASSET_PARTITION_RANGE_END_TAG",
+    "ASSET_PARTITION_RANGE_START_TAG",
+    "PARTITION_NAME_TAG",
+    "CheckError",
+    "log_check_evaluation",
+    "partition_loading_context",
+    "serialize_value",
+    "threadsafe_in_process_runs",
+]
+
+
+def partition_loading_context(store: Any) -> AbstractContextManager[Any]:
+    """The context in which a partitions definition resolves dynamic partition keys from
+    `store` (a Dagster instance): how Dagster itself resolves them, without a live instance per
+    key."""
+    from dagster._core.definitions.partitions.context import (
+        partition_loading_context as loading,
+    )
+
+    return loading(dynamic_partitions_store=store)
+
+
+def serialize_value(value: Any) -> str:
+    """Dagster's serdes text of `value` (e.g. a partition mapping): describes it exactly enough
+    for the plan cache's graph signature. Raises for a value serdes cannot describe."""
+    from dagster_shared.serdes import serialize_value as serialize
+
+    return serialize(value)
+
+
+def log_check_evaluation(step_context: Any, evaluation: AssetCheckEvaluation) -> None:
+    """Log an asset check evaluation into the running step: a gate's result reaches the UI from
+    the IO manager's write, before the commit, where no public API can yield one."""
+    from dagster._core.events import DagsterEvent
+
+    DagsterEvent.asset_check_evaluation(step_context, evaluation)
+
+
+@contextmanager
+def threadsafe_in_process_runs(instance: DagsterInstance, workers: int) -> Iterator[None]:
+    """Make the instance safe for runs executing in threads of this process.
+
+    Two things Dagster does at the start of every run assume one run per process:
+    - it resolves the instance's `python_logs` handlers with `logging.config.dictConfig`, which
+      closes every logging handler of the process under logging's module lock; two runs starting
+      in threads deadlocked (one in dictConfig waiting for the event-log handler of a running run,
+      whose thread held it while waiting for the module lock). Every run gets the handlers
+      resolved once, up front.
+    - its compute log manager captures stdout/stderr by pointing the process's file descriptors 1
+      and 2 at the run's log files; with runs in threads one run restored another's redirection
+      and the command's own output went into a log file. Runs in threads capture no raw
+      stdout/stderr (their Dagster events and logs are recorded as usual).
+    """
+    if workers <= 1:
+        yield
+        return
+    from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
+
+    handlers = instance.get_yaml_python_handlers()
+    setattr(instance, "get_yaml_python_handlers", lambda: handlers)  # noqa: B010 - per instance
+    capture = instance._compute_log_manager  # noqa: SLF001 - no public setter
+    instance._compute_log_manager = NoOpComputeLogManager()  # noqa: SLF001
+    try:
+        yield
+    finally:
+        vars(instance).pop("get_yaml_python_handlers", None)
+        instance._compute_log_manager = capture  # noqa: SLF001

@@ -1,0 +1,336 @@
+"""Table states as planner input: lastUpdated per Dagster partition key, and the records.
+
+The one place where storage state becomes planner input. Each table's state
+(`dagster_partlake.delta.state`) becomes lastUpdated per Dagster partition key
+(`to_partition_states`; several table partitions may hold one Dagster partition), and its commit
+records become the planner's `Record`s (`to_records`). `convert` does both for one table and,
+given the table's previous `Conversion`, converts only what its new commits changed; the `Move`
+it returns names the keys that may differ, so the planner compares only those.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from dagster_partlake.columnar.interner import KEYS, VALUES, Key, Values
+from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
+from dagster_partlake.delta.record import WHOLE_TABLE_ID
+from dagster_partlake.delta.state import StateCache, TableState, folder_state
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.partitions.keys import KeyCodec
+from dagster_partlake.planning.graph import LakeAsset
+from dagster_partlake.planning.planner import PartitionState, Record
+from dagster_partlake.planning.state_maps import RecordMap, StateMap
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """One table's planner input at one table version, and the state it was made from."""
+
+    version: int  # the table version (folder: its state hash); -1: no table
+    states: StateMap
+    records: RecordMap | None  # None for a source: its records are not planner input
+    state: TableState | None
+
+
+@dataclass(frozen=True)
+class Move:
+    """A table's conversion and the one before it: `keys` are the partitions whose state or
+    record may differ between them (every other key is the same in both)."""
+
+    before: Conversion
+    after: Conversion
+    keys: frozenset[Key]
+
+
+# What makes two assets' key ids interchangeable: their dimension columns (with the identity of
+# their partitions definitions), the table's column types and its partitioning.
+KeySignature = tuple[tuple[tuple[str, str, int], ...], str, tuple[str, ...]]
+
+
+def key_signature(asset: LakeAsset, state: TableState) -> KeySignature:
+    """Assets with the same partitions stored the same way share one `KeyIds` memo."""
+    return (
+        tuple((c.column, c.dimension, id(c.partitions_def)) for c in asset.columns),
+        repr(sorted(state.column_types.items())),
+        state.partition_by,
+    )
+
+
+def key_ids(asset: LakeAsset, state: TableState) -> KeyIds:
+    """A new key id memo of the asset's partitions for the table's column types."""
+    return KeyIds(KeyCodec(asset.columns, state.column_types), _column_order(asset, state))
+
+
+def convert(
+    asset: LakeAsset,
+    state: TableState | None,
+    previous: Conversion | None,
+    keys: KeyIds | None,
+    *,
+    check: bool = False,
+) -> tuple[Conversion, Move | None]:
+    """The planner input of one table's `state`, converting only what moved since `previous`
+    (its conversion at an earlier version), and the `Move` between them (None: not known).
+
+    Args:
+        asset: the table's asset.
+        state: the table's state now (None: no table).
+        previous: the table's conversion at an earlier version, if any.
+        keys: the asset's key id memo (None for an unpartitioned asset or no table).
+        check: also convert in full and fail if the followed conversion differs (the tests).
+    """
+    before = previous.state if previous is not None else None
+    records: RecordMap | None = None
+    record_keys: set[Key] | None = set()
+    if not asset.is_source:
+        previous_records = previous.records if previous is not None else None
+        records, record_keys = _follow_records(asset, before, state, previous_records)
+    if asset.decoupled:
+        states, state_keys = states_from_records(records or RecordMap.empty()), record_keys
+    else:
+        previous_states = previous.states if previous is not None else None
+        states, state_keys = _follow_states(asset, before, state, previous_states, keys)
+    if before is not None and check:
+        _check_followed(asset, state, states, records or RecordMap.empty())
+    now = Conversion(state.version if state is not None else -1, states, records, state)
+    if previous is None or record_keys is None or state_keys is None:
+        return now, None
+    return now, Move(previous, now, frozenset(record_keys | state_keys))
+
+
+def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
+    """The asset's table (or folder) state now.
+
+    Raises:
+        TableUnreadableError: the table's Delta log cannot be read.
+    """
+    if asset.is_folder:
+        return folder_state(asset.path, [c.column for c in asset.columns])
+    return cache.sync(asset.path, with_commits=not asset.is_source, name=asset.name)
+
+
+class KeyIds:
+    """Interned partition values -> the interned partition key holding them, for one asset's
+    codec: memoized in an array indexed by the values' id (`planning.state_maps`)."""
+
+    UNKNOWN, OUTSIDE = -1, -2
+
+    def __init__(self, codec: KeyCodec, order: Sequence[int]) -> None:
+        self.codec = codec
+        self.order = list(order)
+        self._memo = array("q")
+
+    def memo(self) -> array:
+        """Key ids by values id, `UNKNOWN` where not looked up yet (covers every values id)."""
+        if len(self._memo) < len(VALUES.keys):
+            self._memo.extend(array("q", [self.UNKNOWN]) * (len(VALUES.keys) - len(self._memo)))
+        return self._memo
+
+    def __call__(self, values_id: int) -> int:
+        """The key's id, or `OUTSIDE` for values outside the asset's partitions."""
+        memo = self.memo()
+        found = memo[values_id]
+        if found == self.UNKNOWN:
+            values = VALUES.keys[values_id]
+            key = self.codec.key([values[i] for i in self.order])
+            found = memo[values_id] = self.OUTSIDE if key is None else KEYS.id(key)
+        return found
+
+
+def _column_order(asset: LakeAsset, state: TableState) -> list[int]:
+    order = [
+        state.partition_by.index(c.column) for c in asset.columns if c.column in state.partition_by
+    ]
+    if len(order) != len(asset.columns):
+        raise PartlakeConfigError(
+            f"table of asset {asset.name} at {asset.path} is partitioned by "
+            f"({', '.join(state.partition_by) or 'nothing'}), but the asset's partitions are "
+            f"stored in ({', '.join(c.column for c in asset.columns)}); fix partition_expr or "
+            "the table."
+        )
+    return order
+
+
+def to_partition_states(
+    asset: LakeAsset, state: TableState | None, keys: KeyIds | None = None
+) -> StateMap:
+    """lastUpdated per Dagster partition key (values outside the partitions are ignored)."""
+    if state is None:
+        return StateMap.build(())
+    if not asset.columns:
+        newest = max((t for t in state.last_updated.values() if t is not None), default=None)
+        return StateMap.build(
+            () if newest is None else [(None, PartitionState(newest, state.version))]
+        )
+    order = _column_order(asset, state)
+    keys = keys or KeyIds(KeyCodec(asset.columns, state.column_types), order)
+    memo = keys.memo()
+    found = [
+        (k if (k := memo[v]) != KeyIds.UNKNOWN else keys(v), t, v)
+        for v, t in state.last_updated.raw_items()
+    ]
+    found = [f for f in found if f[0] >= 0]
+    if not found:
+        return StateMap.build(())
+    base = min(f[0] for f in found)
+    newest = array("q", [ABSENT]) * (max(f[0] for f in found) - base + 1)
+    versions = array("q", newest)
+    touched_in = state.touched_in
+    for key_id, last_updated, values_id in found:
+        # Several table partitions may hold one Dagster partition (the days of a month).
+        if newest[key_id - base] == ABSENT or last_updated > newest[key_id - base]:
+            newest[key_id - base] = last_updated
+            version = touched_in.get(VALUES.keys[values_id])
+            versions[key_id - base] = NONE if version is None else version
+    size = len(newest) - newest.count(ABSENT)
+    return StateMap(IntMap(KEYS, base, newest, size), IntMap(KEYS, base, versions, size))
+
+
+def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
+    """The last partlake write of each partition, from the table's commit records."""
+    if state is None:
+        return RecordMap.empty()
+    sources: list[Record] = []
+    written: list[tuple[list[int], list[int]]] = []
+    for commit in state.commits:  # oldest first: later writes replace earlier ones
+        if commit.commit_time_ms is None:
+            continue  # written before partlake recorded what it consumed: treat as unknown
+        consumed = {
+            upstream: (
+                partitions
+                if WHOLE_TABLE_ID not in partitions
+                else {_key(k): v for k, v in partitions.items()}
+            )
+            for upstream, partitions in commit.consumed.items()
+        }
+        sources.append(Record(commit.code_version, None, consumed, commit.run_id))
+        ids = KEYS.ids_of(_key(raw) for raw in commit.partition_ids)
+        values = [commit.commit_time_ms] * len(ids)
+        if commit.kept or commit.empty_partition_ids:
+            values = [_unbox(commit.written_last_updated(raw)) for raw in commit.partition_ids]
+        written.append((ids, values))
+    every = [i for ids, _ in written for i in ids]
+    if not every:
+        return RecordMap.empty()
+    base = min(every)
+    which = array("q", [ABSENT]) * (max(every) - base + 1)
+    last_updated = array("q", which)
+    for source, (ids, values) in enumerate(written):
+        for key_id, value in zip(ids, values, strict=True):
+            which[key_id - base] = source
+            last_updated[key_id - base] = value
+    size = len(which) - which.count(ABSENT)
+    return RecordMap(
+        tuple(sources), IntMap(KEYS, base, which, size), IntMap(KEYS, base, last_updated, size)
+    )
+
+
+def _unbox(value: int | None) -> int:
+    return NONE if value is None else value
+
+
+def _check_followed(
+    asset: LakeAsset,
+    state: TableState | None,
+    states: Mapping[Key, PartitionState],
+    records: Mapping[Key, Record],
+) -> None:
+    """Under CHECK_REPLAN_ENV: the followed conversion equals the conversion from scratch."""
+    full_records = RecordMap.empty() if asset.is_source else to_records(asset, state)
+    full_states = (
+        states_from_records(full_records) if asset.decoupled else to_partition_states(asset, state)
+    )
+    if (states, records) != (full_states, full_records):
+        raise AssertionError(f"the followed state of {asset.name} differs from a full conversion")
+
+
+def _follow_states(
+    asset: LakeAsset,
+    before: TableState | None,
+    state: TableState | None,
+    converted: StateMap | None,
+    keys: KeyIds | None,
+) -> tuple[StateMap, set[Key] | None]:
+    """`to_partition_states(asset, state)`, updating `converted` (the conversion of `before`)
+    where the table is partitioned exactly by the asset's columns: only the partitions whose
+    lastUpdated or version changed are converted again. Also the keys that may have changed
+    (None: not known, everything was converted)."""
+    if (
+        before is None
+        or state is None
+        or converted is None
+        or keys is None
+        or not asset.columns
+        or before.partition_by != state.partition_by
+        or before.column_types != state.column_types
+        or tuple(c.column for c in asset.columns) != state.partition_by
+    ):
+        return to_partition_states(asset, state, keys), None
+    old, new = before.last_updated, state.last_updated
+    moved: Iterable[Values]
+    if state.follows == before.version and state.moved is not None:
+        moved = state.moved  # the state cache followed the new commits: it knows
+    else:
+        changed = {v for v, t in new.items() if old.get(v) != t}
+        changed.update(v for v in old if v not in new)
+        changed.update(
+            v
+            for v in {*state.touched_in, *before.touched_in}
+            if state.touched_in.get(v) != before.touched_in.get(v)
+        )
+        moved = changed
+    changes: dict[Key, PartitionState] = {}
+    gone: list[Key] = []
+    for values in moved:
+        key_id = keys(VALUES.id(values))
+        if key_id < 0:
+            continue
+        key = KEYS.keys[key_id]
+        last_updated = new.get(values)
+        if last_updated is not None:
+            changes[key] = PartitionState(last_updated, state.touched_in.get(values))
+        else:
+            gone.append(key)
+    return converted.updated(changes, gone), {*changes, *gone}
+
+
+def _follow_records(
+    asset: LakeAsset,
+    before: TableState | None,
+    state: TableState | None,
+    converted: RecordMap | None,
+) -> tuple[RecordMap, set[Key] | None]:
+    """`to_records(asset, state)`, applying only the commits `state` has after those of
+    `before` to `converted` (the records of `before`) when its commits extend them; also the
+    keys whose record may have changed (None: not known)."""
+    if before is None or state is None or converted is None:
+        return to_records(asset, state), None
+    known = len(before.commits)
+    if state.commits[:known] != before.commits:
+        return to_records(asset, state), None
+    tail = to_records(asset, replace(state, commits=state.commits[known:]))
+    return converted.then(tail), set(tail)
+
+
+def states_from_records(records: Mapping[Key, Record]) -> StateMap:
+    """lastUpdated per Dagster partition of a decoupled table (its table partitions are not
+    Dagster partitions): what the last write of each gave it. Writes by others go unseen."""
+    if isinstance(records, RecordMap):
+        found = [(i, v) for i, v in records.written.raw_items() if v != NONE]
+        ids = [i for i, _ in found]
+        return StateMap(
+            IntMap.from_ids(KEYS, ids, (v for _, v in found)),
+            IntMap.from_ids(KEYS, ids, [None] * len(ids)),
+        )
+    return StateMap.build(
+        (key, PartitionState(r.written_last_updated))
+        for key, r in records.items()
+        if r.written_last_updated is not None
+    )
+
+
+def _key(raw: str) -> Key:
+    return None if raw == WHOLE_TABLE_ID else raw
