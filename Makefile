@@ -61,9 +61,13 @@ dev: install
 test: install lint
 	$(BIN)/python -m pytest
 
+# Style, the import contract (layers in pyproject.toml; a violation names the contract and the
+# import) and the type checker (mypy, basic level).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # Only the tests that need neither Spark nor a Dagster subprocess.
 test-fast: install

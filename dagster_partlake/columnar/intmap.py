@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from dagster_partlake.columnar.interner import Interner
 
@@ -81,7 +81,7 @@ class IntMap(Mapping[K, "int | None"]):
         return cls.from_ids(interner, interner.ids_of(k for k, _ in pairs), (v for _, v in pairs))
 
     def _slot(self, key: object) -> int:
-        found = self.interner.ids.get(key)  # type: ignore[call-overload]
+        found = self.interner.ids.get(cast(K, key))
         if found is None:
             return ABSENT
         index = found - self.base
@@ -91,7 +91,7 @@ class IntMap(Mapping[K, "int | None"]):
 
     def _index(self, key: object) -> int:
         """The key's position in `column` when it has a value there, else -1."""
-        found = self.interner.ids.get(key)  # type: ignore[call-overload]
+        found = self.interner.ids.get(cast(K, key))
         if found is None:
             return -1
         index = found - self.base
@@ -115,7 +115,7 @@ class IntMap(Mapping[K, "int | None"]):
             raise KeyError(key)
         return _box(value)
 
-    def get(self, key: K, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: K, default: Any = None) -> Any:
         value = self._slot(key)
         return default if value == ABSENT else _box(value)
 

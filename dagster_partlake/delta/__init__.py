@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     )
     from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
     from dagster_partlake.delta.selection import Box, DateRanges, PartitionSelection
+    from dagster_partlake.delta.staging import StagedWrite
     from dagster_partlake.delta.state import StateCache, TableState, folder_state
     from dagster_partlake.delta.writer import (
         CommitResult,
-        StagedWrite,
         commit_staged,
         stage_partitions,
         write_partitions,
@@ -109,7 +109,7 @@ _LAZY = {
     "TableState": "dagster_partlake.delta.state",
     "folder_state": "dagster_partlake.delta.state",
     "CommitResult": "dagster_partlake.delta.writer",
-    "StagedWrite": "dagster_partlake.delta.writer",
+    "StagedWrite": "dagster_partlake.delta.staging",
     "commit_staged": "dagster_partlake.delta.writer",
     "stage_partitions": "dagster_partlake.delta.writer",
     "write_partitions": "dagster_partlake.delta.writer",

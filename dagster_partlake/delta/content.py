@@ -17,7 +17,7 @@ from urllib.parse import unquote
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from dagster_partlake.delta.writer import StagedFile, StagedWrite
+    from dagster_partlake.delta.staging import StagedFile, StagedWrite
 
 _MOD = 2**64
 

@@ -277,97 +277,128 @@ def restore_partitions(
     _require_table(root, name)
     selection = selection or PartitionSelection.everything()
     past = load_version(root, version, table_name=name)
-    past_partition_by = list(past.metadata().partition_columns)
-    id_of = partition_id or _default_partition_id
-    wanted = _by_partition(live_files(past, selection))
-    restore_id = uuid.uuid4().hex
+    restore = _Restore(
+        root=root,
+        name=name,
+        version=version,
+        partition_by=list(past.metadata().partition_columns),
+        wanted=_by_partition(live_files(past, selection)),
+        selection=selection,
+        partition_id=partition_id or _default_partition_id,
+        restore_id=uuid.uuid4().hex,
+    )
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
-        table = load_table(root, table_name=name)
-        partition_by = list(table.metadata().partition_columns)
-        if partition_by != past_partition_by:
-            was, now = ", ".join(past_partition_by), ", ".join(partition_by)
-            raise PartlakeError(
-                f"table {name} was partitioned by ({was or 'nothing'}) at version {version} and "
-                f"is partitioned by ({now or 'nothing'}) now; a restore cannot change the "
-                "partitioning."
-            )
-        current = _by_partition(live_files(table, selection))
-        changed = sorted(
-            (
-                values
-                for values in set(wanted) | set(current)
-                if {f.path for f in wanted.get(values, [])}
-                != {f.path for f in current.get(values, [])}
-            ),
-            key=lambda values: [(v is None, v or "") for v in values],
-        )
-        if not changed:
-            return RestoreResult(version, None, (), 0, 0, attempt)
-        to_add = [f for values in changed for f in wanted.get(values, [])]
-        _require_files(root, name, version, to_add)
-        keep = {f.path for f in to_add}
-        to_remove = [f for values in changed for f in current.get(values, []) if f.path not in keep]
-        ids = sorted({id_of(dict(zip(partition_by, values, strict=True))) for values in changed})
-        now_ms = int(time.time() * 1000)
-        stats = _raw_stats(root, version, {f.path for f in to_add})
-        actions: list[AddAction | RemoveAction] = [
-            AddAction(
-                # get_add_actions gives the path as the log stores it (URL-encoded) and delta-rs
-                # encodes the path of an action again: decode it once, or the action names
-                # another file.
-                path=unquote(f.path),
-                size=f.size,
-                partition_values=f.partition_values,
-                modification_time=now_ms,
-                data_change=True,
-                stats=stats.get(f.path) or json.dumps({"numRecords": f.num_records}),
-            )
-            for f in to_add
-        ]
-        actions += [remove_action(f, now_ms) for f in to_remove]
-        before = table.version()
-        properties = CommitProperties(
-            custom_metadata={
-                MAINTENANCE_KEY: {
-                    "operation": "restore",
-                    "version": version,
-                    "partitions": ids,
-                    "id": restore_id,
-                }
-            },
-            app_transactions=[
-                *(Transaction(_txn_app_id(pid), now_ms) for pid in ids),
-                # Conflicts with a concurrent compaction of the same table partitions.
-                *files_transactions(to_remove, now_ms),
-            ],
-        )
-        try:
-            conflict = commit_or_conflict(
-                table,
-                actions,
-                partition_by=partition_by,
-                properties=properties,
-                attempt=attempt,
-            )
-        except DeltaError as error:
-            raise unreadable(root, error, table_name=name) from error
-        if conflict is not None:
-            last_error = conflict
-            continue
-        return RestoreResult(
-            restored_version=version,
-            version=maintenance_version(root, since=before + 1, commit_id=restore_id),
-            partition_ids=tuple(ids),
-            files_added=len(to_add),
-            files_removed=len(to_remove),
-            attempts=attempt,
-        )
+        outcome = _restore_once(restore, attempt)
+        if isinstance(outcome, RestoreResult):
+            return outcome
+        last_error = outcome
     raise CommitConflictError(
         f"could not restore table {name} to version {version} after {max_attempts} attempts "
         f"because concurrent writers kept changing it (last error: {last_error}); retry when "
         "the writers of those partitions are done. Nothing was committed."
     )
+
+
+@dataclass(frozen=True)
+class _Restore:
+    """One restore: the table, the version, and the live files it had then per partition."""
+
+    root: str
+    name: str
+    version: int
+    partition_by: list[str]  # the table's partitioning at `version`
+    wanted: dict[tuple[str | None, ...], list[LiveFile]]  # partition -> its files at `version`
+    selection: PartitionSelection
+    partition_id: Callable[[PartitionValues], str]
+    restore_id: str  # finds the commit in the log once it landed
+
+
+def _restore_once(restore: _Restore, attempt: int) -> RestoreResult | Exception:
+    """One commit attempt of `restore`: its result, or the conflict that stopped it."""
+    table = load_table(restore.root, table_name=restore.name)
+    partition_by = list(table.metadata().partition_columns)
+    if partition_by != restore.partition_by:
+        was, now = ", ".join(restore.partition_by), ", ".join(partition_by)
+        raise PartlakeError(
+            f"table {restore.name} was partitioned by ({was or 'nothing'}) at version "
+            f"{restore.version} and is partitioned by ({now or 'nothing'}) now; a restore "
+            "cannot change the partitioning."
+        )
+    wanted, current = restore.wanted, _by_partition(live_files(table, restore.selection))
+    changed = sorted(
+        (
+            values
+            for values in set(wanted) | set(current)
+            if {f.path for f in wanted.get(values, [])} != {f.path for f in current.get(values, [])}
+        ),
+        key=lambda values: [(v is None, v or "") for v in values],
+    )
+    if not changed:
+        return RestoreResult(restore.version, None, (), 0, 0, attempt)
+    to_add = [f for values in changed for f in wanted.get(values, [])]
+    _require_files(restore.root, restore.name, restore.version, to_add)
+    keep = {f.path for f in to_add}
+    to_remove = [f for values in changed for f in current.get(values, []) if f.path not in keep]
+    ids = sorted(
+        {restore.partition_id(dict(zip(partition_by, values, strict=True))) for values in changed}
+    )
+    now_ms = int(time.time() * 1000)
+    before = table.version()
+    properties = CommitProperties(
+        custom_metadata={
+            MAINTENANCE_KEY: {
+                "operation": "restore",
+                "version": restore.version,
+                "partitions": ids,
+                "id": restore.restore_id,
+            }
+        },
+        app_transactions=[
+            *(Transaction(_txn_app_id(pid), now_ms) for pid in ids),
+            # Conflicts with a concurrent compaction of the same table partitions.
+            *files_transactions(to_remove, now_ms),
+        ],
+    )
+    actions = _restore_actions(restore, to_add, to_remove, now_ms)
+    try:
+        conflict = commit_or_conflict(
+            table, actions, partition_by=partition_by, properties=properties, attempt=attempt
+        )
+    except DeltaError as error:
+        raise unreadable(restore.root, error, table_name=restore.name) from error
+    if conflict is not None:
+        return conflict
+    return RestoreResult(
+        restored_version=restore.version,
+        version=maintenance_version(restore.root, since=before + 1, commit_id=restore.restore_id),
+        partition_ids=tuple(ids),
+        files_added=len(to_add),
+        files_removed=len(to_remove),
+        attempts=attempt,
+    )
+
+
+def _restore_actions(
+    restore: _Restore, to_add: Sequence[LiveFile], to_remove: Sequence[LiveFile], now_ms: int
+) -> list[AddAction | RemoveAction]:
+    """Add the files of `restore.version` again (with their statistics), remove the others."""
+    stats = _raw_stats(restore.root, restore.version, {f.path for f in to_add})
+    actions: list[AddAction | RemoveAction] = [
+        AddAction(
+            # get_add_actions gives the path as the log stores it (URL-encoded) and delta-rs
+            # encodes the path of an action again: decode it once, or the action names another
+            # file.
+            path=unquote(f.path),
+            size=f.size,
+            partition_values=f.partition_values,
+            modification_time=now_ms,
+            data_change=True,
+            stats=stats.get(f.path) or json.dumps({"numRecords": f.num_records}),
+        )
+        for f in to_add
+    ]
+    return actions + [remove_action(f, now_ms) for f in to_remove]
 
 
 def _require_table(root: str, name: str) -> None:

@@ -22,7 +22,7 @@ import os
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote
 
 from dagster_partlake.columnar.interner import VALUES
@@ -156,7 +156,7 @@ def _actions(paths: list[str]) -> Iterator[bytes]:
 _PIECE = 1 << 16
 
 
-def _newest_checkpoint(log: str, names: list[str]) -> tuple[int, str] | None | bool:
+def _newest_checkpoint(log: str, names: list[str]) -> tuple[int, str] | None | Literal[False]:
     """(version, file) of the newest checkpoint; None if there is none; False if it is of a
     kind this reader does not read (multi-part, V2)."""
     found: dict[int, list[str]] = {}

@@ -44,6 +44,16 @@ from dagster_partlake.delta.defaults import (
 from dagster_partlake.delta.history import MAINTENANCE_KEY, maintenance_version
 from dagster_partlake.delta.reader import open_table, read_files
 from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.staging import (
+    StagedFile,
+    StagedWrite,
+    discard_published,
+    discarded_on_failure,
+    new_staging_folder,
+    publish_staged,
+    staged_files,
+    write_parquet_files,
+)
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import (
     LiveFile,
@@ -53,16 +63,9 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.delta.writer import (
     POST_COMMIT,
-    StagedFile,
-    StagedWrite,
     commit_or_conflict,
-    discard_published,
     files_txn_id,
-    publish_staged,
     remove_action,
-    remove_stale_staging,
-    staged_files,
-    write_parquet_files,
 )
 from dagster_partlake.errors import CommitConflictError, PartlakeConfigError, PartlakeError
 from dagster_partlake.layout import commit_version, log_dir, staging_dir
@@ -185,16 +188,12 @@ def compact_table(
         key: math.ceil(sum(f.size for f in g) / target_file_bytes) for key, g in groups.items()
     }
 
-    remove_stale_staging(root)
-    stage = os.path.join(staging_dir(root), uuid.uuid4().hex)
+    stage = new_staging_folder(root)
     df = _bucketed(spark, read_files(spark, snapshot, old).df, partition_by, counts)
     write_parquet_files(df, stage, partition_by)
-    try:
+    with discarded_on_failure(stage):
         new = staged_files(stage, partition_by, stats_columns)
         partitions = _check_same_rows(root, name, groups, new, partition_by)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     staged = StagedWrite(
         root=root,
         table_name=name,
@@ -206,11 +205,8 @@ def compact_table(
         partition_ids=(),
     )
     publish_staged(staged)
-    try:
+    with discarded_on_failure(staged):
         return _commit_compaction(staged, old, partitions, max_attempts)
-    except BaseException:
-        discard_published(staged)
-        raise
 
 
 def _small_file_groups(
@@ -595,7 +591,7 @@ def _record_versions(root: str) -> set[int]:
     state = StateCache().sync(root)
     if state is None:
         return set()
-    needed = set(state.touched_in.values())
+    needed = {v for v in state.touched_in.values() if v is not None}
     newest: set[str] = set()
     newest_timed: set[str] = set()
     snapshot_seen = False

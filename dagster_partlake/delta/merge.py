@@ -17,7 +17,6 @@ unchanged (every other row of the table), deleted (always 0: a merge never drops
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import Box, PartitionSelection
+from dagster_partlake.delta.staging import (
+    StagedFile,
+    StagedWrite,
+    discard_published,
+    discarded_on_failure,
+    publish_staged,
+    staged_files,
+    write_parquet_files,
+)
 from dagster_partlake.delta.table import (
     LiveFile,
     arrow_schema,
@@ -36,14 +44,8 @@ from dagster_partlake.delta.writer import (
     DEFAULT_MAX_ATTEMPTS,
     CommitResult,
     InputsMovedError,
-    StagedFile,
-    StagedWrite,
     commit_staged,
-    discard_published,
-    publish_staged,
     stage_partitions,
-    staged_files,
-    write_parquet_files,
 )
 from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
 from dagster_partlake.layout import staging_dir
@@ -120,14 +122,11 @@ def merge_rows(
         removal="none",
         stats_columns=unique_key,
     )
-    try:
+    with discarded_on_failure(batch.staging_dir):
         paths = [os.path.join(batch.staging_dir, f.relative_path) for f in batch.files]
         if any(f.num_records for f in batch.files):
             staged_rows = df.sparkSession.read.parquet(*("file://" + p for p in paths))
             check_keys(staged_rows, unique_key, name)
-    except BaseException:
-        shutil.rmtree(batch.staging_dir, ignore_errors=True)
-        raise
     touched = _touched(batch)
     batch = replace(batch, partition_ids=touched.ids, selection=touched.selection)
     record = record_for(batch)
@@ -153,11 +152,11 @@ class _Touched:
 def _touched(batch: StagedWrite) -> _Touched:
     if not batch.partition_by:
         return _Touched((WHOLE_TABLE_ID,), PartitionSelection.everything())
-    values = sorted(
+    values: list[tuple[str | None, ...]] = sorted(
         {tuple(f.partition_values[c] for c in batch.partition_by) for f in batch.files},
         key=lambda v: tuple("" if x is None else x for x in v),
     )
-    ids = tuple(
+    ids: tuple[str, ...] = tuple(
         "|".join(
             f"{c}={'null' if x is None else x}" for c, x in zip(batch.partition_by, v, strict=True)
         )
@@ -167,7 +166,8 @@ def _touched(batch: StagedWrite) -> _Touched:
         # A box cannot hold a null value: compare against every file instead (still exact).
         return _Touched(ids, PartitionSelection.everything())
     boxes = tuple(
-        Box({c: frozenset({x}) for c, x in zip(batch.partition_by, v, strict=True)}) for v in values
+        Box({c: frozenset({str(x)}) for c, x in zip(batch.partition_by, v, strict=True)})
+        for v in values
     )
     return _Touched(ids, PartitionSelection(boxes))
 

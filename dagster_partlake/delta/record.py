@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
-from dagster_partlake.columnar.interner import KEYS
+from dagster_partlake.columnar.interner import KEYS, Key
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.errors import PartlakeError
 
@@ -163,7 +163,7 @@ class CommitRecord:
         keys = (str(k) for k in body["partition_keys"] or ())
         return cls(
             asset_key=str(body["asset_key"]),
-            partition_keys=tuple(KEYS.canonical(k) for k in keys) if compact else tuple(keys),
+            partition_keys=tuple(_canonical(k) for k in keys) if compact else tuple(keys),
             code_version=body.get("code_version"),
             run_id=body.get("run_id"),
             consumed={
@@ -193,11 +193,18 @@ class CommitRecord:
         )
 
 
-def _per_partition(values: Mapping[Any, Any]) -> IntMap[str | None]:
-    """Partition id -> int, column-wise over the interned ids."""
+def _per_partition(values: Mapping[Any, Any]) -> Mapping[str, int]:
+    """Partition id -> int, column-wise over the interned ids (an `IntMap` of ints only, read
+    like the dict it replaces)."""
     if isinstance(values, IntMap):
-        return values
-    return IntMap.build(KEYS, ((str(k), int(v)) for k, v in values.items()))
+        return cast("Mapping[str, int]", values)
+    built = IntMap[Key].build(KEYS, ((str(k), int(v)) for k, v in values.items()))
+    return cast("Mapping[str, int]", built)
+
+
+def _canonical(partition_id: str) -> str:
+    """The interned object equal to `partition_id` (equal ids share one object)."""
+    return cast(str, KEYS.canonical(partition_id))
 
 
 def compact_pairs(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:
@@ -205,7 +212,7 @@ def compact_pairs(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:
     write consumed, its rows per partition) becomes an `IntMap` as it is parsed, so a commit of
     a million partitions never exists as dicts of a million entries."""
     if len(pairs) >= _LARGE and all(type(v) is int for _, v in pairs):
-        return IntMap.build(KEYS, pairs)
+        return cast("Mapping[str, Any]", IntMap[Key].build(KEYS, pairs))
     return dict(pairs)
 
 

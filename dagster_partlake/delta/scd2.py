@@ -24,15 +24,23 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.merge import RewriteResult, check_key_columns, check_keys
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import arrow_to_spark, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.staging import (
+    StagedWrite,
+    discard_published,
+    discarded_on_failure,
+    new_staging_folder,
+    publish_staged,
+    staged_files,
+    write_parquet_files,
+)
 from dagster_partlake.delta.table import (
     LiveFile,
     arrow_schema,
@@ -40,21 +48,11 @@ from dagster_partlake.delta.table import (
     load_table,
     table_exists,
 )
-from dagster_partlake.delta.writer import (
-    DEFAULT_MAX_ATTEMPTS,
-    InputsMovedError,
-    StagedWrite,
-    commit_staged,
-    discard_published,
-    publish_staged,
-    staged_files,
-    write_parquet_files,
-)
+from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, InputsMovedError, commit_staged
 from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
-from dagster_partlake.layout import staging_dir
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
 
@@ -146,13 +144,83 @@ def _apply_once(
 ) -> RewriteResult:
     from pyspark.sql import functions as F
 
-    spark = df.sparkSession
-    values = [c for c in df.columns if c not in unique_key]
     ts = F.lit(t).cast("timestamp")
+    old = _read_history(df, root, name, partition_by, rollback=rollback)
+    existing = _rolled_back(old.rows, ts) if rollback else old.rows
+    values = [c for c in df.columns if c not in unique_key]
+    joined, counts = _compare(df, existing, unique_key, values)
+    inserted, updated = counts.get("inserted", 0), counts.get("updated", 0)
+    closed_keys = counts.get("closed", 0)
+    metrics = {
+        "rows_inserted": inserted,
+        "rows_updated": updated,
+        "rows_deleted": closed_keys,  # closed: the key is gone from the snapshot
+        "rows_unchanged": max(old.rows_before - updated - closed_keys, 0),
+    }
+    nothing = not rollback and not (inserted or updated or closed_keys)
+    if again and not nothing:
+        raise _Changed
+    record = record_for(metrics)
+    columns = [*df.columns, *HISTORY_COLUMNS]
+    base = StagedWrite(
+        root=os.path.abspath(root),
+        table_name=name,
+        staging_dir=new_staging_folder(root),
+        files=(),
+        # Partition columns last, as a partitioned Delta table stores them.
+        schema=spark_to_arrow(
+            existing.select(*(c for c in columns if c not in partition_by), *partition_by).schema
+        ),
+        partition_by=partition_by,
+        selection=PartitionSelection.everything(),
+        partition_ids=(WHOLE_TABLE_ID,),
+        removal="none" if nothing else "files",
+        remove_files=() if nothing else old.candidates,
+        expected_live=old.expected,
+    )
+    if nothing:
+        result = commit_staged(base, record=record, max_attempts=max_attempts)
+        return RewriteResult(result, metrics, 0)
+    rows = _new_history(existing, joined, unique_key, values, ts, columns)
+    write_parquet_files(rows, base.staging_dir, partition_by)
+    with discarded_on_failure(base.staging_dir):
+        files = staged_files(base.staging_dir, partition_by, ("valid_to",))
+    staged = replace(base, files=tuple(files))
+    publish_staged(staged)
+    try:
+        result = commit_staged(staged, record=record, max_attempts=max_attempts)
+    except InputsMovedError:
+        discard_published(staged)
+        raise
+    return RewriteResult(result, metrics, len(old.candidates))
+
+
+@dataclass(frozen=True)
+class _History:
+    """What a snapshot is applied to: the history rows that may change, and where they live."""
+
+    rows: DataFrame  # the candidate files' rows (all history rows when rolling back)
+    candidates: tuple[LiveFile, ...]  # files that hold them: the commit removes exactly these
+    expected: frozenset[str]  # every live file when read (a concurrent change is detected)
+    rows_before: int  # rows in the table when read
+
+
+def _read_history(
+    df: DataFrame, root: str, name: str, partition_by: tuple[str, ...], *, rollback: bool
+) -> _History:
+    """The table's history rows that may change: all of them when rolling back, else those in
+    files that may hold current rows (an empty history for a new table).
+
+    Raises:
+        SchemaMismatchError: the table is partitioned otherwise than `partition_by`.
+    """
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
     candidates: list[LiveFile] = []
     expected: frozenset[str] = frozenset()
     rows_before = 0
-    existing = None
+    rows = None
     if table_exists(root):
         table = load_table(root, table_name=name)
         existing_partition_by = tuple(table.metadata().partition_columns)
@@ -167,27 +235,42 @@ def _apply_once(
         rows_before = sum(f.num_records or 0 for f in every)
         candidates = every if rollback else [f for f in every if _may_be_current(f)]
         if candidates:
-            existing = (
+            rows = (
                 spark.read.schema(arrow_to_spark(arrow_schema(table)))
                 .option("basePath", "file://" + os.path.abspath(root))
                 .parquet(*("file://" + f.absolute_path(root) for f in candidates))
                 .select(*df.columns, *HISTORY_COLUMNS)
             )
-    if existing is None:
-        existing = spark.createDataFrame([], df.select(*df.columns).schema).select(
+    if rows is None:
+        rows = spark.createDataFrame([], df.select(*df.columns).schema).select(
             "*",
             F.lit(None).cast("timestamp").alias("valid_from"),
             F.lit(None).cast("timestamp").alias("valid_to"),
             F.lit(None).cast("boolean").alias("is_current"),
         )
-    if rollback:
-        existing = existing.where(F.col("valid_from") < ts).withColumn(
-            "is_current", F.col("is_current") | (F.col("valid_to") >= ts)
-        )
-        existing = existing.withColumn(
-            "valid_to", F.when(F.col("valid_to") >= ts, F.lit(None)).otherwise(F.col("valid_to"))
-        )
-    history = existing.where(~F.col("is_current"))
+    return _History(rows, tuple(candidates), expected, rows_before)
+
+
+def _rolled_back(existing: DataFrame, ts: Column) -> DataFrame:
+    """The history as it was before time `ts`: later rows dropped, rows closed at or after it
+    open again."""
+    from pyspark.sql import functions as F
+
+    existing = existing.where(F.col("valid_from") < ts).withColumn(
+        "is_current", F.col("is_current") | (F.col("valid_to") >= ts)
+    )
+    return existing.withColumn(
+        "valid_to", F.when(F.col("valid_to") >= ts, F.lit(None)).otherwise(F.col("valid_to"))
+    )
+
+
+def _compare(
+    df: DataFrame, existing: DataFrame, unique_key: Sequence[str], values: Sequence[str]
+) -> tuple[DataFrame, dict[str, int]]:
+    """The snapshot joined with the current rows on the key, each key with its `_status`
+    (inserted, closed, updated, unchanged), and the count per status."""
+    from pyspark.sql import functions as F
+
     current = existing.where(F.col("is_current"))
     cur = current.select(
         *unique_key, F.struct(*values).alias("_old"), F.col("valid_from").alias("_from")
@@ -210,45 +293,29 @@ def _apply_once(
         row["_status"]: row["n"]
         for row in joined.groupBy("_status").agg(F.count(F.lit(1)).alias("n")).collect()
     }
-    inserted, updated = counts.get("inserted", 0), counts.get("updated", 0)
-    closed_keys = counts.get("closed", 0)
-    metrics = {
-        "rows_inserted": inserted,
-        "rows_updated": updated,
-        "rows_deleted": closed_keys,  # closed: the key is gone from the snapshot
-        "rows_unchanged": max(rows_before - updated - closed_keys, 0),
-    }
-    nothing = not rollback and not (inserted or updated or closed_keys)
-    if again and not nothing:
-        raise _Changed
-    record = record_for(metrics)
-    columns = [*df.columns, *HISTORY_COLUMNS]
-    base = StagedWrite(
-        root=os.path.abspath(root),
-        table_name=name,
-        staging_dir=os.path.join(staging_dir(root), uuid.uuid4().hex),
-        files=(),
-        # Partition columns last, as a partitioned Delta table stores them.
-        schema=spark_to_arrow(
-            existing.select(*(c for c in columns if c not in partition_by), *partition_by).schema
-        ),
-        partition_by=partition_by,
-        selection=PartitionSelection.everything(),
-        partition_ids=(WHOLE_TABLE_ID,),
-        removal="none" if nothing else "files",
-        remove_files=() if nothing else tuple(candidates),
-        expected_live=expected,
-    )
-    if nothing:
-        result = commit_staged(base, record=record, max_attempts=max_attempts)
-        return RewriteResult(result, metrics, 0)
+    return joined, counts
+
+
+def _new_history(
+    existing: DataFrame,
+    joined: DataFrame,
+    unique_key: Sequence[str],
+    values: Sequence[str],
+    ts: Column,
+    columns: Sequence[str],
+) -> DataFrame:
+    """The history after the snapshot: closed rows as they were, unchanged keys kept, changed
+    and absent keys closed at `ts`, changed and new keys opened at `ts`."""
+    from pyspark.sql import functions as F
+
     old_cols = [F.col(f"_old.{c}").alias(c) for c in values]
     new_cols = [F.col(f"_new.{c}").alias(c) for c in values]
+    open_to = F.lit(None).cast("timestamp").alias("valid_to")
     keep = joined.where(F.col("_status") == "unchanged").select(
         *unique_key,
         *old_cols,
         F.col("_from").alias("valid_from"),
-        F.lit(None).cast("timestamp").alias("valid_to"),
+        open_to,
         F.lit(True).alias("is_current"),
     )
     closed = joined.where(F.col("_status").isin("updated", "closed")).select(
@@ -259,30 +326,17 @@ def _apply_once(
         F.lit(False).alias("is_current"),
     )
     opened = joined.where(F.col("_status").isin("updated", "inserted")).select(
-        *unique_key,
-        *new_cols,
-        ts.alias("valid_from"),
-        F.lit(None).cast("timestamp").alias("valid_to"),
-        F.lit(True).alias("is_current"),
+        *unique_key, *new_cols, ts.alias("valid_from"), open_to, F.lit(True).alias("is_current")
     )
-    result_df = (
-        history.select(*columns)
+    return (
+        existing.where(~F.col("is_current"))
+        .select(*columns)
         .unionByName(keep.select(*columns))
         .unionByName(closed.select(*columns))
         .unionByName(opened.select(*columns))
         # Closed and current rows in separate files: later snapshots rewrite only current ones.
         .repartitionByRange(2, "is_current")
     )
-    write_parquet_files(result_df, base.staging_dir, partition_by)
-    files = staged_files(base.staging_dir, partition_by, ("valid_to",))
-    staged = replace(base, files=tuple(files))
-    publish_staged(staged)
-    try:
-        result = commit_staged(staged, record=record, max_attempts=max_attempts)
-    except InputsMovedError:
-        discard_published(staged)
-        raise
-    return RewriteResult(result, metrics, len(candidates))
 
 
 def _may_be_current(f: LiveFile) -> bool:

@@ -26,16 +26,14 @@ metadata-only commit just before the data commit, since an append commit keeps t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import shutil
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
@@ -53,7 +51,16 @@ from deltalake.transaction import (
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import merge_for_write, spark_to_arrow
-from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.staging import (
+    Removal,
+    StagedWrite,
+    discarded_on_failure,
+    new_staging_folder,
+    publish_staged,
+    staged_files,
+    write_parquet_files,
+)
 from dagster_partlake.delta.table import (
     LiveFile,
     arrow_schema,
@@ -70,75 +77,15 @@ from dagster_partlake.errors import (
     PartlakeError,
     SchemaMismatchError,
 )
-from dagster_partlake.layout import staging_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-STALE_STAGING_SECONDS = 6 * 3600
 # Checkpoints as delta-rs makes them (every 100 commits), but never its expired-log cleanup: that
 # deletes JSON commits older than delta.logRetentionDuration (30 days) whatever partlake records
 # they hold; `dagster_partlake.delta.maintenance.checkpoint_table` trims the log keeping those.
 POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    relative_path: str  # final location, relative to the table root, not encoded
-    size: int
-    num_records: int
-    partition_values: dict[str, str | None]
-    # Delta file statistics of the `stats_columns` asked for (from the Parquet footer).
-    min_values: dict[str, Any] = field(default_factory=dict)
-    max_values: dict[str, Any] = field(default_factory=dict)
-    null_count: dict[str, int] = field(default_factory=dict)
-
-    def stats_json(self) -> str:
-        stats: dict[str, Any] = {"numRecords": self.num_records}
-        if self.min_values:
-            stats["minValues"] = self.min_values
-            stats["maxValues"] = self.max_values
-        if self.null_count:
-            stats["nullCount"] = self.null_count
-        return json.dumps(stats, default=str)
-
-
-# Which live files a commit removes: those of the staged selection (a replace), none (an
-# append), or exactly `StagedWrite.remove_files` (a merge, which read them).
-Removal = Literal["selection", "none", "files"]
-
-
-@dataclass(frozen=True)
-class StagedWrite:
-    """Parquet files written and checked, not yet visible to any reader."""
-
-    root: str
-    table_name: str
-    staging_dir: str
-    files: tuple[StagedFile, ...]
-    schema: pa.Schema
-    partition_by: tuple[str, ...]
-    selection: PartitionSelection
-    partition_ids: tuple[str, ...]
-    removal: Removal = "selection"
-    remove_files: tuple[LiveFile, ...] = ()
-    # For removal "files": every live file of the selection when the write read the table; any
-    # other set at commit time means a concurrent commit changed what the write was based on.
-    expected_live: frozenset[str] = frozenset()
-
-    @property
-    def num_records(self) -> int:
-        return sum(f.num_records for f in self.files)
-
-    def without(self, dropped: Sequence[StagedFile], selection: PartitionSelection) -> StagedWrite:
-        """The same write without `dropped` (deleted from staging), replacing `selection`."""
-        for f in dropped:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(self.staging_dir, f.relative_path))
-        gone = {f.relative_path for f in dropped}
-        kept = tuple(f for f in self.files if f.relative_path not in gone)
-        return replace(self, files=kept, selection=selection)
 
 
 class InputsMovedError(CommitConflictError):
@@ -248,10 +195,9 @@ def stage_partitions(
             arrow_schema(table), incoming, table_name=name, allow_new_columns=allow_new_columns
         )
 
-    remove_stale_staging(root)
-    stage = os.path.join(staging_dir(root), uuid.uuid4().hex)
+    stage = new_staging_folder(root)
     write_parquet_files(df, stage, partition_by)
-    try:
+    with discarded_on_failure(stage):
         files = staged_files(stage, partition_by, stats_columns)
         outside = [f for f in files if not selection.contains(f.partition_values)]
         if outside:
@@ -262,9 +208,6 @@ def stage_partitions(
                 f"contain {selection.describe()}. Filter the DataFrame to the run's partitions "
                 "(context.partition_key / partition_keys) before returning it."
             )
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return StagedWrite(
         root=root,
         table_name=name,
@@ -284,7 +227,12 @@ def commit_staged(
     record: CommitRecord | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> CommitResult:
-    """Phase 2 of `write_partitions`: make the staged files the content of their partitions."""
+    """Phase 2 of `write_partitions`: make the staged files the content of their partitions.
+
+    Raises:
+        CommitConflictError: concurrent writers kept conflicting for `max_attempts` attempts.
+        TableUnreadableError: the table's log is damaged.
+    """
     publish_staged(staged)
     record = record or _default_record(staged)
     write_id = uuid.uuid4().hex
@@ -292,46 +240,9 @@ def commit_staged(
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
         now_ms = int(time.time() * 1000)
-        adds = [
-            AddAction(
-                # delta-rs URL-encodes the path itself when writing the log.
-                path=f.relative_path,
-                size=f.size,
-                partition_values=f.partition_values,
-                # lastUpdated of a partition is the newest modification time of its files, so
-                # our files carry the commit time rather than the time Spark wrote them.
-                modification_time=now_ms,
-                data_change=True,
-                stats=f.stats_json(),
-            )
-            for f in staged.files
-        ]
         written = record.committed(write_id=write_id, commit_time_ms=now_ms)
         try:
-            _ensure_table(staged, delta_schema)
-            table = load_table(staged.root, table_name=staged.table_name)
-            _add_new_columns(table, staged.schema)
-            before = table.version()
-            old = _files_to_remove(table, staged)
-            properties = CommitProperties(
-                custom_metadata=written.to_commit_info(),
-                app_transactions=[
-                    *(Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids),
-                    # Conflicts with a compaction of the same table partitions, whose
-                    # dataChange=false removes delta-rs's conflict checks do not see.
-                    *files_transactions(old, now_ms),
-                ],
-            )
-            removes = [remove_action(f, now_ms) for f in old]
-            table.create_write_transaction(
-                [*adds, *removes],
-                mode="append",
-                schema=delta_schema,
-                partition_by=list(staged.partition_by),
-                commit_properties=properties,
-                post_commithook_properties=POST_COMMIT,
-            )
-            removed = len(removes)
+            before, old = _commit_once(staged, written, delta_schema, now_ms)
         except (CommitFailedError, DeltaError) as error:
             if not _is_conflict(error, staged.root):
                 if log_damage(staged.root) is not None:
@@ -341,27 +252,88 @@ def commit_staged(
             # Jitter spreads the retries of writers that collided at the same moment.
             time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
             continue
-        # The version is known only from the log: search it from the version we committed on.
-        landed = find_record(staged.root, since=before + 1, write_id=write_id)
-        if landed is None or landed.table_version is None:
-            raise PartlakeError(
-                f"the commit to table {staged.table_name} succeeded but its record (write id "
-                f"{write_id}) is not in {staged.root}'s log; the table was replaced meanwhile."
-            )
-        return CommitResult(
-            version=landed.table_version,
-            num_records=staged.num_records,
-            files_added=len(adds),
-            files_removed=removed,
-            attempts=attempt,
-            commit_time_ms=now_ms,
-            record=landed,
-            rows_removed=sum(f.num_records or 0 for f in old),
-        )
+        return _landed(staged, write_id, before, old, attempt=attempt, now_ms=now_ms)
     raise CommitConflictError(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
         "parallel writers of this table or raise max_attempts. Nothing was committed."
+    )
+
+
+def _commit_once(
+    staged: StagedWrite, written: CommitRecord, delta_schema: DeltaSchema, now_ms: int
+) -> tuple[int, list[LiveFile]]:
+    """One commit attempt: the staged files added, the replaced files removed. Returns the
+    table version it committed on and the files it removed.
+
+    Raises:
+        CommitFailedError, DeltaError: a conflict (retry) or another delta-rs failure.
+    """
+    adds = [
+        AddAction(
+            # delta-rs URL-encodes the path itself when writing the log.
+            path=f.relative_path,
+            size=f.size,
+            partition_values=f.partition_values,
+            # lastUpdated of a partition is the newest modification time of its files, so our
+            # files carry the commit time rather than the time Spark wrote them.
+            modification_time=now_ms,
+            data_change=True,
+            stats=f.stats_json(),
+        )
+        for f in staged.files
+    ]
+    _ensure_table(staged, delta_schema)
+    table = load_table(staged.root, table_name=staged.table_name)
+    _add_new_columns(table, staged.schema)
+    before = table.version()
+    old = _files_to_remove(table, staged)
+    properties = CommitProperties(
+        custom_metadata=written.to_commit_info(),
+        app_transactions=[
+            *(Transaction(_txn_app_id(pid), now_ms) for pid in staged.partition_ids),
+            # Conflicts with a compaction of the same table partitions, whose dataChange=false
+            # removes delta-rs's conflict checks do not see.
+            *files_transactions(old, now_ms),
+        ],
+    )
+    table.create_write_transaction(
+        [*adds, *(remove_action(f, now_ms) for f in old)],
+        mode="append",
+        schema=delta_schema,
+        partition_by=list(staged.partition_by),
+        commit_properties=properties,
+        post_commithook_properties=POST_COMMIT,
+    )
+    return before, old
+
+
+def _landed(
+    staged: StagedWrite,
+    write_id: str,
+    before: int,
+    removed: Sequence[LiveFile],
+    *,
+    attempt: int,
+    now_ms: int,
+) -> CommitResult:
+    """The result of the commit that landed; its version is known only from the log, searched
+    from the version it was committed on."""
+    landed = find_record(staged.root, since=before + 1, write_id=write_id)
+    if landed is None or landed.table_version is None:
+        raise PartlakeError(
+            f"the commit to table {staged.table_name} succeeded but its record (write id "
+            f"{write_id}) is not in {staged.root}'s log; the table was replaced meanwhile."
+        )
+    return CommitResult(
+        version=landed.table_version,
+        num_records=staged.num_records,
+        files_added=len(staged.files),
+        files_removed=len(removed),
+        attempts=attempt,
+        commit_time_ms=now_ms,
+        record=landed,
+        rows_removed=sum(f.num_records or 0 for f in removed),
     )
 
 
@@ -456,24 +428,6 @@ def _add_new_columns(table: DeltaTable, schema: pa.Schema) -> None:
         table.update_incremental()
 
 
-def publish_staged(staged: StagedWrite) -> None:
-    """Move staged files into the table's partition folders; still invisible until committed."""
-    for f in staged.files:
-        target = os.path.join(staged.root, f.relative_path)
-        if os.path.exists(target):
-            continue  # already published by an earlier attempt
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.replace(os.path.join(staged.staging_dir, f.relative_path), target)
-    shutil.rmtree(staged.staging_dir, ignore_errors=True)
-
-
-def discard_published(staged: StagedWrite) -> None:
-    """Remove files `publish_staged` moved into the table that no commit will reference."""
-    for f in staged.files:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(staged.root, f.relative_path))
-
-
 def _txn_app_id(partition_id: str) -> str:
     return f"partlake:{partition_id}"
 
@@ -499,124 +453,5 @@ def _is_conflict(error: Exception, root: str) -> bool:
     return "already exists" in str(error).lower() and table_exists(root)
 
 
-def write_parquet_files(df: DataFrame, path: str, partition_by: Sequence[str]) -> None:
-    """Spark writes `df` as Parquet under `path` (a new folder), in `col=value/` folders."""
-    spark = df.sparkSession
-    # INT96 timestamps (Spark's default) are unreadable by delta-rs outside the nanosecond range.
-    if spark.conf.get("spark.sql.parquet.outputTimestampType", None) != "TIMESTAMP_MICROS":
-        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    writer = df.write.mode("error").option(
-        "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"
-    )
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
-    writer.parquet(_file_uri(path))
-
-
-def staged_files(
-    staging_dir: str, partition_by: Sequence[str], stats_columns: Sequence[str] = ()
-) -> list[StagedFile]:
-    """The Parquet files Spark wrote under `staging_dir`, with row counts and statistics."""
-    import pyarrow.parquet as pq
-
-    files = []
-    for directory, subdirs, names in os.walk(staging_dir):
-        subdirs[:] = [d for d in subdirs if not d.startswith(("_", "."))]
-        for name in names:
-            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
-                continue
-            full = os.path.join(directory, name)
-            relative = os.path.relpath(full, staging_dir).replace(os.sep, "/")
-            values = _partition_values_from_path(relative, partition_by)
-            footer = pq.read_metadata(full)
-            mins, maxs, nulls = _footer_stats(footer, stats_columns)
-            files.append(
-                StagedFile(
-                    relative_path=relative,
-                    size=os.path.getsize(full),
-                    num_records=footer.num_rows,
-                    partition_values=values,
-                    min_values=mins,
-                    max_values=maxs,
-                    null_count=nulls,
-                )
-            )
-    return files
-
-
-# Longer strings would need Delta's truncation rules for maxValues; such columns get no stats.
-_MAX_STAT_STRING = 32
-
-
-def _footer_stats(
-    footer: Any, columns: Sequence[str]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, int]]:
-    """Min, max and null count per column over the row groups of a Parquet footer, for the
-    columns whose statistics are complete and JSON-exact (integers, dates, short strings)."""
-    import datetime as dt
-
-    if not columns:
-        return {}, {}, {}
-    index = {footer.schema.column(i).name: i for i in range(footer.num_columns)}
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for column in columns:
-        if column not in index or footer.num_rows == 0:
-            continue
-        stats = [
-            footer.row_group(g).column(index[column]).statistics
-            for g in range(footer.num_row_groups)
-        ]
-        if any(s is None or not s.has_null_count for s in stats):
-            continue
-        nulls[column] = sum(s.null_count for s in stats)
-        if not all(s.has_min_max for s in stats):
-            continue
-        low, high = min(s.min for s in stats), max(s.max for s in stats)
-        exact = all(
-            isinstance(v, int | str | dt.date) and not isinstance(v, bool | dt.datetime)
-            for v in (low, high)
-        )
-        if not exact or (isinstance(high, str) and len(high) > _MAX_STAT_STRING):
-            continue
-        mins[column] = low.isoformat() if isinstance(low, dt.date) else low
-        maxs[column] = high.isoformat() if isinstance(high, dt.date) else high
-    return mins, maxs, nulls
-
-
-def _partition_values_from_path(
-    relative: str, partition_by: Sequence[str]
-) -> dict[str, str | None]:
-    segments = relative.split("/")[:-1]
-    values: dict[str, str | None] = {}
-    for segment, column in zip(segments, partition_by, strict=True):
-        key, _, raw = segment.partition("=")
-        if unquote(key) != column:
-            raise ValueError(f"unexpected partition folder {segment!r} in {relative!r}")
-        value = unquote(raw)
-        values[column] = None if value == HIVE_NULL else value
-    return values
-
-
 def _show_values(values: Mapping[str, str | None]) -> str:
     return "|".join(f"{k}={'null' if v is None else v}" for k, v in values.items())
-
-
-def remove_stale_staging(root: str) -> None:
-    """Remove staging folders of writers that died before committing (older than
-    `STALE_STAGING_SECONDS`)."""
-    base = staging_dir(root)
-    if not os.path.isdir(base):
-        return
-    cutoff = time.time() - STALE_STAGING_SECONDS
-    for entry in os.scandir(base):
-        try:
-            if entry.stat().st_mtime < cutoff:
-                shutil.rmtree(entry.path, ignore_errors=True)
-        except FileNotFoundError:
-            continue
-
-
-def _file_uri(path: str) -> str:
-    return "file://" + os.path.abspath(path)

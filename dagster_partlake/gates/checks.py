@@ -91,7 +91,7 @@ def _checks_for(key: AssetKey, gates: Gates, asset_spec: Any) -> AssetChecksDefi
         ),
     )
     # Unannotated: Dagster validates the annotation object, which postponed annotations hide.
-    def _gates(context) -> Iterator[AssetCheckResult]:  # type: ignore[no-untyped-def]
+    def _gates(context) -> Iterator[AssetCheckResult]:
         selected = {k.name for k in context.selected_asset_check_keys}
         if _evaluated_in_run(context, key, selected):
             return

@@ -145,8 +145,8 @@ def _violates(gate: Gate) -> Column:
             condition = condition | F.col(column).isNull()
         return condition
     if gate.type == "accepted_values":
-        column = F.col(gate.columns[0])
-        return column.isNotNull() & ~column.isin(list(gate.values))
+        value = F.col(gate.columns[0])
+        return value.isNotNull() & ~value.isin(list(gate.values))
     # An expression that is false or null (unknown) is violated.
     return ~F.coalesce(F.expr(gate.expression), F.lit(False))
 

@@ -9,7 +9,7 @@ failed one of severity error names the gate, a newer passed or warned one clears
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dagster_partlake.columnar.interner import Key
 from dagster_partlake.gates.checks import FAILING_PARTITIONS_KEY, WRITTEN_PARTITIONS_KEY
@@ -61,8 +61,8 @@ def last_gate_failures(
                 decided |= covered
                 if decided >= partitions:
                     break
-        for partition, gates in failed.items():
-            found[(name, partition)] = tuple(gates)
+        for partition, names_failed in failed.items():
+            found[(name, partition)] = tuple(names_failed)
     return found
 
 
@@ -75,8 +75,7 @@ def _evaluation(record: Any) -> Any:
 
 
 def _keys(metadata: Mapping[str, Any], entry: str) -> set[Key]:
-    value = metadata.get(entry)
-    keys = plain(value) or []
+    keys = cast("list[str]", plain(metadata.get(entry)) or [])
     # An unpartitioned asset's write is recorded as its whole-table id; the plan's key is None.
     return {None if k == "__all__" else k for k in keys}
 

@@ -32,7 +32,7 @@ def after_commit_of(value: object, *, asset_name: str) -> AfterCommit | None:
     """
     value = plain(value)
     if value is None or value in ("archive", "delete"):
-        return value  # type: ignore[return-value]
+        return value
     raise PartlakeConfigError(
         f"after_commit of source {asset_name} is {value!r}; use 'archive' (move consumed files "
         "to <folder>/_archive/), 'delete', or None (keep them)."

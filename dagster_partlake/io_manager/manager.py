@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetKey,
@@ -29,6 +29,10 @@ from dagster import (
 )
 from pydantic import Field, PrivateAttr
 
+if TYPE_CHECKING:
+    from dagster_partlake.gates.before_commit import GateCheck
+    from dagster_partlake.kinds.write import KindWrite, WriteTarget
+
 from dagster_partlake.compat import CheckError
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
@@ -37,7 +41,6 @@ from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
 from dagster_partlake.delta.table import latest_records, newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
-from dagster_partlake.gates.before_commit import GateCheck
 from dagster_partlake.gates.checks import log_gate_results
 from dagster_partlake.gates.spec import Gates, gates_of
 from dagster_partlake.incremental.guards import RunFacts, judge
@@ -51,7 +54,6 @@ from dagster_partlake.incremental.landing import (
 )
 from dagster_partlake.incremental.spec import Incremental, incremental_of
 from dagster_partlake.kinds.spec import model_kind
-from dagster_partlake.kinds.write import WriteTarget
 from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import (
     FORMAT_KEY,
@@ -132,13 +134,53 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     # the code location (as a no-op `partlake run` does) must not.
 
     def handle_output(self, context: OutputContext, obj: Any) -> None:
-        from pyspark.sql import DataFrame
-
         from dagster_partlake.kinds.write import write_output
 
-        asset_name = context.asset_key.to_user_string()
         if obj is None and context.dagster_type.is_nothing:
             return
+        target = self._target(context, obj)
+        reads = self._inputs_of(context)
+        upstream_versions = {name: read.version for name, read in reads.items()}
+        record = CommitRecord(
+            asset_key=target.asset_name,
+            partition_keys=tuple(target.keys),
+            code_version=_code_version(context),
+            run_id=context.run_id,
+            # lastUpdated of every upstream partition read: what the planner compares with.
+            consumed={name: read.partitions for name, read in reads.items()},
+            upstream_versions=upstream_versions,
+            watermarks={n: r.watermark for n, r in reads.items() if r.watermark is not None},
+            consumed_files={n: r.landing[2] for n, r in reads.items() if r.landing},
+        )
+        metadata = context.definition_metadata or {}
+        skip = self._skip(context, obj, metadata, list(target.keys), reads)
+        written = write_output(obj, target, record, skip=skip)
+        for name, read in reads.items():
+            if read.landing is not None:
+                # Only now that the commit naming them landed (`incremental.landing`).
+                folder, mode, files = read.landing
+                moved = finish(folder, files, mode)
+                context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
+        if written.commit is None:
+            context.log.info(
+                f"{target.asset_name}: this run's append already landed in version "
+                f"{written.record.table_version}; nothing added again."
+            )
+        context.add_output_metadata(_output_metadata(context, target, written, record))
+
+    def _target(self, context: OutputContext, obj: Any) -> WriteTarget:
+        """Where and how the output is written, its partition keys validated first.
+
+        Raises:
+            PartlakeError: the output is not a Spark DataFrame.
+            PartitionMismatchError: a partition key is not one of the asset's.
+            PartlakeConfigError: the asset's kind, gates or partition columns are misdeclared.
+        """
+        from pyspark.sql import DataFrame
+
+        from dagster_partlake.kinds.write import WriteTarget
+
+        asset_name = context.asset_key.to_user_string()
         if not isinstance(obj, DataFrame):
             raise PartlakeError(
                 f"asset {asset_name} returned {type(obj).__name__}; DeltaPartitionIOManager "
@@ -148,85 +190,23 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
         keys = _output_partition_keys(context) if partitions_def is not None else []
         validate_keys(
-            partitions_def,
-            keys,
-            asset_name=asset_name,
-            dynamic_partitions_store=_instance(context),
+            partitions_def, keys, asset_name=asset_name, dynamic_partitions_store=_instance(context)
         )
-        definition_metadata = context.definition_metadata or {}
-        kind = model_kind(
-            definition_metadata, partitioned=partitions_def is not None, asset_name=asset_name
-        )
-        columns = dimension_columns(partitions_def, definition_metadata, asset_name=asset_name)
-        reads = self._inputs_of(context)
-        code_version = _code_version(context)
-        upstream_versions = {name: read.version for name, read in reads.items()}
+        metadata = context.definition_metadata or {}
+        kind = model_kind(metadata, partitioned=partitions_def is not None, asset_name=asset_name)
         target = WriteTarget(
             root=self.table_root(context.asset_key),
             asset_name=asset_name,
             kind=kind,
-            columns=columns,
+            columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
             column_types=delta_types(spark_to_arrow(obj.schema)),
             keys=keys,
-            allow_new_columns=definition_metadata.get(SCHEMA_MODE_KEY) == "add_columns",
+            allow_new_columns=metadata.get(SCHEMA_MODE_KEY) == "add_columns",
             max_attempts=self.max_commit_attempts,
             snapshot_time=_snapshot_time(context) if kind.kind == "scd2" else None,
         )
-        gates = gates_of(definition_metadata, asset_name=asset_name, kind=kind.kind)
-        if gates:
-            target = replace(target, check=_gate_check(context, target, gates))
-        written = write_output(
-            obj,
-            target,
-            CommitRecord(
-                asset_key=asset_name,
-                partition_keys=tuple(keys),
-                code_version=code_version,
-                run_id=context.run_id,
-                # lastUpdated of every upstream partition read: what the planner compares with.
-                consumed={name: read.partitions for name, read in reads.items()},
-                upstream_versions=upstream_versions,
-                watermarks={n: r.watermark for n, r in reads.items() if r.watermark is not None},
-                consumed_files={n: r.landing[2] for n, r in reads.items() if r.landing},
-            ),
-            skip=self._skip(context, obj, definition_metadata, keys, reads),
-        )
-        result, record = written.commit, written.record
-        for name, read in reads.items():
-            if read.landing is not None:
-                # Only now that the commit naming them landed (`incremental.landing`).
-                folder, mode, files = read.landing
-                moved = finish(folder, files, mode)
-                context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
-        metadata: dict[str, Any] = {
-            "dagster/row_count": MetadataValue.int(
-                result.num_records if result else written.metrics.get("rows_inserted", 0)
-            ),
-            "partlake/table_version": MetadataValue.int(
-                result.version if result else record.table_version or 0
-            ),
-            "partlake/path": MetadataValue.path(target.root),
-            "partlake/run_id": MetadataValue.text(context.run_id),
-            "partlake/partition_count": MetadataValue.int(len(keys)),
-            "partlake/code_version": MetadataValue.text(code_version or ""),
-            "partlake/upstream_versions": MetadataValue.json(upstream_versions),
-            "partlake/kind": MetadataValue.text(kind.kind),
-            **{f"partlake/{k}": MetadataValue.int(v) for k, v in written.metrics.items()},
-        }
-        if result is not None:
-            metadata["partlake/files_added"] = MetadataValue.int(result.files_added)
-            metadata["partlake/files_removed"] = MetadataValue.int(result.files_removed)
-            metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
-        else:
-            context.log.info(
-                f"{asset_name}: this run's append already landed in version "
-                f"{record.table_version}; nothing added again."
-            )
-        if kind.kind == "tracked":
-            metadata["partlake/partitions_unchanged"] = MetadataValue.int(
-                len(written.unchanged_partitions)
-            )
-        context.add_output_metadata(metadata)
+        gates = gates_of(metadata, asset_name=asset_name, kind=kind.kind)
+        return replace(target, check=_gate_check(context, target, gates)) if gates else target
 
     def load_input(self, context: InputContext) -> Any:
         from dagster_partlake.delta.reader import open_table, read_snapshot
@@ -466,7 +446,8 @@ def _folder_partitions(
     chosen = {
         values: updated
         for values, updated in state.last_updated.items()
-        if selection.contains(dict(zip(state.partition_by, values, strict=True)))
+        if updated is not None
+        and selection.contains(dict(zip(state.partition_by, values, strict=True)))
     }
     dirs = [
         os.path.join(root, *(f"{c}={v}" for c, v in zip(state.partition_by, values, strict=True)))
@@ -609,6 +590,8 @@ def _code_version(context: OutputContext) -> str | None:
 
 def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> GateCheck:
     """The write's quality gates; their results go into the step as asset check evaluations."""
+    from dagster_partlake.gates.before_commit import GateCheck
+
     return GateCheck(
         gates=gates,
         asset_name=target.asset_name,
@@ -619,3 +602,34 @@ def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> Ga
         key_of=target.key_of,
         on_results=lambda results: log_gate_results(context, results, target.keys),
     )
+
+
+def _output_metadata(
+    context: OutputContext, target: WriteTarget, written: KindWrite, record: CommitRecord
+) -> dict[str, Any]:
+    """The materialization metadata of one written output."""
+    result = written.commit
+    metadata: dict[str, Any] = {
+        "dagster/row_count": MetadataValue.int(
+            result.num_records if result else written.metrics.get("rows_inserted", 0)
+        ),
+        "partlake/table_version": MetadataValue.int(
+            result.version if result else written.record.table_version or 0
+        ),
+        "partlake/path": MetadataValue.path(target.root),
+        "partlake/run_id": MetadataValue.text(context.run_id),
+        "partlake/partition_count": MetadataValue.int(len(target.keys)),
+        "partlake/code_version": MetadataValue.text(record.code_version or ""),
+        "partlake/upstream_versions": MetadataValue.json(dict(record.upstream_versions)),
+        "partlake/kind": MetadataValue.text(target.kind.kind),
+        **{f"partlake/{k}": MetadataValue.int(v) for k, v in written.metrics.items()},
+    }
+    if result is not None:
+        metadata["partlake/files_added"] = MetadataValue.int(result.files_added)
+        metadata["partlake/files_removed"] = MetadataValue.int(result.files_removed)
+        metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
+    if target.kind.kind == "tracked":
+        metadata["partlake/partitions_unchanged"] = MetadataValue.int(
+            len(written.unchanged_partitions)
+        )
+    return metadata

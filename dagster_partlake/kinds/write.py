@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.scd2 import apply_snapshot
 from dagster_partlake.delta.schema import arrow_to_spark
 from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.delta.staging import StagedWrite, discarded_on_failure
 from dagster_partlake.delta.table import (
     latest_records,
     live_files,
@@ -45,7 +45,7 @@ from dagster_partlake.delta.table import (
     read_record,
     table_exists,
 )
-from dagster_partlake.delta.writer import CommitResult, StagedWrite, commit_staged, stage_partitions
+from dagster_partlake.delta.writer import CommitResult, commit_staged, stage_partitions
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
@@ -250,11 +250,8 @@ def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> No
         if paths
         else spark.createDataFrame([], schema)
     )
-    try:
+    with discarded_on_failure(staged.staging_dir):
         target.check(new.select(*schema.fieldNames()))
-    except BaseException:
-        shutil.rmtree(staged.staging_dir, ignore_errors=True)
-        raise
 
 
 def _newest_snapshot(root: str) -> int | None:

@@ -91,10 +91,10 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
             retention_hours=config.retention_hours,
             keep_log_hours=config.keep_log_hours,
         )
-        for operation in config.operations:
-            options.check(operation)  # every operation before the first table is touched
+        # Every operation is checked before the first table is touched.
+        operations = [options.check(operation) for operation in config.operations]
         done: dict[str, list[TableOutcome]] = {}
-        for operation in config.operations:
+        for operation in operations:
             outcomes = maintain_tables(
                 tables, operation, options, lambda: io_manager.spark.spark_session
             )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from dagster_partlake.delta.defaults import (
     DEFAULT_KEEP_LOG_HOURS,
@@ -41,8 +41,9 @@ class MaintainOptions:
     dry_run: bool = False  # vacuum
     keep_log_hours: float = DEFAULT_KEEP_LOG_HOURS  # checkpoint
 
-    def check(self, operation: str) -> None:
-        """Refuse options that would harm a table, before any table is touched.
+    def check(self, operation: str) -> Operation:
+        """Refuse options that would harm a table, before any table is touched; returns the
+        operation, known to be one of `OPERATIONS`.
 
         Raises:
             PartlakeConfigError: an unknown operation, or a vacuum retention below 1 hour
@@ -58,6 +59,7 @@ class MaintainOptions:
                 "writer has written but not committed yet; use at least 1 hour, or force it "
                 "(--force) when no writer is running."
             )
+        return cast(Operation, operation)
 
 
 @dataclass(frozen=True)

@@ -139,9 +139,9 @@ def execute_runs(
                     report(running.pop(future), future.result())
     finally:
         if session_started:
-            session = running_session()
-            if session is not None:
-                session.stop()
+            spark = running_session()
+            if spark is not None:
+                spark.stop()
     return outcomes
 
 

@@ -195,11 +195,11 @@ def selection_for_keys(
     per_column = [sorted({values[i] for values in split}) for i in range(len(columns))]
     if len(split) == _product(len(v) for v in per_column):
         # The usual case (one key, or a Dagster partition range): one box.
-        constraints = {
+        whole = {
             c.column: _constraint(c, v, column_types)
             for c, v in zip(columns, per_column, strict=True)
         }
-        return PartitionSelection((Box(constraints),))
+        return PartitionSelection((Box(whole),))
     # Irregular key sets: one box per combination of non-time values.
     time_index = next((i for i, c in enumerate(columns) if c.is_time), None)
     groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
@@ -357,7 +357,7 @@ class KeyCodec:
         elif column.is_time:
             time_def = column.partitions_def
             assert isinstance(time_def, TimeWindowPartitionsDefinition)
-            key = value
+            key: str | None = value
             if self._is_date[index]:
                 try:
                     day = dt.datetime.combine(

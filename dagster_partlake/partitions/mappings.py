@@ -162,6 +162,8 @@ def _dagster_maps(
 ) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]]:
     @cache
     def upstream_keys(key: Key) -> tuple[Key, ...]:
+        if key is None:
+            return ()
         with partition_loading_context(store):
             subset = downstream.empty_subset().with_partition_keys([key])
             result = mapping.get_upstream_mapped_partitions_result_for_partitions(
@@ -171,6 +173,8 @@ def _dagster_maps(
 
     @cache
     def downstream_keys(key: Key) -> tuple[Key, ...]:
+        if key is None:
+            return ()
         with partition_loading_context(store):
             subset = upstream.empty_subset().with_partition_keys([key])
             result = mapping.get_downstream_partitions_for_partitions(subset, upstream, downstream)
@@ -184,6 +188,8 @@ def previous_partition_maps(
 ) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]] | None:
     """(key -> the previous time partition, key -> the next one) of a definition with a time
     dimension (other dimensions unchanged); None without one."""
+    time_def: PartitionsDefinition
+    position: int | None
     if isinstance(partitions_def, TimeWindowPartitionsDefinition):
         time_def, position = partitions_def, None
     elif isinstance(partitions_def, MultiPartitionsDefinition):

@@ -1,6 +1,6 @@
 """One round of batching: which stale partitions can run now, grouped into Dagster runs.
 
-`dagster_partlake.runs.plan_runs` calls this round after round to turn a whole plan into runs.
+`planning.runs.plan_runs` calls this round after round to turn a whole plan into runs.
 
 A batch is one Dagster run: a list of assets sharing a partitions definition, and either one
 partition key or one partition range (a box for multi-partitions). An asset whose backfill policy
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from dagster import (
     BackfillPolicy,
@@ -45,114 +46,142 @@ class BatchPlan:
     deferred: tuple[StalePartition, ...]  # wait for their stale upstream partitions
 
 
+@dataclass(frozen=True)
+class RunRules:
+    """What turns a code location's stale partitions into Dagster runs: shared by every round
+    of batching (`make_batches`) and by run planning (`dagster_partlake.planning.runs`)."""
+
+    assets: Sequence[PlanAsset]  # the planner's assets (dependencies with their mappings)
+    partitions_defs: Mapping[str, PartitionsDefinition | None]  # per asset
+    policies: Mapping[str, BackfillPolicy | None]  # backfill policy per asset
+    # Per asset of a multi-asset that Dagster cannot subset, all its assets: they run together,
+    # in one run, once every partition they read outside it is written (`LakeGraph.units()`).
+    units: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # Assets whose stale partitions may come out unchanged (`tracked`): a partition reading one
+    # of them never joins its run, it waits for a later round (and may then be left out).
+    cutoff: Collection[str] = ()
+
+    @cached_property
+    def by_name(self) -> dict[str, PlanAsset]:
+        return {a.name: a for a in self.assets}
+
+    def reads(self, item: StalePartition) -> list[tuple[str, Key]]:
+        """Every upstream partition `item` reads, through its partition mappings."""
+        return [
+            (dep.upstream, key)
+            for dep in self.by_name[item.asset].deps
+            for key in ((item.partition,) if dep.identity else dep.upstream_keys(item.partition))
+        ]
+
+
 def make_batches(
-    plan: Plan,
-    assets: Sequence[PlanAsset],
-    partitions_defs: Mapping[str, PartitionsDefinition | None],
-    policies: Mapping[str, BackfillPolicy | None],
-    *,
-    blocked: Mapping[str, set[Key]] | None = None,
-    units: Mapping[str, Sequence[str]] | None = None,
-    cutoff: Collection[str] = (),
+    plan: Plan, rules: RunRules, *, blocked: Mapping[str, set[Key]] | None = None
 ) -> BatchPlan:
     """Batches that can run now, and the stale partitions that must wait.
 
     Args:
         plan: from `planner.plan`.
-        assets: the planner's assets (for dependencies).
-        partitions_defs: per asset.
-        policies: backfill policy per asset.
+        rules: the code location's dependencies, partitions, policies, units and cutoff assets.
         blocked: partitions not to request now (already running, or backing off after failures);
             their downstream partitions wait too.
-        units: per asset of a multi-asset that Dagster cannot subset, all its assets: they run
-            together, in one run, once every partition they read outside it is written.
-        cutoff: assets whose stale partitions may come out unchanged (`tracked`): a partition
-            reading one of them never joins its run, it waits for the next round.
     """
-    by_name = {a.name: a for a in assets}
-    blocked = blocked or {}
-    stale = {(i.asset, i.partition) for i in plan.items}
-    # Stale partitions that will not be written this round: blocked, then deferred ones.
-    waiting: set[tuple[str, Key]] = {(a, k) for a, keys in blocked.items() for k in keys}
-    groups: list[tuple[list[str], list[StalePartition]]] = []
-    group_of: dict[tuple[str, Key], int] = {}  # partitions written this round -> their group
-    deferred: list[StalePartition] = []
-    by_asset = plan.by_asset()
-    units = units or {}
+    batching = _Round(plan, rules, blocked or {})
     handled: set[str] = set()
-
-    def ups_of(item: StalePartition) -> list[tuple[str, Key]]:
-        """The stale upstream partitions an item reads."""
-        return [
-            (dep.upstream, key)
-            for dep in by_name[item.asset].deps
-            for key in ((item.partition,) if dep.identity else dep.upstream_keys(item.partition))
-            if (dep.upstream, key) in stale
-        ]
-
     for name in plan.asset_order:
         if name in handled:
             continue
-        if name in units:
-            # A multi-asset that cannot be subset: all its stale partitions in one group, when
-            # nothing it reads from outside is still to be written.
-            members = [m for m in units[name] if m in by_asset]
-            handled.update(units[name])
-            unit_items = [
-                i for m in members for i in by_asset[m] if i.partition not in blocked.get(m, ())
-            ]
-            outside = {up for i in unit_items for up in ups_of(i) if up[0] not in units[name]}
-            if not unit_items:
-                continue
-            if outside:
-                deferred.extend(unit_items)
-                waiting.update((i.asset, i.partition) for i in unit_items)
-                continue
-            group_of.update({(i.asset, i.partition): len(groups) for i in unit_items})
-            groups.append((members, unit_items))
-            continue
-        items = [i for i in by_asset.get(name, []) if i.partition not in blocked.get(name, ())]
+        if name in rules.units:
+            handled.update(rules.units[name])
+            batching.add_unit(rules.units[name])
+        else:
+            batching.add_asset(name)
+    return BatchPlan(tuple(batching.batches()), tuple(batching.deferred))
+
+
+class _Round:
+    """One round of batching, asset by asset, upstream first."""
+
+    def __init__(self, plan: Plan, rules: RunRules, blocked: Mapping[str, set[Key]]) -> None:
+        self.rules = rules
+        self.blocked = blocked
+        self.by_asset = plan.by_asset()
+        self.stale = {(i.asset, i.partition) for i in plan.items}
+        # Stale partitions that will not be written this round: blocked, then deferred ones.
+        self.waiting: set[tuple[str, Key]] = {(a, k) for a, keys in blocked.items() for k in keys}
+        self.groups: list[tuple[list[str], list[StalePartition]]] = []
+        self.group_of: dict[tuple[str, Key], int] = {}  # written this round -> their group
+        self.deferred: list[StalePartition] = []
+
+    def ups_of(self, item: StalePartition) -> list[tuple[str, Key]]:
+        """The stale upstream partitions an item reads."""
+        return [up for up in self.rules.reads(item) if up in self.stale]
+
+    def unblocked(self, name: str) -> list[StalePartition]:
+        return [
+            i for i in self.by_asset.get(name, []) if i.partition not in self.blocked.get(name, ())
+        ]
+
+    def defer(self, items: Sequence[StalePartition]) -> None:
+        self.deferred.extend(items)
+        self.waiting.update((i.asset, i.partition) for i in items)
+
+    def group(self, members: list[str], items: list[StalePartition]) -> None:
+        self.group_of.update({(i.asset, i.partition): len(self.groups) for i in items})
+        self.groups.append((members, items))
+
+    def add_unit(self, unit: Sequence[str]) -> None:
+        """A multi-asset that cannot be subset: all its stale partitions in one group, when
+        nothing it reads from outside is still to be written."""
+        members = [m for m in unit if m in self.by_asset]
+        items = [i for m in members for i in self.unblocked(m)]
         if not items:
-            continue
+            return
+        if any(up[0] not in unit for i in items for up in self.ups_of(i)):
+            self.defer(items)
+        else:
+            self.group(members, items)
+
+    def add_asset(self, name: str) -> None:
         alone: list[StalePartition] = []  # every upstream partition it reads is fresh
         joining: dict[StalePartition, set[int]] = {}  # reads partitions written this round
         later: list[StalePartition] = []  # reads a partition that waits
-        for item in items:
-            ups = ups_of(item)
+        for item in self.unblocked(name):
+            ups = self.ups_of(item)
             # Its own earlier stale partition (a self-dependency) runs first, in an earlier run.
-            if any(up in waiting or up[0] in cutoff or up[0] == name for up in ups):
+            if any(up in self.waiting or up[0] in self.rules.cutoff or up[0] == name for up in ups):
                 later.append(item)
             elif ups:
-                joining[item] = {group_of[up] for up in ups}
+                joining[item] = {self.group_of[up] for up in ups}
             else:
                 alone.append(item)
-        if joining and not _join(groups, name, joining, partitions_defs, policies, group_of):
+        if joining and not _join(self.groups, name, joining, self.rules, self.group_of):
             later.extend(joining)
         if alone:
-            group_of.update({(name, i.partition): len(groups) for i in alone})
-            groups.append(([name], alone))
-        deferred.extend(later)
-        waiting.update((name, i.partition) for i in later)
-    ready: list[Batch] = []
-    for members, items in groups:
-        leader = members[0]
-        # Joined assets have their leader's keys; a multi-asset's assets may each have others.
-        keys = sorted({i.partition for i in items}, key=lambda k: k or "")
-        by_key: dict[Key, list[StalePartition]] = {}
-        for item in items:
-            by_key.setdefault(item.partition, []).append(item)
-        for chunk in _chunks(keys, partitions_defs.get(leader), policies.get(leader)):
-            chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
-            ready.append(Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items))
-    return BatchPlan(tuple(ready), tuple(deferred))
+            self.group([name], alone)
+        self.defer(later)
+
+    def batches(self) -> list[Batch]:
+        """Each group as runs: one per key or range its leader's backfill policy allows."""
+        ready: list[Batch] = []
+        for members, items in self.groups:
+            leader = members[0]
+            # Joined assets have their leader's keys; a multi-asset's assets may each have others.
+            keys = sorted({i.partition for i in items}, key=lambda k: k or "")
+            by_key: dict[Key, list[StalePartition]] = {}
+            for item in items:
+                by_key.setdefault(item.partition, []).append(item)
+            policy = self.rules.policies.get(leader)
+            for chunk in _chunks(keys, self.rules.partitions_defs.get(leader), policy):
+                chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
+                ready.append(Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items))
+        return ready
 
 
 def _join(
     groups: list[tuple[list[str], list[StalePartition]]],
     name: str,
     joining: Mapping[StalePartition, set[int]],
-    partitions_defs: Mapping[str, PartitionsDefinition | None],
-    policies: Mapping[str, BackfillPolicy | None],
+    rules: RunRules,
     group_of: dict[tuple[str, Key], int],
 ) -> bool:
     """Add the partitions to the one group they read from, if its run can write them too: same
@@ -164,9 +193,9 @@ def _join(
     index = targets.pop()
     members, items = groups[index]
     leader = members[0]
-    if partitions_defs.get(leader) != partitions_defs.get(name):
+    if rules.partitions_defs.get(leader) != rules.partitions_defs.get(name):
         return False
-    if policies.get(leader) != policies.get(name):
+    if rules.policies.get(leader) != rules.policies.get(name):
         return False
     if {i.partition for i in joining} != {i.partition for i in items if i.asset == leader}:
         return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 from dagster_partlake.columnar.interner import KEYS, VALUES, Key, Values
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
@@ -161,9 +162,9 @@ def to_partition_states(
     if state is None:
         return StateMap.build(())
     if not asset.columns:
-        newest = max((t for t in state.last_updated.values() if t is not None), default=None)
+        latest = max((t for t in state.last_updated.values() if t is not None), default=None)
         return StateMap.build(
-            () if newest is None else [(None, PartitionState(newest, state.version))]
+            () if latest is None else [(None, PartitionState(latest, state.version))]
         )
     order = _column_order(asset, state)
     keys = keys or KeyIds(KeyCodec(asset.columns, state.column_types), order)
@@ -198,9 +199,10 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
     for commit in state.commits:  # oldest first: later writes replace earlier ones
         if commit.commit_time_ms is None:
             continue  # written before partlake recorded what it consumed: treat as unknown
-        consumed = {
+        # Partition ids are partition keys, but a whole table's id, which is the key None.
+        consumed: dict[str, Mapping[Key, int]] = {
             upstream: (
-                partitions
+                cast("Mapping[Key, int]", partitions)  # read-only: its str keys are Keys
                 if WHOLE_TABLE_ID not in partitions
                 else {_key(k): v for k, v in partitions.items()}
             )

@@ -12,7 +12,7 @@ keeps between plans is the `PlanningSession`'s, not the graph's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from dagster_partlake.partitions.keys import (
     partitions_horizon,
 )
 from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
+from dagster_partlake.planning.batches import RunRules
 from dagster_partlake.planning.planner import Dependency, Key, PlanAsset
 
 
@@ -80,7 +81,10 @@ class LakeGraph:
         if defs is None and asset_graph is None:
             raise ValueError("LakeGraph needs defs or asset_graph")
         self.defs = defs
-        self.asset_graph = asset_graph if asset_graph is not None else defs.resolve_asset_graph()
+        if asset_graph is None:
+            assert defs is not None
+            asset_graph = defs.resolve_asset_graph()
+        self.asset_graph = asset_graph
         resources = resources if resources is not None else (defs.resources if defs else None)
         self.root = resolve_root(root or io_manager_root((resources or {}).values()))
         self.assets: dict[str, LakeAsset] = {}
@@ -136,6 +140,13 @@ class LakeGraph:
             if len(keys) > 1 and not assets_def.can_subset:
                 result[asset.name] = tuple(k for k in keys if k in self.assets)
         return result
+
+    def run_rules(self, assets: Sequence[PlanAsset]) -> RunRules:
+        """How this code location's stale partitions become runs, for the planner's `assets`
+        (from `plan_assets`)."""
+        return RunRules(
+            assets, self.partitions_defs(), self.policies(), self.units(), self.cutoff()
+        )
 
     def cutoff(self) -> set[str]:
         """Assets whose recomputed partitions may come out unchanged (kind `tracked`)."""

@@ -17,7 +17,7 @@ from typing import Any
 from dagster import BackfillPolicy, PartitionsDefinition
 
 from dagster_partlake.compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-from dagster_partlake.planning.batches import make_batches
+from dagster_partlake.planning.batches import RunRules, make_batches
 from dagster_partlake.planning.planner import Key, Plan, PlanAsset, StalePartition
 
 REASONS_TAG = "partlake/reasons"
@@ -105,33 +105,28 @@ def plan_runs(
     units: Mapping[str, Sequence[str]] | None = None,
     cutoff: Collection[str] = (),
 ) -> RunPlan:
-    """Every run the plan needs, with what each waits for.
+    """Every run the plan needs, with what each waits for (`RunRules` spells out the arguments
+    but `plan` and `blocked`; `runs_of` takes them as one value).
 
     Args:
         plan: from `planner.plan`.
-        assets: the planner's assets (dependencies with their partition mappings).
-        partitions_defs: per asset.
-        policies: backfill policy per asset.
         blocked: partitions not to run (already running, or backing off after a failure); the
             partitions that depend on them are left waiting too.
-        units: per asset of a multi-asset Dagster cannot subset, all its assets (they always run
-            together; `LakeGraph.units()`).
-        cutoff: assets that may come out unchanged (`tracked`): what reads them runs in a later
-            run, so it can be left out when they did.
     """
-    by_name = {a.name: a for a in assets}
+    rules = RunRules(assets, partitions_defs, policies, units or {}, cutoff)
+    return runs_of(plan, rules, blocked=blocked)
+
+
+def runs_of(
+    plan: Plan, rules: RunRules, *, blocked: Mapping[str, set[Key]] | None = None
+) -> RunPlan:
+    """Every run the plan needs under `rules`, round by round, with what each waits for."""
     remaining = list(plan.items)
     writer_of: dict[tuple[str, Key], int] = {}
     runs: list[PlannedRun] = []
     while remaining:
         batches = make_batches(
-            Plan(tuple(remaining), plan.asset_order),
-            assets,
-            partitions_defs,
-            policies,
-            blocked=blocked,
-            units=units,
-            cutoff=cutoff,
+            Plan(tuple(remaining), plan.asset_order), rules, blocked=blocked
         ).ready
         if not batches:
             break
@@ -139,13 +134,7 @@ def plan_runs(
         for batch in batches:
             number = len(runs) + 1
             waits = {
-                writer_of[(dep.upstream, key)]
-                for item in batch.items
-                for dep in by_name[item.asset].deps
-                for key in (
-                    (item.partition,) if dep.identity else dep.upstream_keys(item.partition)
-                )
-                if (dep.upstream, key) in writer_of
+                writer_of[up] for item in batch.items for up in rules.reads(item) if up in writer_of
             }
             runs.append(
                 PlannedRun(

@@ -51,7 +51,7 @@ from dagster_partlake.planning.replan import (
     remembered,
     replan,
 )
-from dagster_partlake.planning.runs import RunPlan, plan_runs
+from dagster_partlake.planning.runs import RunPlan, runs_of
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -202,8 +202,8 @@ class PlanningSession:
     def _keys(self, asset: LakeAsset, state: TableState | None) -> KeyIds | None:
         """The asset's key id memo for the table's column types (shared by assets with the
         same partitions stored the same way; it memoizes the key of every partition seen)."""
-        if state is None or not asset.columns:
-            return None
+        if state is None or not asset.columns or asset.decoupled:
+            return None  # a decoupled table's partitions are not the asset's Dagster partitions
         signature = key_signature(asset, state)
         found = self._key_ids.get(signature)
         if found is None:
@@ -266,9 +266,9 @@ class PlanningSession:
         graph = self.graph
         assert self.cache.persist_dir is not None
         signature = plan_cache.signature(graph, graph.root_partition_keys(dynamic_partitions_store))
-        saved = (
-            None if signature is None else plan_cache.load(self.cache.persist_dir, graph, signature)
-        )
+        if signature is None:
+            return
+        saved = plan_cache.load(self.cache.persist_dir, graph, signature)
         if saved is None or set(saved.versions) != set(graph.assets):
             return
         raw: dict[str, TableState | None] = {}
@@ -385,16 +385,8 @@ def _ranges(
 def runs_for(
     graph: LakeGraph, result: PlanResult, *, blocked: Mapping[str, set[Key]] | None = None
 ) -> RunPlan:
-    """The runs `result`'s plan becomes in this code location (`dagster_partlake.planning.runs`)."""
-    return plan_runs(
-        result.plan,
-        result.inputs.assets,
-        graph.partitions_defs(),
-        graph.policies(),
-        blocked=blocked,
-        units=graph.units(),
-        cutoff=graph.cutoff(),
-    )
+    """The runs `result`'s plan becomes in this code location (`planning.runs`)."""
+    return runs_of(result.plan, graph.run_rules(result.inputs.assets), blocked=blocked)
 
 
 def moved(graph: LakeGraph, cache: StateCache, versions: Mapping[str, int]) -> bool:

@@ -79,7 +79,7 @@ class StateMap(_Rows):
     def _keys(self) -> IntMap[str | None]:
         return self.last_updated
 
-    def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str | None, default: Any = None) -> Any:
         """The key's `PartitionState`, made now."""
         index = self._row(key)
         if index < 0:
@@ -127,7 +127,7 @@ class RecordMap(_Rows):
     def _keys(self) -> IntMap[str | None]:
         return self.which
 
-    def get(self, key: str | None, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str | None, default: Any = None) -> Any:
         """The key's `Record` (one object per commit and written lastUpdated)."""
         index = self._row(key)
         if index < 0:

@@ -21,7 +21,7 @@ from dagster_partlake.delta import (
     write_partitions,
 )
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.writer import remove_stale_staging
+from dagster_partlake.delta.staging import remove_stale_staging
 from dagster_partlake.errors import PartitionMismatchError, SchemaMismatchError
 from dagster_partlake.layout import STAGING_DIR
 from tests.conftest import delta_files, delta_rows, spark_rows

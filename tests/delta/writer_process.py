@@ -20,7 +20,8 @@ from pyspark.sql import SparkSession
 
 from dagster_partlake.delta import Box, DateRanges, PartitionSelection
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.writer import commit_staged, publish_staged, stage_partitions
+from dagster_partlake.delta.staging import publish_staged
+from dagster_partlake.delta.writer import commit_staged, stage_partitions
 
 
 def main() -> None:
