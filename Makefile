@@ -101,5 +101,11 @@ screenshots: check-java install
 	PARTLAKE_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q tests/test_daemon.py \
 		-k "TestSqliteInstance and (closure or browser)"
 
+# The documentation site (docs/, mkdocs.yml) into $(PARTLAKE_HOME)/site; --strict fails on any
+# warning: a broken link or anchor, a docstring griffe cannot parse.
+.PHONY: docs
+docs: install
+	$(BIN)/python -m mkdocs build --strict -d $(PARTLAKE_HOME)/site
+
 clean:
 	rm -rf .partlake
