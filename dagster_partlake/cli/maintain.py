@@ -1,0 +1,130 @@
+"""`partlake maintain compact|vacuum|checkpoint`: table maintenance of a code location's
+managed tables (`dagster_partlake.maintenance`); nothing becomes stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from dagster_partlake.cli.common import boundary, selection
+from dagster_partlake.cli.main import main
+
+
+@main.group("maintain")
+@click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
+@click.option(
+    "--select", help="Comma-separated asset names to maintain (default: every managed one)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per table instead.")
+@click.pass_context
+def maintain_group(ctx: click.Context, module: str, select: str | None, as_json: bool) -> None:
+    """Maintain the Delta tables of a code location's managed (non-source) assets. No partition
+    looks changed afterwards: nothing becomes stale."""
+    ctx.obj = {"module": module, "select": selection(select), "json": as_json}
+
+
+@maintain_group.command("compact")
+@click.option(
+    "--target-file-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=128,
+    show_default=True,
+    help="Files smaller than this are rewritten into files of about this size.",
+)
+@click.pass_context
+@boundary
+def maintain_compact(ctx: click.Context, target_file_mb: float) -> None:
+    """Rewrite each partition's small files into fewer files (one Spark job and one commit per
+    table; rows and lastUpdated unchanged)."""
+    from dagster_partlake.maintenance.operations import MaintainOptions
+
+    _maintain(ctx, "compact", MaintainOptions(target_file_bytes=int(target_file_mb * 1024 * 1024)))
+
+
+@maintain_group.command("vacuum")
+@click.option(
+    "--retention-hours",
+    type=click.IntRange(min=0),
+    default=168,
+    show_default=True,
+    help="Keep files removed or written within this many hours.",
+)
+@click.option("--force", is_flag=True, help="Allow a retention below 1 hour.")
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@click.pass_context
+@boundary
+def maintain_vacuum(ctx: click.Context, retention_hours: int, force: bool, dry_run: bool) -> None:
+    """Delete files no table version references (removed or never committed) and abandoned
+    staging folders, older than the retention."""
+    from dagster_partlake.maintenance.operations import MaintainOptions
+
+    options = MaintainOptions(retention_hours=retention_hours, force=force, dry_run=dry_run)
+    _maintain(ctx, "vacuum", options)
+
+
+@maintain_group.command("checkpoint")
+@click.option(
+    "--keep-log-hours",
+    type=click.FloatRange(min=0),
+    default=720,
+    show_default=True,
+    help="Keep log files modified within this many hours (delta.logRetentionDuration).",
+)
+@click.pass_context
+@boundary
+def maintain_checkpoint(ctx: click.Context, keep_log_hours: float) -> None:
+    """Write a checkpoint and delete old log files, keeping the commits whose partlake records
+    are still read."""
+    from dagster_partlake.maintenance.operations import MaintainOptions
+
+    _maintain(ctx, "checkpoint", MaintainOptions(keep_log_hours=keep_log_hours))
+
+
+def _maintain(ctx: click.Context, operation: Any, options: Any) -> None:
+    """Run one operation on the selected tables, one line (or JSON object) per table; exit 1
+    when a table failed (the others still ran)."""
+    import json
+
+    from dagster_partlake.cli.location import load_definitions
+    from dagster_partlake.maintenance.operations import maintain_tables, managed_tables
+    from dagster_partlake.planning.graph import LakeGraph
+
+    options.check(operation)  # refuse before loading the code location
+    graph = LakeGraph(load_definitions(ctx.obj["module"]))
+    tables = managed_tables(graph, ctx.obj["select"])
+    spark, stop = _maintenance_spark(graph)
+    try:
+        outcomes = maintain_tables(tables, operation, options, spark)
+    finally:
+        stop()
+    for outcome in outcomes:
+        click.echo(json.dumps(outcome.to_json()) if ctx.obj["json"] else outcome.text)
+    if any(o.status == "failed" for o in outcomes):
+        sys.exit(1)
+
+
+def _maintenance_spark(graph: Any) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """A lazily started session from the code location's SparkResource (default: local), and
+    a function stopping it if this command started it."""
+    from dagster_partlake.spark.resource import SparkResource, running_session
+
+    resources = (graph.defs.resources if graph.defs else None) or {}
+    resource = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
+    resource = resource or SparkResource()
+    started: list[Any] = []
+
+    def session() -> Any:
+        if not started:
+            owned = running_session() is None
+            started.append((resource.spark_session, owned))
+        return started[0][0]
+
+    def stop() -> None:
+        if started and started[0][1]:
+            started[0][0].stop()
+
+    return session, stop

@@ -1,0 +1,81 @@
+"""`partlake run`: run every stale asset partition, and nothing else, as Dagster runs: exactly
+the runs `partlake plan` shows.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from dagster_partlake.cli.common import (
+    boundary,
+    dagster_instance,
+    fail_on_unreadable,
+    plan_code_location,
+    require_dagster_home,
+    skip_final_collection,
+)
+from dagster_partlake.cli.main import main
+
+
+@main.command("run")
+@click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
+@click.option("--select", help="Comma-separated asset names to refresh (default: all).")
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1),
+    default=None,
+    help=(
+        "Runs executed at the same time (default: the limit of the assets' Dagster pool on the "
+        "instance, else 1). Every step also claims a pool slot, shared with all other runs."
+    ),
+)
+@boundary
+def run_command(module: str, select: str | None, max_parallel: int | None) -> None:
+    """Run every stale asset partition (and nothing else) as Dagster runs: exactly the runs
+    `partlake plan` shows."""
+    require_dagster_home()
+    session, result, runs = plan_code_location(module, select, need_instance=True)
+    graph = session.graph
+    if not result.plan:
+        skip_final_collection()
+        if not result.plan.unreadable:
+            click.echo("Everything is fresh: nothing to run.")
+        fail_on_unreadable(result.plan)
+        return
+    # Imported only when there is something to run: a no-op run needs none of them.
+    from dagster_partlake.cli.render import outcome_line
+    from dagster_partlake.orchestration.pools import parallelism
+    from dagster_partlake.orchestration.runner import execute_runs
+
+    instance = dagster_instance(True)
+    assert instance is not None  # required: DAGSTER_HOME is set
+    stale_assets = sorted({item.asset for item in result.plan.items})
+    workers = parallelism(instance, graph.pools(stale_assets), max_parallel)
+    click.echo(
+        f"Running {len(result.plan.items)} stale asset partition(s) in {len(runs.runs)} run(s)..."
+    )
+    click.echo(f"Executing {workers.describe()}.")
+    outcomes = execute_runs(
+        session,
+        instance,
+        runs,
+        max_parallel=workers.runs,
+        on_outcome=lambda o: click.echo(
+            outcome_line(o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error, o.metrics)
+        ),
+    )
+    failed = sum(1 for o in outcomes if o.status == "failed")
+    skipped = sum(1 for o in outcomes if o.status == "skipped")
+    unchanged = sum(1 for o in outcomes if o.status == "unchanged")
+    refreshed = len(outcomes) - failed - skipped - unchanged
+    summary = f"{refreshed} asset partition(s) refreshed, {failed} failed"
+    if skipped:
+        summary += f", {skipped} skipped (a run they wait for failed)"
+    if unchanged:
+        summary += f", {unchanged} not run (their inputs came out unchanged)"
+    click.echo(summary + ".")
+    fail_on_unreadable(result.plan)
+    if failed or skipped:
+        sys.exit(1)
