@@ -20,10 +20,6 @@ from dagster._core.storage.tags import (
     PARTITION_NAME_TAG,
 )
 
-# Raised by Dagster's argument checks, e.g. `asset_partitions_time_window` of an asset without a
-# time dimension (dagster re-exports dagster_shared's; neither package exports it publicly).
-from dagster_shared.check import CheckError
-
 if TYPE_CHECKING:
     from dagster import AssetCheckEvaluation, DagsterInstance
 
@@ -35,7 +31,6 @@ __all__ = [
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
     "PARTITION_NAME_TAG",
-    "CheckError",
     "log_check_evaluation",
     "partition_loading_context",
     "serialize_value",

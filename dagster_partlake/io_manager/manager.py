@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from dagster_partlake.gates.before_commit import GateCheck
     from dagster_partlake.kinds.write import KindWrite, WriteTarget
 
-from dagster_partlake.compat import CheckError
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
@@ -570,7 +569,7 @@ def _snapshot_time(context: OutputContext) -> dt.datetime:
     if context.has_asset_partitions:
         try:
             return context.asset_partitions_time_window.start
-        except (ValueError, DagsterInvariantViolationError, CheckError):
+        except (ValueError, DagsterInvariantViolationError):
             pass  # no time dimension
     try:
         run = context.step_context.instance.get_run_record_by_id(context.run_id)

@@ -1,0 +1,163 @@
+"""Each use of Dagster's internals (`dagster_partlake.compat`) against the installed Dagster.
+
+An upgrade that moves or changes one fails here, naming it, instead of deep inside a run. No
+Spark: each test exercises the Dagster behaviour partlake relies on, in a real instance. (No
+`from __future__ import annotations`: Dagster reads the `context` annotations as classes.)
+"""
+
+import ast
+from pathlib import Path
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    DagsterInstance,
+    DailyPartitionsDefinition,
+    Definitions,
+    DynamicPartitionsDefinition,
+    Output,
+    TimeWindowPartitionMapping,
+    asset,
+    materialize,
+)
+
+from dagster_partlake import compat
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dagster_partlake"
+DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-05")
+
+
+def test_no_module_but_compat_imports_dagster_internals() -> None:
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "compat.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            modules = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            offenders += [f"{path}: {m}" for m in modules if m.startswith("dagster._")]
+        text = path.read_text()
+        if "._compute_log_manager" in text:
+            offenders.append(f"{path}: a private attribute of DagsterInstance")
+    assert not offenders, offenders
+
+
+def test_partition_loading_context_resolves_dynamic_keys(instance: DagsterInstance) -> None:
+    shops = DynamicPartitionsDefinition(name="shops")
+    instance.add_dynamic_partitions("shops", ["berlin", "paris"])
+    with compat.partition_loading_context(instance):
+        assert shops.get_partition_keys() == ["berlin", "paris"]
+
+
+def test_run_tags_name_the_partition_range_dagster_reads(instance: DagsterInstance) -> None:
+    seen: list[object] = []
+
+    @asset(partitions_def=DAILY, backfill_policy=BackfillPolicy.single_run())
+    def days(context: AssetExecutionContext) -> None:
+        seen.append(context.partition_key_range)
+
+    result = materialize(
+        [days],
+        instance=instance,
+        tags={
+            compat.ASSET_PARTITION_RANGE_START_TAG: "2024-01-02",
+            compat.ASSET_PARTITION_RANGE_END_TAG: "2024-01-03",
+        },
+    )
+    assert result.success
+    assert [(r.start, r.end) for r in seen] == [("2024-01-02", "2024-01-03")]  # type: ignore[attr-defined]
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert compat.PARTITION_NAME_TAG == "dagster/partition"
+    single = materialize([days], instance=instance, partition_key="2024-01-04")
+    assert instance.get_run_by_id(single.run_id).tags[compat.PARTITION_NAME_TAG] == "2024-01-04"  # type: ignore[union-attr]
+
+
+def test_a_time_window_without_a_time_dimension_raises_a_public_error(
+    instance: DagsterInstance,
+) -> None:
+    """The IO manager's scd2 snapshot time falls back to the run's start on exactly this error
+    (`asset_partitions_time_window` of an output partitioned without a time dimension)."""
+    from dagster import DagsterInvariantViolationError, IOManager, StaticPartitionsDefinition
+
+    raised: list[type[BaseException]] = []
+
+    class Probe(IOManager):
+        def handle_output(self, context, obj) -> None:  # type: ignore[no-untyped-def]
+            try:
+                context.asset_partitions_time_window  # noqa: B018 - the access raises
+            except DagsterInvariantViolationError as error:
+                raised.append(type(error))
+
+        def load_input(self, context) -> None:  # type: ignore[no-untyped-def]
+            return None
+
+    @asset(partitions_def=StaticPartitionsDefinition(["a"]))
+    def static() -> int:
+        return 1
+
+    assert materialize(
+        [static], instance=instance, partition_key="a", resources={"io_manager": Probe()}
+    ).success
+    assert raised, "Dagster no longer raises DagsterInvariantViolationError here"
+
+
+def test_serialize_value_describes_a_partition_mapping_exactly() -> None:
+    from dagster_shared.serdes import deserialize_value
+
+    mapping = TimeWindowPartitionMapping(start_offset=-1, end_offset=0)
+    text = compat.serialize_value(mapping)
+    assert deserialize_value(text, TimeWindowPartitionMapping) == mapping
+    assert compat.serialize_value(TimeWindowPartitionMapping()) != text
+
+
+def test_log_check_evaluation_reaches_the_instance_from_a_step(instance: DagsterInstance) -> None:
+    @asset(check_specs=[AssetCheckSpec("rows_ok", asset="gated")])
+    def gated(context: AssetExecutionContext):  # type: ignore[no-untyped-def]
+        compat.log_check_evaluation(
+            context.op_execution_context._step_execution_context,  # noqa: SLF001 - as the IO manager
+            AssetCheckEvaluation(asset_key=context.asset_key, check_name="rows_ok", passed=False),
+        )
+        yield Output(None)
+
+    assert materialize([gated], instance=instance, raise_on_error=False) is not None
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(gated.key, "rows_ok"), limit=5
+    )
+    assert history and history[0].event is not None
+    data = history[0].event.dagster_event.event_specific_data  # type: ignore[union-attr]
+    assert data.check_name == "rows_ok" and data.passed is False  # type: ignore[union-attr]
+
+
+def test_threadsafe_in_process_runs_swaps_and_restores_the_instance(
+    instance: DagsterInstance,
+) -> None:
+    from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
+
+    before = instance.compute_log_manager
+    handlers = instance.get_yaml_python_handlers()
+    with compat.threadsafe_in_process_runs(instance, 2):
+        assert isinstance(instance.compute_log_manager, NoOpComputeLogManager)
+        assert instance.get_yaml_python_handlers() == handlers
+    assert instance.compute_log_manager is before
+    assert "get_yaml_python_handlers" not in vars(instance)
+    with compat.threadsafe_in_process_runs(instance, 1):  # one run at a time: nothing to do
+        assert instance.compute_log_manager is before
+
+
+def test_asset_graph_is_what_definitions_resolve_to() -> None:
+    from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
+
+    @asset
+    def lone() -> None: ...
+
+    assert isinstance(Definitions(assets=[lone]).resolve_asset_graph(), AssetGraph)
