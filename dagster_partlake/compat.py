@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     # (for annotations only: import it from here under TYPE_CHECKING).
     from dagster._core.definitions.assets.graph.asset_graph import AssetGraph as AssetGraph
 
+    # What `event_log_storage.get_asset_check_execution_history` returns (annotations only).
+    from dagster._core.storage.asset_check_execution_record import (
+        AssetCheckExecutionRecord as AssetCheckExecutionRecord,
+    )
+
 __all__ = [
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",

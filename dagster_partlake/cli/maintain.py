@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from dagster_partlake.cli.common import boundary, selection
 from dagster_partlake.cli.main import main
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from dagster_partlake.maintenance.operations import MaintainOptions, Operation
+    from dagster_partlake.planning.graph import LakeGraph
 
 
 @main.group("maintain")
@@ -84,7 +90,7 @@ def maintain_checkpoint(ctx: click.Context, keep_log_hours: float) -> None:
     _maintain(ctx, "checkpoint", MaintainOptions(keep_log_hours=keep_log_hours))
 
 
-def _maintain(ctx: click.Context, operation: Any, options: Any) -> None:
+def _maintain(ctx: click.Context, operation: Operation, options: MaintainOptions) -> None:
     """Run one operation on the selected tables, one line (or JSON object) per table; exit 1
     when a table failed (the others still ran)."""
     import json
@@ -107,7 +113,7 @@ def _maintain(ctx: click.Context, operation: Any, options: Any) -> None:
         sys.exit(1)
 
 
-def _maintenance_spark(graph: Any) -> tuple[Callable[[], Any], Callable[[], None]]:
+def _maintenance_spark(graph: LakeGraph) -> tuple[Callable[[], SparkSession], Callable[[], None]]:
     """A lazily started session from the code location's SparkResource (default: local), and
     a function stopping it if this command started it."""
     from dagster_partlake.spark.resource import SparkResource, running_session
@@ -115,9 +121,9 @@ def _maintenance_spark(graph: Any) -> tuple[Callable[[], Any], Callable[[], None
     resources = (graph.defs.resources if graph.defs else None) or {}
     resource = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
     resource = resource or SparkResource()
-    started: list[Any] = []
+    started: list[tuple[SparkSession, bool]] = []
 
-    def session() -> Any:
+    def session() -> SparkSession:
         if not started:
             owned = running_session() is None
             started.append((resource.spark_session, owned))

@@ -4,7 +4,7 @@ them, without running anything.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +15,11 @@ from dagster_partlake.cli.common import (
     plan_code_location,
 )
 from dagster_partlake.cli.main import main
+
+if TYPE_CHECKING:
+    from dagster_partlake.cli.render import GateFailures
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.planner import Plan
 
 
 @main.command("plan")
@@ -43,7 +48,7 @@ def plan_command(module: str, select: str | None, as_json: bool, runs_json: bool
     fail_on_unreadable(result.plan)
 
 
-def _gate_failures(graph: Any, plan: Any) -> dict[Any, Any]:
+def _gate_failures(graph: LakeGraph, plan: Plan) -> GateFailures:
     """The quality gates the last runs of stale partitions failed, where an instance is set
     and a stale asset has gates (a fresh plan never opens the instance)."""
     if not any(graph.assets[i.asset].gates for i in plan.items):

@@ -51,7 +51,8 @@ from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
 from dagster_partlake.layout import staging_dir
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 MAX_SHOWN_KEYS = 5
 
@@ -226,11 +227,11 @@ def _merge_once(
 
 
 def _rewrite_without_batch_keys(
-    spark: Any,
+    spark: SparkSession,
     batch: StagedWrite,
     candidates: Sequence[LiveFile],
     unique_key: Sequence[str],
-    schema: Any,
+    schema: pa.Schema,
 ) -> StagedWrite:
     """Spark: the candidate files' rows whose key is not in the batch, staged (not committed)."""
     from dagster_partlake.delta.schema import arrow_to_spark

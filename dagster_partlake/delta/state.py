@@ -54,6 +54,9 @@ from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.layout import commit_file
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    import pyarrow as pa
     from deltalake import DeltaTable
 
 Values = tuple[str | None, ...]
@@ -456,7 +459,11 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
 
 
 def _newest(
-    pa: Any, pc: Any, actions: Any, partition_by: Sequence[str], only: set[Values] | None
+    pa: ModuleType,
+    pc: ModuleType,
+    actions: pa.Table,
+    partition_by: Sequence[str],
+    only: set[Values] | None,
 ) -> tuple[dict[Values, int], dict[Values, int]]:
     """Newest modification time and number of live files per partition (of the `only`
     partitions)."""
@@ -500,13 +507,13 @@ def _newest(
 _SEP, _NULL = "\x1f", "\x00"
 
 
-def _shared_strings(pc: Any, column: Any) -> list[str | None]:
+def _shared_strings(pc: ModuleType, column: pa.ChunkedArray) -> list[str | None]:
     encoded = pc.dictionary_encode(column.combine_chunks())
     words = encoded.dictionary.to_pylist()
     return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
 
 
-def _comparable(actions: Any, partition_by: Sequence[str]) -> bool:
+def _comparable(actions: pa.Table, partition_by: Sequence[str]) -> bool:
     """Whether the partition values of the log's JSON commits read as their Arrow text form
     (strings, dates and integers do; timestamps and decimals may be formatted otherwise)."""
     import pyarrow as pa

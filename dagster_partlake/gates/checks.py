@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -34,6 +34,9 @@ from dagster_partlake.compat import log_check_evaluation
 from dagster_partlake.gates.spec import GateResult, Gates, gates_of
 from dagster_partlake.kinds.spec import model_kind
 
+if TYPE_CHECKING:
+    from dagster import AssetSpec, OutputContext
+
 GATE_OUTCOME_KEY = "partlake/outcome"
 FAILING_PARTITIONS_KEY = "partlake/failing_partitions"
 WRITTEN_PARTITIONS_KEY = "partlake/partitions_written"
@@ -41,7 +44,7 @@ WRITTEN_PARTITIONS_KEY = "partlake/partitions_written"
 CHECK_OP_SUFFIX = "_partlake_gates"
 
 
-def partlake_asset_checks(assets: Sequence[Any]) -> list[AssetChecksDefinition]:
+def partlake_asset_checks(assets: Sequence[object]) -> list[AssetChecksDefinition]:
     """The asset checks of the gates declared by `assets` (partlake/constraints, partlake/audits).
 
     Example:
@@ -60,13 +63,13 @@ def partlake_asset_checks(assets: Sequence[Any]) -> list[AssetChecksDefinition]:
     return checks
 
 
-def _kind(spec: Any, metadata: dict[str, Any]) -> str:
+def _kind(spec: AssetSpec, metadata: dict[str, Any]) -> str:
     return model_kind(
         metadata, partitioned=spec.partitions_def is not None, asset_name=spec.key.to_user_string()
     ).kind
 
 
-def _checks_for(key: AssetKey, gates: Gates, asset_spec: Any) -> AssetChecksDefinition:
+def _checks_for(key: AssetKey, gates: Gates, asset_spec: AssetSpec) -> AssetChecksDefinition:
     specs = [
         AssetCheckSpec(
             gate.name,
@@ -118,7 +121,7 @@ def _evaluated_in_run(context: AssetCheckExecutionContext, key: AssetKey, names:
 
 
 def _on_current_rows(
-    context: AssetCheckExecutionContext, asset_spec: Any, gates: Gates, selected: set[str]
+    context: AssetCheckExecutionContext, asset_spec: AssetSpec, gates: Gates, selected: set[str]
 ) -> Iterator[AssetCheckResult]:
     from dagster_partlake.delta.reader import open_table, read_snapshot
     from dagster_partlake.delta.selection import PartitionSelection
@@ -158,7 +161,9 @@ def _on_current_rows(
         )
 
 
-def log_gate_results(context: Any, results: Sequence[GateResult], keys: Sequence[str]) -> None:
+def log_gate_results(
+    context: OutputContext, results: Sequence[GateResult], keys: Sequence[str]
+) -> None:
     """Log one asset check evaluation per gate result into the run of an output's step."""
     step_context = context.step_context
     for result in results:

@@ -18,7 +18,7 @@ from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gates.spec import MAX_SAMPLES, Gate, GateResult, Gates
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, Row
 
 # Constraints counted row by row in the one aggregation.
 _COUNTED = ("not_null", "accepted_values", "expression")
@@ -158,7 +158,7 @@ def _measure(gate: Gate) -> Column:
     return F.sum(column) if gate.type == "column_sum" else F.avg(column)
 
 
-def _key(row: Any, by: Sequence[str], key_of: KeyOf) -> str:
+def _key(row: Row, by: Sequence[str], key_of: KeyOf) -> str:
     return key_of({c: format_partition_value(row[c]) for c in by})
 
 

@@ -16,7 +16,9 @@ from dagster_partlake.gates.checks import FAILING_PARTITIONS_KEY, WRITTEN_PARTIT
 from dagster_partlake.metadata import plain
 
 if TYPE_CHECKING:
-    from dagster import AssetKey, DagsterInstance
+    from dagster import AssetCheckEvaluation, AssetKey, DagsterInstance
+
+    from dagster_partlake.compat import AssetCheckExecutionRecord
 
 # Evaluations read per check, newest first: enough to cover the partitions of recent runs.
 HISTORY_LIMIT = 200
@@ -66,12 +68,14 @@ def last_gate_failures(
     return found
 
 
-def _evaluation(record: Any) -> Any:
+def _evaluation(record: AssetCheckExecutionRecord) -> AssetCheckEvaluation | None:
     event = record.event
     if event is None or event.dagster_event is None:
         return None
     data = event.dagster_event.event_specific_data
-    return data if hasattr(data, "passed") else None
+    from dagster import AssetCheckEvaluation
+
+    return data if isinstance(data, AssetCheckEvaluation) else None
 
 
 def _keys(metadata: Mapping[str, Any], entry: str) -> set[Key]:

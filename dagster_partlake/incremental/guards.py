@@ -18,7 +18,7 @@ from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.metadata import plain
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 FAIL_IF_NO_INPUT_KEY = "partlake/fail_if_no_input"
@@ -162,7 +162,7 @@ def judge(
     return None
 
 
-def _holds(row: Any, condition: Condition, asset_name: str) -> bool:
+def _holds(row: DataFrame, condition: Condition, asset_name: str) -> bool:
     from pyspark.errors import AnalysisException, ParseException
 
     try:

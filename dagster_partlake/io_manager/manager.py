@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,11 @@ from dagster import (
 from pydantic import Field, PrivateAttr
 
 if TYPE_CHECKING:
+    from dagster import AssetsDefinition, DagsterInstance
+    from pyspark.sql import DataFrame
+
+    from dagster_partlake.delta.reader import TableSnapshot
+    from dagster_partlake.delta.table import LiveFile
     from dagster_partlake.gates.before_commit import GateCheck
     from dagster_partlake.kinds.write import KindWrite, WriteTarget
 
@@ -132,11 +137,19 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     # Spark, delta-rs and the readers and writers are imported where a step needs them: loading
     # the code location (as a no-op `partlake run` does) must not.
 
-    def handle_output(self, context: OutputContext, obj: Any) -> None:
+    def handle_output(self, context: OutputContext, obj: DataFrame | None) -> None:
+        from pyspark.sql import DataFrame
+
         from dagster_partlake.kinds.write import write_output
 
         if obj is None and context.dagster_type.is_nothing:
             return
+        if not isinstance(obj, DataFrame):
+            raise PartlakeError(
+                f"asset {context.asset_key.to_user_string()} returned {type(obj).__name__}; "
+                "DeltaPartitionIOManager stores Spark DataFrames, so return one "
+                "(spark.createDataFrame(...) for local data)."
+            )
         target = self._target(context, obj)
         reads = self._inputs_of(context)
         upstream_versions = {name: read.version for name, read in reads.items()}
@@ -167,25 +180,16 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             )
         context.add_output_metadata(_output_metadata(context, target, written, record))
 
-    def _target(self, context: OutputContext, obj: Any) -> WriteTarget:
+    def _target(self, context: OutputContext, obj: DataFrame) -> WriteTarget:
         """Where and how the output is written, its partition keys validated first.
 
         Raises:
-            PartlakeError: the output is not a Spark DataFrame.
             PartitionMismatchError: a partition key is not one of the asset's.
             PartlakeConfigError: the asset's kind, gates or partition columns are misdeclared.
         """
-        from pyspark.sql import DataFrame
-
         from dagster_partlake.kinds.write import WriteTarget
 
         asset_name = context.asset_key.to_user_string()
-        if not isinstance(obj, DataFrame):
-            raise PartlakeError(
-                f"asset {asset_name} returned {type(obj).__name__}; DeltaPartitionIOManager "
-                "stores Spark DataFrames, so return one (spark.createDataFrame(...) for local "
-                "data)."
-            )
         partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
         keys = _output_partition_keys(context) if partitions_def is not None else []
         validate_keys(
@@ -207,7 +211,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         gates = gates_of(metadata, asset_name=asset_name, kind=kind.kind)
         return replace(target, check=_gate_check(context, target, gates)) if gates else target
 
-    def load_input(self, context: InputContext) -> Any:
+    def load_input(self, context: InputContext) -> DataFrame | None:
         from dagster_partlake.delta.reader import open_table, read_snapshot
 
         asset_key = context.asset_key
@@ -268,8 +272,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         return result.df
 
     def _load_decoupled(
-        self, context: InputContext, asset_name: str, snapshot: Any, keys: list[str]
-    ) -> Any:
+        self, context: InputContext, asset_name: str, snapshot: TableSnapshot, keys: list[str]
+    ) -> DataFrame:
         """An upstream whose table partitions are not its Dagster partitions: the whole table,
         consumed as the lastUpdated its writes gave the partitions read."""
         from dagster_partlake.delta.reader import read_snapshot
@@ -293,7 +297,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     def _load_incremental(
         self,
         context: InputContext,
-        snapshot: Any,
+        snapshot: TableSnapshot,
         selection: PartitionSelection,
         columns: list[DimensionColumn],
         incremental: Incremental,
@@ -321,7 +325,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     def _skip(
         self,
         context: OutputContext,
-        obj: Any,
+        obj: DataFrame,
         metadata: Mapping[str, Any],
         keys: list[str],
         reads: dict[str, _Read],
@@ -361,8 +365,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         asset_name: str,
         columns: list[DimensionColumn],
         keys: list[str],
-        metadata: Any,
-    ) -> Any:
+        metadata: Mapping[str, Any],
+    ) -> DataFrame:
         root = table_path(self.root, context.asset_key, metadata.get(PATH_KEY))
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
@@ -393,7 +397,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         selection: PartitionSelection,
         mode: AfterCommit,
         consumer: tuple[AssetKey, Mapping[str, Any]],
-    ) -> Any:
+    ) -> DataFrame:
         """The files of a landing folder no commit of the consumer has read yet."""
         consumer_root = self.table_root(consumer[0])
         previous = newest_record(consumer_root) if table_exists(consumer_root) else None
@@ -426,7 +430,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             return self.spark.spark_session.createDataFrame([], df.schema)
         return self._read_folder(root, [os.path.join(root, f) for f in files], columns)
 
-    def _read_folder(self, root: str, paths: list[str], columns: list[DimensionColumn]) -> Any:
+    def _read_folder(
+        self, root: str, paths: list[str], columns: list[DimensionColumn]
+    ) -> DataFrame:
         """Spark reads `paths` (folders or files) under `root`, partition columns as text."""
         spark = self.spark.spark_session
         uris = ["file://" + p for p in paths]
@@ -437,7 +443,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
 
 def _folder_partitions(
-    root: str, columns: list[DimensionColumn], selection: Any
+    root: str, columns: list[DimensionColumn], selection: PartitionSelection
 ) -> tuple[list[str], dict[tuple[str | None, ...], int]]:
     state = folder_state(root, [c.column for c in columns])
     if state is None:
@@ -455,7 +461,7 @@ def _folder_partitions(
     return dirs, chosen
 
 
-def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, Any]:
+def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, str | dt.datetime | None]:
     """The (version, timestamp) an input pins its upstream table to with its `AssetIn`
     metadata `partlake/version` or `partlake/timestamp` (neither: (None, None), the latest)."""
     metadata = context.definition_metadata or {}
@@ -490,7 +496,7 @@ def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, Any]:
 
 
 def _lastupdated(
-    files: Any, columns: list[DimensionColumn], column_types: Mapping[str, Any]
+    files: Iterable[LiveFile], columns: list[DimensionColumn], column_types: Mapping[str, Any]
 ) -> dict[str, int]:
     """Partition id -> lastUpdated (ms) of the files read."""
     codec = KeyCodec(columns, column_types)
@@ -502,7 +508,7 @@ def _lastupdated(
     return partitions
 
 
-def _step_assets(context: InputContext) -> Any:
+def _step_assets(context: InputContext) -> AssetsDefinition | None:
     """The AssetsDefinition of the step reading this input (None outside a run)."""
     try:
         job = context.step_context.job_def
@@ -557,7 +563,7 @@ def _reads_itself(context: InputContext) -> bool:
     return assets_def is not None and context.asset_key in assets_def.keys
 
 
-def _instance(context: OutputContext) -> Any:
+def _instance(context: OutputContext) -> DagsterInstance | None:
     try:
         return context.step_context.instance
     except DagsterInvariantViolationError:  # direct invocation outside a run has no instance

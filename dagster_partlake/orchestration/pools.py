@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dagster_partlake.errors import PartlakeConfigError
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 POOL = "partlake"
 
@@ -32,7 +35,7 @@ class Parallelism:
         return f"up to {self.runs} run(s) at a time; Dagster pool {pools} caps steps across runs"
 
 
-def pool_limits(instance: Any, pools: Iterable[str]) -> dict[str, int]:
+def pool_limits(instance: DagsterInstance, pools: Iterable[str]) -> dict[str, int]:
     """Slots per pool on this Dagster instance, for the pools that have a limit.
 
     Raises:
@@ -53,7 +56,9 @@ def pool_limits(instance: Any, pools: Iterable[str]) -> dict[str, int]:
     return {pool: limit for pool, limit in limits.items() if limit is not None}
 
 
-def parallelism(instance: Any, pools: Iterable[str], max_parallel: int | None) -> Parallelism:
+def parallelism(
+    instance: DagsterInstance, pools: Iterable[str], max_parallel: int | None
+) -> Parallelism:
     """Runs to execute at once: `max_parallel` if given, else the smallest pool limit, else 1."""
     limits = pool_limits(instance, pools)
     if max_parallel is not None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import DagsterError, DagsterInstance
 
@@ -29,6 +29,10 @@ from dagster_partlake.planning.planner import Key
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession
 from dagster_partlake.spark.resource import SparkResource, running_session
+
+if TYPE_CHECKING:
+    from dagster import JobDefinition
+    from dagster_shared.error import SerializableErrorInfo
 
 # "unchanged": not run, because the runs it waited for left its inputs as they were (early
 # cutoff of a `tracked` upstream).
@@ -186,7 +190,7 @@ def _start_shared_session(graph: LakeGraph) -> bool:
 
 
 def _execute(
-    job: Any, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun
+    job: JobDefinition, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun
 ) -> list[Outcome]:
     kwargs: dict[str, Any] = {}
     if run.partition_key is not None:
@@ -228,7 +232,7 @@ def _execute(
     ]
 
 
-def _root_cause(error: Any) -> str:
+def _root_cause(error: SerializableErrorInfo | None) -> str:
     # Dagster wraps the user's exception ("Error occurred while handling output ..."): show the
     # innermost cause, which names the actual problem.
     while error is not None and getattr(error, "cause", None) is not None:
@@ -238,7 +242,7 @@ def _root_cause(error: Any) -> str:
 
 
 def _step_ms(
-    instance: DagsterInstance, job: Any, graph: LakeGraph, run: PlannedRun, run_id: str
+    instance: DagsterInstance, job: JobDefinition, graph: LakeGraph, run: PlannedRun, run_id: str
 ) -> dict[str, int]:
     """Step time per asset of the run (Dagster keys step stats by step key, not asset name)."""
     by_step = {}

@@ -56,6 +56,8 @@ from dagster_partlake.planning.runs import PlannedRun
 from dagster_partlake.planning.session import PlanningSession
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance, DagsterRun
+
     from dagster_partlake.compat import AssetGraph
 
 SENSOR_TAG = "partlake/sensor"
@@ -258,7 +260,7 @@ def evaluate(
 
 
 def _count_failures(
-    instance: Any,
+    instance: DagsterInstance,
     graph: LakeGraph,
     name: str,
     cursor: _Cursor,
@@ -319,7 +321,7 @@ def _request(
     )
 
 
-def _run_partitions(graph: LakeGraph, run: Any) -> list[tuple[str, Key]]:
+def _run_partitions(graph: LakeGraph, run: DagsterRun) -> list[tuple[str, Key]]:
     """(asset, partition key) pairs a Dagster run targets, from its asset selection and tags."""
     pairs: list[tuple[str, Key]] = []
     tags = run.tags or {}

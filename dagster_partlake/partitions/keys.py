@@ -17,7 +17,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     DynamicPartitionsDefinition,
@@ -36,6 +36,9 @@ from dagster_partlake.delta.selection import (
 )
 from dagster_partlake.errors import PartitionMismatchError, PartlakeConfigError
 from dagster_partlake.metadata import PARTITION_EXPR_KEY
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 # Dagster joins a multi-partition key's values with "|", in alphabetical order of the dimension
 # names (not definition order): date x region -> '2024-01-02|eu'.
@@ -57,7 +60,9 @@ def key_values(key: str) -> list[str]:
     return key.split(_SEPARATOR)
 
 
-def all_keys(partitions_def: PartitionsDefinition, store: Any = None) -> list[str]:
+def all_keys(
+    partitions_def: PartitionsDefinition, store: DagsterInstance | None = None
+) -> list[str]:
     """Every partition key that exists now (dynamic keys from `store`, a Dagster instance)."""
     with partition_loading_context(store):
         if not isinstance(partitions_def, MultiPartitionsDefinition):
@@ -76,7 +81,9 @@ def is_dynamic(partitions_def: PartitionsDefinition | None) -> bool:
     return isinstance(partitions_def, DynamicPartitionsDefinition)
 
 
-def partitions_horizon(partitions_def: PartitionsDefinition, store: Any = None) -> str:
+def partitions_horizon(
+    partitions_def: PartitionsDefinition, store: DagsterInstance | None = None
+) -> str:
     """A short text that changes whenever the set of existing partitions grows: the newest time
     window of each time dimension and the dynamic keys of each dynamic dimension."""
     dims = (
@@ -263,7 +270,7 @@ def validate_keys(
     keys: Sequence[str],
     *,
     asset_name: str,
-    dynamic_partitions_store: Any = None,
+    dynamic_partitions_store: DagsterInstance | None = None,
 ) -> None:
     """Raise PartitionMismatchError if any key is not a partition of the asset."""
     if partitions_def is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dagster import (
     IdentityPartitionMapping,
@@ -28,12 +28,15 @@ from dagster_partlake.columnar.interner import Key
 from dagster_partlake.compat import partition_loading_context
 from dagster_partlake.partitions.keys import all_keys, key_dimensions, key_values, multi_key
 
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
 
 def key_maps(
     upstream: PartitionsDefinition | None,
     downstream: PartitionsDefinition | None,
     mapping: PartitionMapping,
-    store: Any = None,
+    store: DagsterInstance | None = None,
 ) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]]:
     """(downstream key -> upstream keys, upstream key -> downstream keys) for one edge."""
     if upstream is None and downstream is None:
@@ -158,7 +161,7 @@ def _dagster_maps(
     upstream: PartitionsDefinition,
     downstream: PartitionsDefinition,
     mapping: PartitionMapping,
-    store: Any,
+    store: DagsterInstance | None,
 ) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]]:
     @cache
     def upstream_keys(key: Key) -> tuple[Key, ...]:
@@ -184,7 +187,7 @@ def _dagster_maps(
 
 
 def previous_partition_maps(
-    partitions_def: PartitionsDefinition | None, store: Any = None
+    partitions_def: PartitionsDefinition | None, store: DagsterInstance | None = None
 ) -> tuple[Callable[[Key], Iterable[Key]], Callable[[Key], Iterable[Key]]] | None:
     """(key -> the previous time partition, key -> the next one) of a definition with a time
     dimension (other dimensions unchanged); None without one."""

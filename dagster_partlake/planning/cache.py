@@ -21,10 +21,15 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dagster_partlake.compat import serialize_value
 from dagster_partlake.planning.planner import Key, Plan, StalePartition
+
+if TYPE_CHECKING:
+    from dagster import PartitionsDefinition
+
+    from dagster_partlake.planning.graph import LakeAsset, LakeGraph
 
 _FORMAT = (1, marshal.version, *sys.version_info[:2])
 
@@ -45,7 +50,7 @@ class SavedPlan:
     plan: Plan
 
 
-def signature(graph: Any, partition_keys: Mapping[str, Sequence[Key]]) -> str | None:
+def signature(graph: LakeGraph, partition_keys: Mapping[str, Sequence[Key]]) -> str | None:
     """A digest of everything but table states that a plan depends on; None when some part
     cannot be described exactly (then no plan is saved or reused)."""
     if graph.has_dynamic_partitions:
@@ -85,7 +90,7 @@ def signature(graph: Any, partition_keys: Mapping[str, Sequence[Key]]) -> str | 
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()
 
 
-def _partitions(partitions_def: Any) -> str | None:
+def _partitions(partitions_def: PartitionsDefinition | None) -> str | None:
     from dagster import (
         MultiPartitionsDefinition,
         StaticPartitionsDefinition,
@@ -104,20 +109,20 @@ def _partitions(partitions_def: Any) -> str | None:
     return None
 
 
-def _mapping(graph: Any, child: Any, parent: Any) -> str | None:
+def _mapping(graph: LakeGraph, child: LakeAsset, parent: LakeAsset) -> str | None:
     try:
         return serialize_value(graph.asset_graph.get_partition_mapping(child.key, parent.key))
     except Exception:  # noqa: BLE001 - a mapping serdes cannot describe: never reuse a plan
         return None
 
 
-def _file(persist_dir: str, graph: Any) -> str:
+def _file(persist_dir: str, graph: LakeGraph) -> str:
     # One file per set of tables: a new signature (new code, a new day) replaces the plan.
     tables = repr(sorted((name, a.path) for name, a in graph.assets.items()))
     return os.path.join(persist_dir, f"plan-{hashlib.sha1(tables.encode()).hexdigest()}.plan")
 
 
-def load(persist_dir: str, graph: Any, graph_signature: str) -> SavedPlan | None:
+def load(persist_dir: str, graph: LakeGraph, graph_signature: str) -> SavedPlan | None:
     """The plan saved for this graph with this signature, or None."""
     try:
         with open(_file(persist_dir, graph), "rb") as saved:
@@ -137,7 +142,7 @@ def load(persist_dir: str, graph: Any, graph_signature: str) -> SavedPlan | None
 
 def save(
     persist_dir: str,
-    graph: Any,
+    graph: LakeGraph,
     graph_signature: str,
     versions: Mapping[str, int | None],
     plan: Plan,

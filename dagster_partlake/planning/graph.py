@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetKey,
@@ -40,6 +40,11 @@ from dagster_partlake.partitions.keys import (
 from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
 from dagster_partlake.planning.batches import RunRules
 from dagster_partlake.planning.planner import Dependency, Key, PlanAsset
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance, RepositoryDefinition
+
+    from dagster_partlake.compat import AssetGraph
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ class LakeGraph:
         defs: Definitions | None = None,
         *,
         root: str | None = None,
-        asset_graph: Any = None,
+        asset_graph: AssetGraph | None = None,
         resources: Mapping[str, Any] | None = None,
     ) -> None:
         if defs is None and asset_graph is None:
@@ -113,7 +118,8 @@ class LakeGraph:
                 is_folder=is_folder,
                 code_version=node.code_version,
                 parents=tuple(
-                    p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: k.path)
+                    p.to_user_string()
+                    for p in sorted(node.parent_keys, key=lambda k: tuple(k.path))
                 ),
                 pools=frozenset(node.pools or ()) if node.is_materializable else frozenset(),
                 backfill_policy=node.backfill_policy if node.is_materializable else None,
@@ -163,7 +169,9 @@ class LakeGraph:
         names = list(select) if select is not None else list(self.assets)
         return {pool for name in names for pool in self.assets[name].pools}
 
-    def plan_assets(self, dynamic_partitions_store: Any = None) -> list[PlanAsset]:
+    def plan_assets(
+        self, dynamic_partitions_store: DagsterInstance | None = None
+    ) -> list[PlanAsset]:
         """The planner's view of the graph. Built once (its key maps memoize across plans)
         unless a dynamic partitions definition makes the key sets change over time."""
         if self._plan_assets is not None:
@@ -194,7 +202,9 @@ class LakeGraph:
             self._plan_assets = result
         return result
 
-    def root_partition_keys(self, dynamic_partitions_store: Any = None) -> dict[str, list[Key]]:
+    def root_partition_keys(
+        self, dynamic_partitions_store: DagsterInstance | None = None
+    ) -> dict[str, list[Key]]:
         """Partitions that exist now of the managed assets without upstream assets: each is due
         until written. Recomputed only when the newest partition moved (a new time window
         began, a dynamic partition was added)."""
@@ -212,7 +222,7 @@ class LakeGraph:
             result[asset.name] = cached[1]
         return result
 
-    def horizon(self, dynamic_partitions_store: Any = None) -> dict[str, str]:
+    def horizon(self, dynamic_partitions_store: DagsterInstance | None = None) -> dict[str, str]:
         """Per root managed asset, what moves when it gains partitions (see
         `partitions_horizon`); the sensor keeps it in its cursor."""
         return {
@@ -250,7 +260,9 @@ class LakeGraph:
                 return dict(assets_def.node_def.input_def_named(input_name).metadata or {})
         return {}
 
-    def _dependency(self, child: LakeAsset, parent: LakeAsset, store: Any) -> Dependency:
+    def _dependency(
+        self, child: LakeAsset, parent: LakeAsset, store: DagsterInstance | None
+    ) -> Dependency:
         mapping = self.asset_graph.get_partition_mapping(child.key, parent.key)
         up, down = key_maps(parent.partitions_def, child.partitions_def, mapping, store)
         identity = (
@@ -265,20 +277,22 @@ def _pins(metadata: dict[str, Any]) -> bool:
     return metadata.get(VERSION_KEY) is not None or metadata.get(TIMESTAMP_KEY) is not None
 
 
-def repository_root(repository: Any, io_manager_key: str) -> str | None:
+def repository_root(repository: RepositoryDefinition, io_manager_key: str) -> str | None:
     """The `root` configured on the code location's `DeltaPartitionIOManager` under
     `io_manager_key`, read from its resource definition (what a sensor sees of it without
     initializing the resource on every tick)."""
     definition = repository.get_top_level_resources().get(io_manager_key)
     resource_cls = getattr(definition, "configurable_resource_cls", None)
-    if not (isinstance(resource_cls, type) and issubclass(resource_cls, DeltaPartitionIOManager)):
+    if definition is None or not (
+        isinstance(resource_cls, type) and issubclass(resource_cls, DeltaPartitionIOManager)
+    ):
         return None
     field = definition.config_schema.as_field()
     root = (field.default_value if field.default_provided else {}).get("root")
     return root if isinstance(root, str) else None
 
 
-def io_manager_root(resources: Iterable[Any]) -> str | None:
+def io_manager_root(resources: Iterable[object]) -> str | None:
     """The `root` of the first `DeltaPartitionIOManager` among a code location's resources."""
     for resource in resources:
         if isinstance(resource, DeltaPartitionIOManager):

@@ -9,18 +9,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Self, TypeVar, overload
 
-from dagster_partlake.columnar.interner import KEYS
+from dagster_partlake.columnar.interner import KEYS, Key
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
 from dagster_partlake.planning.planner import PartitionState, Record
 
+V = TypeVar("V")
+T = TypeVar("T")
 
-class _Rows(Mapping["str | None", Any]):
+
+class _Rows(Mapping[Key, V]):
     """A map over interned partition keys whose values are made on access from columns that
     share one range of ids (`_keys` says which keys have a value)."""
 
     __slots__ = ()
+
+    def _value(self, index: int) -> V:
+        """The value at a position of the columns."""
+        raise NotImplementedError
+
+    @overload
+    def get(self, key: Key, /) -> V | None: ...
+    @overload
+    def get(self, key: Key, /, default: V | T) -> V | T: ...
+    def get(self, key: Key, /, default: object = None) -> object:
+        """The key's value, made now (`default` when it has none)."""
+        index = self._row(key)
+        return default if index < 0 else self._value(index)
 
     def _keys(self) -> IntMap[str | None]:
         raise NotImplementedError
@@ -29,11 +45,11 @@ class _Rows(Mapping["str | None", Any]):
         """The key's position in the columns, or -1 when it has no value."""
         return self._keys()._index(key)
 
-    def __getitem__(self, key: str | None) -> Any:
-        found = self.get(key)
-        if found is None:
+    def __getitem__(self, key: Key) -> V:
+        index = self._row(key)
+        if index < 0:
             raise KeyError(key)
-        return found
+        return self._value(index)
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys()
@@ -44,7 +60,7 @@ class _Rows(Mapping["str | None", Any]):
     def __len__(self) -> int:
         return len(self._keys())
 
-    def _same(self, other: Any) -> bool:
+    def _same(self, other: Self) -> bool:
         """Equal columns (a quick True; False says nothing)."""
         raise NotImplementedError
 
@@ -58,7 +74,7 @@ class _Rows(Mapping["str | None", Any]):
     __hash__ = None  # type: ignore[assignment]
 
 
-class StateMap(_Rows):
+class StateMap(_Rows[PartitionState]):
     """The planner's `PartitionState` per partition key: lastUpdated and version columns."""
 
     __slots__ = ("last_updated", "versions")
@@ -79,17 +95,13 @@ class StateMap(_Rows):
     def _keys(self) -> IntMap[str | None]:
         return self.last_updated
 
-    def get(self, key: str | None, default: Any = None) -> Any:
-        """The key's `PartitionState`, made now."""
-        index = self._row(key)
-        if index < 0:
-            return default
+    def _value(self, index: int) -> PartitionState:
         version = self.versions.column[index]
         return PartitionState(
             self.last_updated.column[index], None if version in (NONE, ABSENT) else version
         )
 
-    def _same(self, other: StateMap) -> bool:
+    def _same(self, other: Self) -> bool:
         return self.last_updated == other.last_updated and self.versions == other.versions
 
     def updated(
@@ -102,7 +114,7 @@ class StateMap(_Rows):
         )
 
 
-class RecordMap(_Rows):
+class RecordMap(_Rows[Record]):
     """The planner's `Record` per partition key: which commit wrote it (an index into
     `sources`, each that commit's record without a written lastUpdated) and the lastUpdated the
     write gave the partition."""
@@ -127,11 +139,8 @@ class RecordMap(_Rows):
     def _keys(self) -> IntMap[str | None]:
         return self.which
 
-    def get(self, key: str | None, default: Any = None) -> Any:
-        """The key's `Record` (one object per commit and written lastUpdated)."""
-        index = self._row(key)
-        if index < 0:
-            return default
+    def _value(self, index: int) -> Record:
+        """One `Record` object per commit and written lastUpdated."""
         source, written = self.which.column[index], self.written.column[index]
         made = self._made.get((source, written))
         if made is None:
@@ -140,7 +149,7 @@ class RecordMap(_Rows):
             self._made[(source, written)] = made
         return made
 
-    def _same(self, other: RecordMap) -> bool:
+    def _same(self, other: Self) -> bool:
         return (
             other.sources == self.sources
             and other.which == self.which
