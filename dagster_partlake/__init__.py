@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from dagster_partlake.kinds.spec import ModelKind, model_kind_metadata
     from dagster_partlake.layout import table_path
     from dagster_partlake.maintenance.job import MaintenanceConfig, build_maintenance_job
+    from dagster_partlake.orchestration.launcher import MonitoredRunLauncher
     from dagster_partlake.orchestration.pools import POOL
     from dagster_partlake.orchestration.sensor import build_invalidation_sensor
     from dagster_partlake.orchestration.sources import partlake_source
@@ -41,6 +42,7 @@ __all__ = [
     "GateFailedError",
     "MaintenanceConfig",
     "ModelKind",
+    "MonitoredRunLauncher",
     "PartitionMismatchError",
     "PartlakeConfigError",
     "PartlakeError",
@@ -80,6 +82,7 @@ _LAZY = {
     "MaintenanceConfig": "dagster_partlake.maintenance.job",
     "build_maintenance_job": "dagster_partlake.maintenance.job",
     "POOL": "dagster_partlake.orchestration.pools",
+    "MonitoredRunLauncher": "dagster_partlake.orchestration.launcher",
     "Plan": "dagster_partlake.planning.planner",
     "StalePartition": "dagster_partlake.planning.planner",
     "plan": "dagster_partlake.planning.planner",

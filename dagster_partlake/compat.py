@@ -13,10 +13,15 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-# Run tags Dagster reads to know a run's partition or partition range (no public constant).
+# What a run launcher tells run monitoring about a run's worker process (`MonitoredRunLauncher`).
+from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+
+# Run tags Dagster reads to know a run's partition or partition range, and the tag in which the
+# DefaultRunLauncher records the code server that started a run's worker (no public constants).
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
+    GRPC_INFO_TAG,
     PARTITION_NAME_TAG,
 )
 
@@ -32,10 +37,16 @@ if TYPE_CHECKING:
         AssetCheckExecutionRecord as AssetCheckExecutionRecord,
     )
 
+    # What `event_log_storage.get_concurrency_info` returns (annotations only).
+    from dagster._utils.concurrency import ConcurrencyKeyInfo as ConcurrencyKeyInfo
+
 __all__ = [
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
+    "GRPC_INFO_TAG",
     "PARTITION_NAME_TAG",
+    "CheckRunHealthResult",
+    "WorkerStatus",
     "log_check_evaluation",
     "partition_loading_context",
     "serialize_value",

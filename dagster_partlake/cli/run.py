@@ -4,6 +4,7 @@ the runs `partlake plan` shows.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -39,6 +40,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     session, result, runs = plan_code_location(module, select, need_instance=True)
     graph = session.graph
     if not result.plan:
+        _reap_dead_runs()
         skip_final_collection()
         if not result.plan.unreadable:
             click.echo("Everything is fresh: nothing to run.")
@@ -65,6 +67,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
         on_outcome=lambda o: click.echo(
             outcome_line(o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error, o.metrics)
         ),
+        on_notice=click.echo,
     )
     failed = sum(1 for o in outcomes if o.status == "failed")
     skipped = sum(1 for o in outcomes if o.status == "skipped")
@@ -79,3 +82,17 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     fail_on_unreadable(result.plan)
     if failed or skipped:
         sys.exit(1)
+
+
+def _reap_dead_runs() -> None:
+    """Mark failed the unfinished runs of earlier `partlake run` processes of this host that
+    died (and free their pool slots). Cheap when there are none: it opens the Dagster instance
+    only when such a process left its registration behind."""
+    from dagster_partlake.orchestration.workers import dead_registered, reap_dead_runs
+
+    if not dead_registered(os.environ.get("DAGSTER_HOME")):
+        return
+    instance = dagster_instance(True)
+    assert instance is not None  # required: DAGSTER_HOME is set
+    for dead in reap_dead_runs(instance):
+        click.echo(f"[FAILED] {dead.message}")

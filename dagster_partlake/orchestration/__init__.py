@@ -1,9 +1,10 @@
-"""What keeps partitions fresh: the sensor, `partlake run`'s runner, pools and sources.
+"""What keeps partitions fresh: the sensor, `partlake run`'s runner, pools, run workers, sources.
 
-`sensor` requests runs for the stale partitions on every tick; `runner` executes a `RunPlan`
-in this process (`partlake run`); `pools` reads the Dagster concurrency pools that cap steps
-across runs; `sources` declares source assets partlake observes. May import every layer below:
-the planning core and everything under it.
+`sensor` requests runs for the stale partitions on every tick; `runner` executes a `RunPlan` in
+this process (`partlake run`); `pools` reads the Dagster concurrency pools that cap steps across
+runs and what waits for them; `workers` knows which process runs a run and whether it is alive,
+and `launcher` lets Dagster's run monitoring ask it; `sources` declares source assets partlake
+observes. May import every layer below: the planning core and everything under it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from dagster_partlake.lazy import lazy_names
 
 if TYPE_CHECKING:
+    from dagster_partlake.orchestration.launcher import MonitoredRunLauncher
     from dagster_partlake.orchestration.pools import POOL, Parallelism, parallelism, pool_limits
     from dagster_partlake.orchestration.runner import Outcome, execute_runs, refresh
     from dagster_partlake.orchestration.sensor import build_invalidation_sensor
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "POOL",
+    "MonitoredRunLauncher",
     "Outcome",
     "Parallelism",
     "build_invalidation_sensor",
@@ -31,6 +34,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "MonitoredRunLauncher": "dagster_partlake.orchestration.launcher",
     "build_invalidation_sensor": "dagster_partlake.orchestration.sensor",
     "Outcome": "dagster_partlake.orchestration.runner",
     "execute_runs": "dagster_partlake.orchestration.runner",

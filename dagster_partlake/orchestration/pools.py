@@ -11,7 +11,7 @@ partlake N`. `partlake run` executes as many runs at once as that limit allows, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -66,3 +66,41 @@ def parallelism(
     else:
         runs = min(limits.values()) if limits else 1
     return Parallelism(max(1, runs), limits)
+
+
+@dataclass(frozen=True)
+class PoolWait:
+    """A step of a run waiting for a slot of a pool, and the runs whose steps hold its slots."""
+
+    run_id: str
+    step_key: str
+    pool: str
+    limit: int | None
+    holders: tuple[str, ...]  # run ids
+    since: float  # when the step started waiting (epoch seconds)
+
+
+def pool_waits(
+    instance: DagsterInstance, pools: Iterable[str], run_ids: Collection[str]
+) -> list[PoolWait]:
+    """The steps of `run_ids` waiting for a slot of one of `pools`."""
+    storage = instance.event_log_storage
+    if not run_ids or not storage.supports_global_concurrency_limits:
+        return []
+    waits = []
+    for pool in sorted(set(pools)):
+        info = storage.get_concurrency_info(pool)
+        holders = tuple(sorted({slot.run_id for slot in info.claimed_slots}))
+        for step in info.pending_steps:
+            if step.run_id in run_ids and step.assigned_timestamp is None:
+                waits.append(
+                    PoolWait(
+                        step.run_id,
+                        step.step_key,
+                        pool,
+                        info.limit,
+                        holders,
+                        step.enqueued_timestamp.timestamp(),
+                    )
+                )
+    return waits

@@ -11,7 +11,10 @@ the instance, so runs launched elsewhere (the sensor's, the UI's) share the same
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -23,7 +26,18 @@ from dagster_partlake.compat import threadsafe_in_process_runs
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import find_record, log_versions
-from dagster_partlake.orchestration.pools import parallelism
+from dagster_partlake.orchestration.pools import PoolWait, parallelism, pool_waits
+from dagster_partlake.orchestration.workers import (
+    UNFINISHED,
+    alive,
+    describe_runs,
+    instance_dir,
+    mark_dead,
+    reap_dead_runs,
+    registered,
+    this_process,
+    worker_of_run,
+)
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.planner import Key
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
@@ -88,8 +102,14 @@ def execute_runs(
     *,
     max_parallel: int = 1,
     on_outcome: Callable[[Outcome], None] = lambda _o: None,
+    on_notice: Callable[[str], None] = lambda _text: None,
 ) -> list[Outcome]:
     """Execute every run of `run_plan` (planned by `session`), each after the runs it waits for.
+
+    First, runs left unfinished by `partlake run` processes of this host that are gone are marked
+    failed and their pool slots freed (`workers.reap_dead_runs`). While a run's step waits for a
+    pool slot, `on_notice` says which pool and which runs hold its slots (the waiting run's log
+    in the UI says it too), and holders whose process is gone are marked failed.
 
     When the graph has `tracked` assets, a run that waited for others is planned again (by the
     same session: only what the earlier runs committed is judged again) before it starts: if
@@ -101,6 +121,8 @@ def execute_runs(
     """
     if not run_plan.runs:
         return []
+    for dead in reap_dead_runs(instance):
+        on_notice(f"[FAILED] {dead.message}")
     graph = session.graph
     assert graph.defs is not None, "partlake run needs the code location's Definitions"
     job = graph.defs.resolve_implicit_global_asset_job_def()
@@ -118,8 +140,14 @@ def execute_runs(
     # One session for every run of this process; the runs' resources reuse it.
     session_started = _start_shared_session(graph)
     workers = max(1, max_parallel)
+    watch = _PoolWatch(instance, graph.pools(), on_notice)
     try:
-        with threadsafe_in_process_runs(instance, workers), ThreadPoolExecutor(workers) as pool:
+        with (
+            registered(instance_dir(instance)),
+            threadsafe_in_process_runs(instance, workers),
+            ThreadPoolExecutor(workers) as pool,
+            watch,
+        ):
             running: dict[Future[list[Outcome]], PlannedRun] = {}
             while pending or running:
                 for run in list(pending):
@@ -132,7 +160,8 @@ def execute_runs(
                         if run.waits_for and cutoff and _still_fresh(session, instance, run):
                             report(run, _unchanged(run))
                             continue
-                        running[pool.submit(_execute, job, instance, graph, run)] = run
+                        run_id = watch.add(run)
+                        running[pool.submit(_execute, job, instance, graph, run, run_id)] = run
                 if not running:
                     # Runs wait only for lower-numbered runs, so the first pending one can always
                     # start or be skipped: nothing running means nothing is left.
@@ -140,7 +169,9 @@ def execute_runs(
                     break
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    report(running.pop(future), future.result())
+                    finished = running.pop(future)
+                    watch.discard(finished)
+                    report(finished, future.result())
     finally:
         if session_started:
             spark = running_session()
@@ -190,8 +221,10 @@ def _start_shared_session(graph: LakeGraph) -> bool:
 
 
 def _execute(
-    job: JobDefinition, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun
+    job: JobDefinition, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun, run_id: str
 ) -> list[Outcome]:
+    """Execute one planned run in this process, as the Dagster run `run_id`; one outcome per
+    stale asset partition it covers."""
     kwargs: dict[str, Any] = {}
     if run.partition_key is not None:
         kwargs["partition_key"] = run.partition_key
@@ -202,20 +235,23 @@ def _execute(
         result = job.execute_in_process(
             instance=instance,
             asset_selection=[graph.assets[a].key for a in run.assets],
-            tags=run.run_tags(),
+            # This process's host, pid and start: a later `partlake run` recognises the run as
+            # dead by them if this process dies before finishing it.
+            tags={**run.run_tags(), **this_process().tags()},
             raise_on_error=False,
+            run_id=run_id,
             **kwargs,
         )
-        run_id: str | None = result.run_id
         ok = result.success
         if not ok:
             failures = result.get_step_failure_events()
             error = _root_cause(failures[0].step_failure_data.error) if failures else "failed"
     except DagsterError as exc:  # a run that could not even start: report, go on with the rest
-        run_id, ok, error = None, False, f"{type(exc).__name__}: {exc}"[:300]
+        ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
+    known = instance.get_run_by_id(run_id) is not None
     elapsed_ms = int((time.perf_counter() - started) * 1000)
-    step_ms = _step_ms(instance, job, graph, run, run_id) if run_id else {}
-    rows, metrics = _written(graph, run, run_id, versions) if ok and run_id else ({}, {})
+    step_ms = _step_ms(instance, job, graph, run, run_id) if known else {}
+    rows, metrics = _written(graph, run, run_id, versions) if ok else ({}, {})
     return [
         Outcome(
             status="ok" if ok else "failed",
@@ -224,7 +260,7 @@ def _execute(
             reason=item.reason,
             rows=rows.get((item.asset, item.partition)),
             ms=step_ms.get(item.asset, elapsed_ms),
-            run_id=run_id,
+            run_id=run_id if known else None,
             error=error,
             metrics=metrics.get(item.asset),
         )
@@ -279,3 +315,100 @@ def _written(
         if record.metrics and record.kind not in (None, "partition", "table"):
             metrics[name] = record.metrics
     return rows, metrics
+
+
+class _PoolWatch:
+    """Says what a run waiting for a pool slot waits for: which pool, and which runs hold its
+    slots (on the terminal through `on_notice`, and in the waiting run's own log, which the UI
+    shows); holders whose process is gone are marked failed, which frees their slots."""
+
+    INTERVAL_SECONDS = 5.0
+    NOTICE_AFTER_SECONDS = 10.0  # a step is waiting, not just claiming its slot
+    REPEAT_SECONDS = 60.0
+
+    def __init__(
+        self, instance: DagsterInstance, pools: set[str], on_notice: Callable[[str], None]
+    ) -> None:
+        self.instance = instance
+        self.pools = pools
+        self.on_notice = on_notice
+        self._runs: dict[str, int] = {}  # run id -> planned run number
+        self._said: dict[tuple[str, str], tuple[tuple[str, ...], float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="partlake-pool-watch", daemon=True)
+
+    def add(self, run: PlannedRun) -> str:
+        """A new run id for `run`, watched until `discard`."""
+        run_id = str(uuid.uuid4())
+        with self._lock:
+            self._runs[run_id] = run.number
+        return run_id
+
+    def discard(self, run: PlannedRun) -> None:
+        with self._lock:
+            for run_id in [r for r, n in self._runs.items() if n == run.number]:
+                del self._runs[run_id]
+
+    def __enter__(self) -> _PoolWatch:
+        if self.pools:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.INTERVAL_SECONDS):
+            try:
+                self.check()
+            except Exception as error:  # noqa: BLE001 - a watcher must not end the runs
+                self.on_notice(f"[WARN] could not check the pool slots: {error}")
+
+    def check(self) -> None:
+        """Look at the pools once; say what each run waiting long enough waits for."""
+        with self._lock:
+            watched = dict(self._runs)
+        now = time.time()
+        for waiting in pool_waits(self.instance, self.pools, watched.keys()):
+            if now - waiting.since < self.NOTICE_AFTER_SECONDS:
+                continue
+            for run_id in waiting.holders:
+                self._fail_if_dead(run_id)
+            said = self._said.get((waiting.run_id, waiting.pool))
+            if (
+                said is not None
+                and said[0] == waiting.holders
+                and now - said[1] < self.REPEAT_SECONDS
+            ):
+                continue
+            self._said[(waiting.run_id, waiting.pool)] = (waiting.holders, now)
+            text = _wait_text(self.instance, waiting, watched[waiting.run_id], now)
+            self.on_notice(text)
+            run = self.instance.get_run_by_id(waiting.run_id)
+            if run is not None:
+                self.instance.report_engine_event(text, run)
+
+    def _fail_if_dead(self, run_id: str) -> None:
+        run = self.instance.get_run_by_id(run_id)
+        if run is None or run.status not in UNFINISHED:
+            return
+        worker = worker_of_run(self.instance, run)
+        if worker is not None and alive(worker) is False:
+            dead = mark_dead(self.instance, run, worker, by=f"partlake run (pid {os.getpid()})")
+            self.on_notice(f"[FAILED] {dead.message}")
+
+
+def _wait_text(instance: DagsterInstance, step: PoolWait, number: int, now: float) -> str:
+    """'[WAITING] run 3 (1a2b3c4d) has waited 40 s for a slot of Dagster pool partlake (limit
+    2); the slots are held by runs ...'."""
+    holders = describe_runs(instance, step.holders) or ["nobody: the slot is being assigned"]
+    limit = "no limit set" if step.limit is None else f"limit {step.limit}"
+    return (
+        f"[WAITING] run {number} ({step.run_id[:8]}) has waited {now - step.since:,.0f} s for a "
+        f"slot of Dagster pool {step.pool} ({limit}); its slots are held by run(s) "
+        f"{'; '.join(holders)}. It starts when one of them finishes; "
+        f"`dagster instance concurrency set {step.pool} N` changes the limit."
+    )
