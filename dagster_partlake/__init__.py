@@ -20,7 +20,8 @@ if TYPE_CHECKING:
         SchemaMismatchError,
         TableUnreadableError,
     )
-    from dagster_partlake.gates.checks import partlake_asset_checks
+    from dagster_partlake.freshness.automation import partlake_stale
+    from dagster_partlake.freshness.check import partlake_asset_checks
     from dagster_partlake.gates.spec import GateFailedError
     from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
     from dagster_partlake.kinds.spec import ModelKind, model_kind_metadata
@@ -58,6 +59,7 @@ __all__ = [
     "model_kind_metadata",
     "partlake_asset_checks",
     "partlake_source",
+    "partlake_stale",
     "plan",
     "plan_runs",
     "table_path",
@@ -66,7 +68,8 @@ __all__ = [
 # Public name -> the module defining it, imported on first use: a process (a no-op
 # `partlake run`) imports only the modules its path needs.
 _LAZY = {
-    "partlake_asset_checks": "dagster_partlake.gates.checks",
+    "partlake_asset_checks": "dagster_partlake.freshness.check",
+    "partlake_stale": "dagster_partlake.freshness.automation",
     "CommitRecord": "dagster_partlake.delta.record",
     "CommitConflictError": "dagster_partlake.errors",
     "PartitionMismatchError": "dagster_partlake.errors",

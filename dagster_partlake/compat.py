@@ -9,12 +9,19 @@ naming it, rather than somewhere deep in a run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+# The type of `Definitions.resolve_asset_graph()` and `RepositoryDefinition.asset_graph`: the
+# asset graph of a code location loaded in this process (not a remote one).
+from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
+
 # What a run launcher tells run monitoring about a run's worker process (`MonitoredRunLauncher`).
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+
+# The status of an asset check's latest result for one partition (`get_asset_check_partition_info`).
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 # Run tags Dagster reads to know a run's partition or partition range, and the tag in which the
 # DefaultRunLauncher records the code server that started a run's worker (no public constants).
@@ -25,12 +32,15 @@ from dagster._core.storage.tags import (
     PARTITION_NAME_TAG,
 )
 
-if TYPE_CHECKING:
-    from dagster import AssetCheckEvaluation, DagsterInstance
+CHECK_FAILED = AssetCheckExecutionRecordStatus.FAILED
 
-    # The type of `Definitions.resolve_asset_graph()` and `RepositoryDefinition.asset_graph`
-    # (for annotations only: import it from here under TYPE_CHECKING).
-    from dagster._core.definitions.assets.graph.asset_graph import AssetGraph as AssetGraph
+if TYPE_CHECKING:
+    from dagster import AssetCheckEvaluation, AssetCheckExecutionContext, DagsterInstance
+
+    # What a Declarative Automation condition's `evaluate` receives (annotations only).
+    from dagster._core.definitions.declarative_automation.automation_context import (
+        AutomationContext as AutomationContext,
+    )
 
     # What `event_log_storage.get_asset_check_execution_history` returns (annotations only).
     from dagster._core.storage.asset_check_execution_record import (
@@ -43,13 +53,17 @@ if TYPE_CHECKING:
 __all__ = [
     "ASSET_PARTITION_RANGE_END_TAG",
     "ASSET_PARTITION_RANGE_START_TAG",
+    "AssetGraph",
+    "CHECK_FAILED",
     "GRPC_INFO_TAG",
     "PARTITION_NAME_TAG",
     "CheckRunHealthResult",
     "WorkerStatus",
     "log_check_evaluation",
     "partition_loading_context",
+    "record_check_evaluations",
     "serialize_value",
+    "step_context_of",
     "threadsafe_in_process_runs",
 ]
 
@@ -71,6 +85,37 @@ def serialize_value(value: Any) -> str:
     from dagster_shared.serdes import serialize_value as serialize
 
     return serialize(value)
+
+
+def step_context_of(context: AssetCheckExecutionContext) -> Any:
+    """The step context of an asset check's execution context, to log evaluations into (a
+    result per partition of a range run, which `AssetCheckResult` cannot say)."""
+    return context.op_execution_context._step_execution_context  # noqa: SLF001
+
+
+def record_check_evaluations(
+    instance: DagsterInstance, evaluations: Iterable[AssetCheckEvaluation], report_id: str
+) -> None:
+    """Record asset check results made outside a run, all under `report_id`.
+
+    Dagster 1.13 records a result made outside a run (`report_runless_asset_event`, a sensor's
+    `asset_events`) with run id "", and a unique index over (asset, check, run id, partition)
+    then refuses a second result for the same partition: a partition could be reported once,
+    ever. Each of partlake's reports gets an id of its own instead, under Dagster's job name for
+    such results.
+    """
+    from dagster._core.events import DagsterEvent, DagsterEventType
+    from dagster._core.instance.utils import RUNLESS_JOB_NAME
+
+    for evaluation in evaluations:
+        instance.report_dagster_event(
+            DagsterEvent(
+                event_type_value=DagsterEventType.ASSET_CHECK_EVALUATION.value,
+                event_specific_data=evaluation,
+                job_name=RUNLESS_JOB_NAME,
+            ),
+            run_id=report_id,
+        )
 
 
 def log_check_evaluation(step_context: Any, evaluation: AssetCheckEvaluation) -> None:

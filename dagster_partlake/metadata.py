@@ -27,3 +27,13 @@ TIMESTAMP_KEY = "partlake/timestamp"
 def plain(value: object) -> object:
     """A metadata entry's value: Dagster may hand it over wrapped in a `MetadataValue`."""
     return getattr(value, "value", value)
+
+
+# The partitioned asset check through which partlake's verdict on each partition reaches the UI
+# (`dagster_partlake.freshness`): passed when fresh, failed (severity WARN) when stale.
+FRESH_CHECK = "partlake_fresh"
+# Metadata of its results.
+REASON_KEY = "partlake/reason"  # missing, upstream_changed, out_of_band, code_changed
+BECAUSE_KEY = "partlake/because"  # the upstream asset[partition]s that made it stale
+LAST_UPDATED_KEY = "partlake/last_updated"  # the partition's lastUpdated (a timestamp)
+ROWS_KEY = "partlake/rows"  # rows the partition got from the write that reported it

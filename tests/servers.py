@@ -102,22 +102,29 @@ class DagsterDev:
             timeout=timeout,
         )
 
-    def stale(self) -> list[dict[str, Any]]:
+    def stale(self, module: str = "definitions") -> list[dict[str, Any]]:
         """`partlake plan --json` as a user would run it next to the server."""
         import json
 
-        plan = run_partlake("plan", "-m", "definitions", "--json", env=self.env, timeout=180)
+        plan = run_partlake("plan", "-m", module, "--json", env=self.env, timeout=180)
         assert plan.returncode == 0, plan.stderr[-3000:]
         return json.loads(plan.stdout)
 
 
 @contextmanager
-def dagster_dev(env: dict[str, str], log: Path, *, timeout: float = 240) -> Iterator[DagsterDev]:
-    """`dagster dev -w workspace.yaml` (webserver, daemon, code server) on a free port."""
+def dagster_dev(
+    env: dict[str, str],
+    log: Path,
+    *,
+    timeout: float = 240,
+    target: tuple[str, ...] = ("-w", "workspace.yaml"),
+) -> Iterator[DagsterDev]:
+    """`dagster dev -w workspace.yaml` (webserver, daemon, code server) on a free port;
+    `target` another code location (e.g. `("-m", "tests.automation_defs")`)."""
     port = free_port()
     handle = open(log, "w")  # noqa: SIM115 - closed below, after the process group is gone
     proc = subprocess.Popen(
-        [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        [str(BIN / "dagster"), "dev", *target, "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPO_ROOT,
         env=env,
         stdout=handle,

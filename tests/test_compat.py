@@ -161,3 +161,31 @@ def test_asset_graph_is_what_definitions_resolve_to() -> None:
     def lone() -> None: ...
 
     assert isinstance(Definitions(assets=[lone]).resolve_asset_graph(), AssetGraph)
+
+
+def test_a_partition_gets_one_result_outside_a_run_and_reports_need_ids_of_their_own(
+    instance: DagsterInstance,
+) -> None:
+    """Dagster 1.13 refuses a second result for a partition outside a run (run id "" and a
+    unique index over asset, check, run id and partition); `record_check_evaluations` records
+    each report under an id of its own. When Dagster lifts the limit, the first half fails."""
+    import sqlalchemy.exc
+    from dagster import AssetCheckEvaluation, AssetCheckKey, AssetKey
+
+    def result(passed: bool) -> AssetCheckEvaluation:
+        return AssetCheckEvaluation(
+            asset_key=AssetKey("x"), check_name="fresh", passed=passed, partition="a"
+        )
+
+    instance.report_runless_asset_event(result(False))
+    try:
+        instance.report_runless_asset_event(result(True))
+    except sqlalchemy.exc.IntegrityError:
+        pass
+    else:
+        raise AssertionError("Dagster now records repeated runless results: drop the workaround")
+    key = AssetCheckKey(AssetKey("x"), "fresh")
+    for number, passed in enumerate((True, False, True)):
+        compat.record_check_evaluations(instance, [result(passed)], f"report-{number}")
+    (info,) = instance.event_log_storage.get_asset_check_partition_info([key])
+    assert info.partition_key == "a" and info.latest_execution_status.value == "SUCCEEDED"

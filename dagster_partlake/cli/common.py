@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dagster_partlake.cli.output import captured, echo, terminal
 from dagster_partlake.errors import PartlakeError
 
 if TYPE_CHECKING:
@@ -28,22 +29,46 @@ if TYPE_CHECKING:
 
 
 def boundary(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The command with a `--debug` flag and the one error boundary: a PartlakeError prints
-    `Error: ...` and exits 1 (with `--debug`, after its traceback)."""
+    """The command with `-v/--verbose` and `--debug` and the one error boundary.
+
+    The command runs with the engines' output in a log file (`dagster_partlake.cli.output`;
+    `--verbose` keeps it on the terminal). A PartlakeError prints `Error: ...` once, and where
+    the full output is, and exits 1 (with `--debug`, after its traceback).
+    """
 
     @functools.wraps(command)
-    def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, debug: bool = False, verbose: bool = False, **kwargs: Any) -> Any:
+        name = _command_name(click.get_current_context())
         try:
-            return command(*args, **kwargs)
+            with captured(name, verbose=verbose or debug):
+                return command(*args, **kwargs)
         except PartlakeError as error:
             if debug:
                 traceback.print_exc()
             click.echo(f"Error: {error}", err=True)
+            log = terminal().log_path
+            if log is not None and os.path.exists(log):
+                click.echo(f"Full output (Dagster, Spark): {log}", err=True)
             sys.exit(1)
 
-    return click.option("--debug", is_flag=True, help="Print the full traceback on errors.")(
+    wrapper = click.option("--debug", is_flag=True, help="Print the full traceback on errors.")(
         wrapper
     )
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        help="Show Dagster's event lines and Spark's output on the terminal, not in a log file.",
+    )(wrapper)
+
+
+def _command_name(context: click.Context) -> str:
+    """`run`, `maintain-compact`, ...: the command's path below `partlake`."""
+    names = []
+    while context.parent is not None:
+        names.append(context.info_name or "")
+        context = context.parent
+    return "-".join(reversed(names)) or "partlake"
 
 
 def selection(select: str | None) -> list[str] | None:
@@ -130,7 +155,7 @@ def fail_on_unreadable(plan: Plan) -> None:
     if not plan.unreadable:
         return
     for table in plan.unreadable:
-        click.echo(f"Error: {table.message}", err=True)
+        echo(f"Error: {table.message}", err=True)
     sys.exit(1)
 
 

@@ -6,6 +6,7 @@ import click
 
 from dagster_partlake.cli.common import boundary, history_target
 from dagster_partlake.cli.main import main
+from dagster_partlake.cli.output import echo
 
 
 @main.command("history")
@@ -29,10 +30,10 @@ def history_command(module: str, asset: str, partition: str | None, as_json: boo
         table_name=target.name,
     )
     if as_json:
-        click.echo(json.dumps([e.to_json() for e in entries], indent=2))
+        echo(json.dumps([e.to_json() for e in entries], indent=2))
         return
     what = f"{target.name} partition {partition}" if partition else target.name
-    click.echo(f"{what}: {len(entries)} commit(s) that changed its data, newest first")
+    echo(f"{what}: {len(entries)} commit(s) that changed its data, newest first")
     if not entries:
         return
     header = ("version", "time", "operation", "run id", "code version", "rows", "upstream versions")
@@ -51,4 +52,4 @@ def history_command(module: str, asset: str, partition: str | None, as_json: boo
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
         cells = [f"{c:<{w}}" for c, w in zip(row, widths, strict=False)] + [row[-1]]
-        click.echo("  ".join(cells).rstrip())
+        echo("  ".join(cells).rstrip())

@@ -12,6 +12,7 @@ import click
 
 from dagster_partlake.cli.common import boundary, selection
 from dagster_partlake.cli.main import main
+from dagster_partlake.cli.output import echo
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -108,7 +109,7 @@ def _maintain(ctx: click.Context, operation: Operation, options: MaintainOptions
     finally:
         stop()
     for outcome in outcomes:
-        click.echo(json.dumps(outcome.to_json()) if ctx.obj["json"] else outcome.text)
+        echo(json.dumps(outcome.to_json()) if ctx.obj["json"] else outcome.text)
     if any(o.status == "failed" for o in outcomes):
         sys.exit(1)
 

@@ -15,11 +15,18 @@ from dagster_partlake.cli.common import (
     plan_code_location,
 )
 from dagster_partlake.cli.main import main
+from dagster_partlake.cli.output import echo
+from dagster_partlake.freshness.report import MISSING_CHECKS, checked_assets
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dagster import AssetKey
+
     from dagster_partlake.cli.render import GateFailures
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.planner import Plan
+    from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 
 @main.command("plan")
@@ -29,23 +36,57 @@ if TYPE_CHECKING:
 @click.option(
     "--runs-json", "runs_json", is_flag=True, help="Print the runs the plan becomes as JSON."
 )
+@click.option(
+    "--report",
+    is_flag=True,
+    help=(
+        "Also record the verdicts as partlake_fresh check results in the Dagster instance "
+        "(what the sensor does on each tick), so the UI shows them without a daemon."
+    ),
+)
 @boundary
-def plan_command(module: str, select: str | None, as_json: bool, runs_json: bool) -> None:
+def plan_command(
+    module: str, select: str | None, as_json: bool, runs_json: bool, report: bool
+) -> None:
     """Show which asset partitions are stale and why, and the runs that would refresh them,
     without running anything."""
     from dagster_partlake.cli.render import plan_json, plan_text, runs_json_text
 
     if as_json and runs_json:
         raise click.UsageError("--json and --runs-json print different documents; choose one.")
-    session, result, runs = plan_code_location(module, select, need_instance=False)
+    session, result, runs = plan_code_location(module, select, need_instance=report)
+    checked = checked_assets(session.graph.asset_graph.asset_check_keys)
+    if not checked and any(
+        a.partitions_def is not None and not a.is_source for a in session.graph.assets.values()
+    ):
+        echo(f"Warning: {MISSING_CHECKS}", err=True)
     failures = _gate_failures(session.graph, result.plan)
     if as_json:
-        click.echo(plan_json(result.plan, failures))
+        echo(plan_json(result.plan, failures))
     elif runs_json:
-        click.echo(runs_json_text(runs))
+        echo(runs_json_text(runs))
     else:
-        click.echo(plan_text(runs, seconds=result.seconds, failures=failures))
+        echo(plan_text(runs, seconds=result.seconds, failures=failures))
+    if report:
+        _report(session, result, checked)
     fail_on_unreadable(result.plan)
+
+
+def _report(session: PlanningSession, result: PlanResult, checked: Mapping[str, AssetKey]) -> None:
+    """Record the plan's verdicts as partlake_fresh results: every stale partition, and passed
+    for each partition whose latest result failed but is fresh now."""
+    from dagster_partlake.freshness.report import FreshnessReporter, record_report
+
+    instance = dagster_instance(True)
+    assert instance is not None and session.memo is not None
+    report = FreshnessReporter(limit=None).report(instance, result, session.memo.verdicts, checked)
+    record_report(instance, report)
+    failed = report.failed
+    echo(
+        f"Reported {len(report.evaluations)} partlake_fresh result(s) to the Dagster instance: "
+        f"{failed} stale, {len(report.evaluations) - failed} fresh again.",
+        err=True,
+    )
 
 
 def _gate_failures(graph: LakeGraph, plan: Plan) -> GateFailures:

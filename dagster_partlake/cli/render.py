@@ -110,8 +110,11 @@ def outcome_line(
     error: str | None = None,
     metrics: Mapping[str, int] | None = None,
 ) -> str:
-    """`[OK] clean_events 2024-01-02|eu (upstream_changed, 977 rows, 15,953 ms)`; `[FAILED]`
-    and `[SKIPPED]` lines end with the error."""
+    """`[OK] clean_events 2024-01-02|eu (upstream_changed, 977 rows, 15,953 ms)`; a `[FAILED]`
+    line ends with the error; a `[SKIPPED]` one says which upstream failed:
+    `[SKIPPED] daily_region_stats 2024-01-02|eu (upstream clean_events 2024-01-02|eu failed)`."""
+    if status == "skipped" and error:
+        return f"{_TAGS[status]} {asset} {partition or '-'} ({error})"
     parts = [reason]
     if rows is not None:
         parts.append(f"{rows:,} rows")

@@ -8,6 +8,7 @@ import click
 
 from dagster_partlake.cli.common import boundary, history_target
 from dagster_partlake.cli.main import main
+from dagster_partlake.cli.output import echo
 
 
 @main.command("restore")
@@ -34,9 +35,9 @@ def restore_command(module: str, asset: str, version: int, partition: str | None
     )
     what = f"{target.name} partition {partition}" if partition else target.name
     if result.version is None:
-        click.echo(f"{what} is already as at version {version}: nothing committed.")
+        echo(f"{what} is already as at version {version}: nothing committed.")
         return
-    click.echo(
+    echo(
         f"Restored {what} to version {version} in version {result.version}: "
         f"{len(result.partition_ids)} partition(s) ({', '.join(result.partition_ids[:5])}"
         f"{' ...' if len(result.partition_ids) > 5 else ''}), {result.files_added} file(s) "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 
 import click
 
@@ -18,6 +19,7 @@ from dagster_partlake.cli.common import (
     skip_final_collection,
 )
 from dagster_partlake.cli.main import main
+from dagster_partlake.cli.output import echo, terminal
 
 
 @main.command("run")
@@ -43,45 +45,61 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
         _reap_dead_runs()
         skip_final_collection()
         if not result.plan.unreadable:
-            click.echo("Everything is fresh: nothing to run.")
+            echo("Everything is fresh: nothing to run.")
         fail_on_unreadable(result.plan)
         return
     # Imported only when there is something to run: a no-op run needs none of them.
     from dagster_partlake.cli.render import outcome_line
     from dagster_partlake.orchestration.pools import parallelism
-    from dagster_partlake.orchestration.runner import execute_runs
+    from dagster_partlake.orchestration.runner import Outcome, execute_runs
 
     instance = dagster_instance(True)
     assert instance is not None  # required: DAGSTER_HOME is set
     stale_assets = sorted({item.asset for item in result.plan.items})
     workers = parallelism(instance, graph.pools(stale_assets), max_parallel)
-    click.echo(
-        f"Running {len(result.plan.items)} stale asset partition(s) in {len(runs.runs)} run(s)..."
+    total = len(result.plan.items)
+    echo(
+        f"Running {total} stale asset partition(s) in {len(runs.runs)} run(s). "
+        f"Executing {workers.describe()}."
     )
-    click.echo(f"Executing {workers.describe()}.")
-    outcomes = execute_runs(
-        session,
-        instance,
-        runs,
-        max_parallel=workers.runs,
-        on_outcome=lambda o: click.echo(
-            outcome_line(o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error, o.metrics)
-        ),
-        on_notice=click.echo,
-    )
-    failed = sum(1 for o in outcomes if o.status == "failed")
-    skipped = sum(1 for o in outcomes if o.status == "skipped")
-    unchanged = sum(1 for o in outcomes if o.status == "unchanged")
-    refreshed = len(outcomes) - failed - skipped - unchanged
-    summary = f"{refreshed} asset partition(s) refreshed, {failed} failed"
-    if skipped:
-        summary += f", {skipped} skipped (a run they wait for failed)"
-    if unchanged:
-        summary += f", {unchanged} not run (their inputs came out unchanged)"
-    click.echo(summary + ".")
+    with terminal().progress(total, "asset partitions") as progress:
+
+        def on_outcome(o: Outcome) -> None:
+            echo(
+                outcome_line(
+                    o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error, o.metrics
+                )
+            )
+            progress.advance()
+
+        outcomes = execute_runs(
+            session,
+            instance,
+            runs,
+            max_parallel=workers.runs,
+            on_outcome=on_outcome,
+            on_notice=echo,
+        )
+    counts: Counter[str] = Counter(o.status for o in outcomes)
+    echo(_summary(counts, len(outcomes)))
+    log = terminal().log_path
+    if (counts["failed"] or counts["skipped"]) and log is not None:
+        echo(f"Full output (Dagster, Spark) of the failed runs: {log}")
     fail_on_unreadable(result.plan)
-    if failed or skipped:
+    if counts["failed"] or counts["skipped"]:
         sys.exit(1)
+
+
+def _summary(counts: Counter[str], total: int) -> str:
+    """`6 asset partition(s) refreshed, 0 failed.`; when some were skipped or came out
+    unchanged, those counts and the total, which they add up to."""
+    summary = f"{counts['ok']} asset partition(s) refreshed, {counts['failed']} failed"
+    if counts["skipped"] or counts["unchanged"]:
+        summary += (
+            f", {counts['skipped']} skipped because an upstream failed, "
+            f"{counts['unchanged']} unchanged ({total} in all)"
+        )
+    return summary + "."
 
 
 def _reap_dead_runs() -> None:
@@ -95,4 +113,4 @@ def _reap_dead_runs() -> None:
     instance = dagster_instance(True)
     assert instance is not None  # required: DAGSTER_HOME is set
     for dead in reap_dead_runs(instance):
-        click.echo(f"[FAILED] {dead.message}")
+        echo(f"[FAILED] {dead.message}")

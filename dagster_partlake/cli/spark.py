@@ -8,6 +8,7 @@ import click
 
 from dagster_partlake.cli.common import boundary
 from dagster_partlake.cli.main import main
+from dagster_partlake.cli.output import echo
 
 
 @main.group("spark")
@@ -32,10 +33,8 @@ def spark_start(port: int, master: str, driver_memory: str, root: str | None) ->
     from dagster_partlake.spark.server import start_connect
 
     info = start_connect(_root(root), port=port, master=master, driver_memory=driver_memory)
-    click.echo(f"Spark Connect server running: pid {info.pid}, {info.url} (log {info.log})")
-    click.echo(
-        f'Use it with SparkResource(remote="{info.url}") or PARTLAKE_SPARK_REMOTE={info.url}.'
-    )
+    echo(f"Spark Connect server running: pid {info.pid}, {info.url} (log {info.log})")
+    echo(f'Use it with SparkResource(remote="{info.url}") or PARTLAKE_SPARK_REMOTE={info.url}.')
 
 
 @spark_group.command("stop")
@@ -45,7 +44,7 @@ def spark_stop(root: str | None) -> None:
     """Stop the Spark Connect server started by `partlake spark start`."""
     from dagster_partlake.spark.server import stop
 
-    click.echo("Spark Connect server stopped." if stop(_root(root)) else "No server was running.")
+    echo("Spark Connect server stopped." if stop(_root(root)) else "No server was running.")
 
 
 @spark_group.command("status")
@@ -57,7 +56,7 @@ def spark_status(root: str | None) -> None:
 
     info = status(_root(root))
     if info.running:
-        click.echo(f"running: pid {info.pid}, {info.url}")
+        echo(f"running: pid {info.pid}, {info.url}")
     else:
-        click.echo("not running")
+        echo("not running")
         sys.exit(3)

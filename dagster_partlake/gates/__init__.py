@@ -15,7 +15,7 @@ from dagster_partlake.lazy import lazy_names
 
 if TYPE_CHECKING:
     from dagster_partlake.gates.before_commit import GateCheck
-    from dagster_partlake.gates.checks import log_gate_results, partlake_asset_checks
+    from dagster_partlake.gates.checks import gate_checks, log_gate_results
     from dagster_partlake.gates.evaluate import GateInput, evaluate
     from dagster_partlake.gates.failures import last_gate_failures
     from dagster_partlake.gates.spec import (
@@ -45,7 +45,7 @@ __all__ = [
     "last_gate_failures",
     "log_gate_results",
     "not_null",
-    "partlake_asset_checks",
+    "gate_checks",
     "row_count",
     "unique",
 ]
@@ -65,7 +65,7 @@ _LAZY = {
     "GateInput": "dagster_partlake.gates.evaluate",
     "evaluate": "dagster_partlake.gates.evaluate",
     "log_gate_results": "dagster_partlake.gates.checks",
-    "partlake_asset_checks": "dagster_partlake.gates.checks",
+    "gate_checks": "dagster_partlake.gates.checks",
     "last_gate_failures": "dagster_partlake.gates.failures",
 }
 

@@ -1,13 +1,13 @@
 """Quality gates as Dagster asset checks: declared with the asset, evaluated in its write.
 
-`partlake_asset_checks(assets)` declares one asset check per gate of each asset that has gates
-(one `multi_asset_check` per asset), so the UI lists them on the asset. Their results come from
-the write itself: the IO manager evaluates the gates on the staged data before the commit and
-logs one `AssetCheckEvaluation` per gate into the run (`log_gate_results`), passed, failed
-(nothing committed, the step fails) or warned (committed). In such a run the check step has
-nothing left to do. Executed on its own (the UI's "Execute" on a check), it evaluates the
-constraints on the table's current rows; audits compare a write with what it replaced, so they
-are evaluated only in writes and yield nothing there.
+`gate_checks(assets)` (part of `partlake_asset_checks`) declares one asset check per gate of
+each asset that has gates (one `multi_asset_check` per asset), so the UI lists them on the asset.
+Their results come from the write itself: the IO manager evaluates the gates on the staged data
+before the commit and logs one `AssetCheckEvaluation` per gate into the run
+(`log_gate_results`), passed, failed (nothing committed, the step fails) or warned (committed).
+In such a run the check step has nothing left to do. Executed on its own (the UI's "Execute" on
+a check), it evaluates the constraints on the table's current rows; audits compare a write with
+what it replaced, so they are evaluated only in writes and yield nothing there.
 """
 
 from __future__ import annotations
@@ -44,12 +44,9 @@ WRITTEN_PARTITIONS_KEY = "partlake/partitions_written"
 CHECK_OP_SUFFIX = "_partlake_gates"
 
 
-def partlake_asset_checks(assets: Sequence[object]) -> list[AssetChecksDefinition]:
-    """The asset checks of the gates declared by `assets` (partlake/constraints, partlake/audits).
-
-    Example:
-        defs = Definitions(assets=assets, asset_checks=partlake_asset_checks(assets), ...)
-    """
+def gate_checks(assets: Sequence[object]) -> list[AssetChecksDefinition]:
+    """The asset checks of the gates declared by `assets` (partlake/constraints, partlake/audits);
+    `dagster_partlake.partlake_asset_checks` declares them with partlake_fresh."""
     checks = []
     for assets_def in assets:
         if not isinstance(assets_def, AssetsDefinition):

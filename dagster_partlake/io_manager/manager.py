@@ -612,29 +612,50 @@ def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> Ga
 def _output_metadata(
     context: OutputContext, target: WriteTarget, written: KindWrite, record: CommitRecord
 ) -> dict[str, Any]:
-    """The materialization metadata of one written output."""
+    """The materialization metadata of one written output. Dagster shows a run's metadata on
+    each of its partitions, so a run of several partitions names its totals as the batch's
+    (`partlake/batch_rows`, ...); each partition's own rows and lastUpdated are on its
+    partlake_fresh result."""
     result = written.commit
-    metadata: dict[str, Any] = {
-        "dagster/row_count": MetadataValue.int(
-            result.num_records if result else written.metrics.get("rows_inserted", 0)
-        ),
-        "partlake/table_version": MetadataValue.int(
-            result.version if result else written.record.table_version or 0
-        ),
-        "partlake/path": MetadataValue.path(target.root),
-        "partlake/run_id": MetadataValue.text(context.run_id),
-        "partlake/partition_count": MetadataValue.int(len(target.keys)),
-        "partlake/code_version": MetadataValue.text(record.code_version or ""),
-        "partlake/upstream_versions": MetadataValue.json(dict(record.upstream_versions)),
-        "partlake/kind": MetadataValue.text(target.kind.kind),
-        **{f"partlake/{k}": MetadataValue.int(v) for k, v in written.metrics.items()},
+    counts: dict[str, int] = {
+        "dagster/row_count": result.num_records
+        if result
+        else written.metrics.get("rows_inserted", 0),
+        "partlake/partition_count": len(target.keys),
+        **{f"partlake/{k}": v for k, v in written.metrics.items()},
     }
     if result is not None:
-        metadata["partlake/files_added"] = MetadataValue.int(result.files_added)
-        metadata["partlake/files_removed"] = MetadataValue.int(result.files_removed)
-        metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
+        counts["partlake/files_added"] = result.files_added
+        counts["partlake/files_removed"] = result.files_removed
     if target.kind.kind == "tracked":
-        metadata["partlake/partitions_unchanged"] = MetadataValue.int(
-            len(written.unchanged_partitions)
-        )
+        counts["partlake/partitions_unchanged"] = len(written.unchanged_partitions)
+    batch = len(target.keys) > 1
+    metadata: dict[str, Any] = {
+        (_batch_name(name) if batch else name): MetadataValue.int(value)
+        for name, value in counts.items()
+    }
+    metadata.update(
+        {
+            "partlake/table_version": MetadataValue.int(
+                result.version if result else written.record.table_version or 0
+            ),
+            "partlake/path": MetadataValue.path(target.root),
+            "partlake/run_id": MetadataValue.text(context.run_id),
+            "partlake/code_version": MetadataValue.text(record.code_version or ""),
+            "partlake/upstream_versions": MetadataValue.json(dict(record.upstream_versions)),
+            "partlake/kind": MetadataValue.text(target.kind.kind),
+        }
+    )
+    if result is not None:
+        metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
     return metadata
+
+
+def _batch_name(name: str) -> str:
+    """`dagster/row_count` -> `partlake/batch_rows`, `partlake/rows_deleted` ->
+    `partlake/batch_rows_deleted`: a figure of the whole run, not of one partition."""
+    special = {
+        "dagster/row_count": "partlake/batch_rows",
+        "partlake/partition_count": "partlake/batch_partitions",
+    }
+    return special.get(name) or name.replace("partlake/", "partlake/batch_", 1)

@@ -15,9 +15,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import DagsterError, DagsterInstance
@@ -39,7 +39,7 @@ from dagster_partlake.orchestration.workers import (
     worker_of_run,
 )
 from dagster_partlake.planning.graph import LakeGraph
-from dagster_partlake.planning.planner import Key
+from dagster_partlake.planning.planner import Key, StalePartition
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession
 from dagster_partlake.spark.resource import SparkResource, running_session
@@ -124,22 +124,10 @@ def execute_runs(
     for dead in reap_dead_runs(instance):
         on_notice(f"[FAILED] {dead.message}")
     graph = session.graph
-    assert graph.defs is not None, "partlake run needs the code location's Definitions"
-    job = graph.defs.resolve_implicit_global_asset_job_def()
-    outcomes: list[Outcome] = []
-    succeeded: dict[int, bool] = {}
-    pending = list(run_plan.runs)
-
-    def report(run: PlannedRun, results: list[Outcome]) -> None:
-        succeeded[run.number] = all(o.ok for o in results)
-        for outcome in results:
-            outcomes.append(outcome)
-            on_outcome(outcome)
-
-    cutoff = any(a.kind == "tracked" for a in graph.assets.values())
     # One session for every run of this process; the runs' resources reuse it.
     session_started = _start_shared_session(graph)
     workers = max(1, max_parallel)
+    schedule = _Schedule(session, instance, run_plan, on_outcome)
     watch = _PoolWatch(instance, graph.pools(), on_notice)
     try:
         with (
@@ -148,43 +136,78 @@ def execute_runs(
             ThreadPoolExecutor(workers) as pool,
             watch,
         ):
-            running: dict[Future[list[Outcome]], PlannedRun] = {}
-            while pending or running:
-                for run in list(pending):
-                    failed_before = [w for w in run.waits_for if succeeded.get(w) is False]
-                    if failed_before:
-                        pending.remove(run)
-                        report(run, _skipped(run, failed_before))
-                    elif all(succeeded.get(w) for w in run.waits_for):
-                        pending.remove(run)
-                        if run.waits_for and cutoff and _still_fresh(session, instance, run):
-                            report(run, _unchanged(run))
-                            continue
-                        run_id = watch.add(run)
-                        running[pool.submit(_execute, job, instance, graph, run, run_id)] = run
-                if not running:
-                    # Runs wait only for lower-numbered runs, so the first pending one can always
-                    # start or be skipped: nothing running means nothing is left.
-                    assert not pending, f"runs {[r.number for r in pending]} can never start"
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    finished = running.pop(future)
-                    watch.discard(finished)
-                    report(finished, future.result())
+            schedule.run(pool, watch)
     finally:
         if session_started:
             spark = running_session()
             if spark is not None:
                 spark.stop()
-    return outcomes
+    return schedule.outcomes
 
 
-def _still_fresh(session: PlanningSession, instance: DagsterInstance, run: PlannedRun) -> bool:
-    """Whether a new plan finds none of the run's partitions stale."""
-    result = session.plan(select=run.assets, dynamic_partitions_store=instance)
-    stale = {(i.asset, i.partition) for i in result.plan.items}
-    return not any((i.asset, i.partition) in stale for i in run.items)
+class _Schedule:
+    """Starts each planned run once the runs it waits for succeeded, skips it when one failed,
+    and collects the outcomes."""
+
+    def __init__(
+        self,
+        session: PlanningSession,
+        instance: DagsterInstance,
+        run_plan: RunPlan,
+        on_outcome: Callable[[Outcome], None],
+    ) -> None:
+        graph = session.graph
+        assert graph.defs is not None, "partlake run needs the code location's Definitions"
+        self.session = session
+        self.instance = instance
+        self.job = graph.defs.resolve_implicit_global_asset_job_def()
+        self.on_outcome = on_outcome
+        self.pending = list(run_plan.runs)
+        self.succeeded: dict[int, bool] = {}
+        self.not_written: set[tuple[str, Key]] = set()  # failed or skipped so far
+        self.outcomes: list[Outcome] = []
+        self.cutoff = any(a.kind == "tracked" for a in graph.assets.values())
+
+    def run(self, pool: ThreadPoolExecutor, watch: _PoolWatch) -> None:
+        running: dict[Future[list[Outcome]], PlannedRun] = {}
+        while self.pending or running:
+            for run in list(self.pending):
+                failed_before = [w for w in run.waits_for if self.succeeded.get(w) is False]
+                if failed_before:
+                    self.pending.remove(run)
+                    self.report(run, _skipped(run, self.not_written))
+                elif all(self.succeeded.get(w) for w in run.waits_for):
+                    self.pending.remove(run)
+                    if run.waits_for and self.cutoff and self.still_fresh(run):
+                        self.report(run, _unchanged(run))
+                        continue
+                    graph, run_id = self.session.graph, watch.add(run)
+                    future = pool.submit(_execute, self.job, self.instance, graph, run, run_id)
+                    running[future] = run
+            if not running:
+                # Runs wait only for lower-numbered runs, so the first pending one can always
+                # start or be skipped: nothing running means nothing is left.
+                assert not self.pending, f"runs {[r.number for r in self.pending]} never start"
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                finished = running.pop(future)
+                watch.discard(finished)
+                self.report(finished, future.result())
+
+    def report(self, run: PlannedRun, results: list[Outcome]) -> None:
+        self.succeeded[run.number] = all(o.ok for o in results)
+        self.not_written.update((o.asset, o.partition) for o in results if not o.ok)
+        for outcome in results:
+            self.outcomes.append(outcome)
+            self.on_outcome(outcome)
+
+    def still_fresh(self, run: PlannedRun) -> bool:
+        """Whether a new plan (by the same session: only what the earlier runs committed is
+        judged again) finds none of the run's partitions stale."""
+        result = self.session.plan(select=run.assets, dynamic_partitions_store=self.instance)
+        stale = {(i.asset, i.partition) for i in result.plan.items}
+        return not any((i.asset, i.partition) in stale for i in run.items)
 
 
 def _unchanged(run: PlannedRun) -> list[Outcome]:
@@ -203,12 +226,31 @@ def _unchanged(run: PlannedRun) -> list[Outcome]:
     ]
 
 
-def _skipped(run: PlannedRun, failed: list[int]) -> list[Outcome]:
-    because = ", ".join(f"run {n}" for n in failed)
-    return [
-        Outcome("skipped", i.asset, i.partition, i.reason, None, None, None, f"{because} failed")
-        for i in run.items
-    ]
+def _skipped(run: PlannedRun, not_written: Collection[tuple[str, Key]]) -> list[Outcome]:
+    """Outcomes of a run not started because a run it waits for failed: each names the
+    upstream partition that was not written (`upstream checked 2024-07-03 failed`)."""
+    outcomes = []
+    for item in run.items:
+        causes = _reads_from(item, not_written) or sorted(not_written, key=str)
+        shown = [f"{asset} {key or '-'}" for asset, key in causes]
+        because = f"upstream {', '.join(shown[:3])}{' ...' if len(shown) > 3 else ''} failed"
+        outcomes.append(
+            Outcome("skipped", item.asset, item.partition, item.reason, None, None, None, because)
+        )
+    return outcomes
+
+
+def _reads_from(
+    item: StalePartition, written: Collection[tuple[str, Key]]
+) -> list[tuple[str, Key]]:
+    """The partitions the failed runs were to write that `item` names as its cause."""
+    found = []
+    for cause in item.because:
+        asset, _, rest = cause.partition("[")
+        key: Key = rest[:-1] if rest else None
+        if (asset, key) in written:
+            found.append((asset, key))
+    return found
 
 
 def _start_shared_session(graph: LakeGraph) -> bool:
@@ -224,13 +266,14 @@ def _execute(
     job: JobDefinition, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun, run_id: str
 ) -> list[Outcome]:
     """Execute one planned run in this process, as the Dagster run `run_id`; one outcome per
-    stale asset partition it covers."""
+    stale asset partition it covers: ok, failed (its step failed, with the error), or skipped
+    (its step never ran because an upstream step of the same run failed)."""
     kwargs: dict[str, Any] = {}
     if run.partition_key is not None:
         kwargs["partition_key"] = run.partition_key
     versions = {name: _latest_version(graph, name) for name in run.assets}
     started = time.perf_counter()
-    error: str | None = None
+    errors: dict[str, str] = {}  # step key -> its error
     try:
         result = job.execute_in_process(
             instance=instance,
@@ -242,30 +285,54 @@ def _execute(
             run_id=run_id,
             **kwargs,
         )
-        ok = result.success
-        if not ok:
-            failures = result.get_step_failure_events()
-            error = _root_cause(failures[0].step_failure_data.error) if failures else "failed"
+        for failure in result.get_step_failure_events():
+            errors[failure.step_key or ""] = _root_cause(failure.step_failure_data.error)
+        whole_run_failed = not result.success and not errors
     except DagsterError as exc:  # a run that could not even start: report, go on with the rest
-        ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
+        errors[""] = f"{type(exc).__name__}: {exc}"[:300]
+        whole_run_failed = True
     known = instance.get_run_by_id(run_id) is not None
     elapsed_ms = int((time.perf_counter() - started) * 1000)
-    step_ms = _step_ms(instance, job, graph, run, run_id) if known else {}
-    rows, metrics = _written(graph, run, run_id, versions) if ok else ({}, {})
-    return [
-        Outcome(
-            status="ok" if ok else "failed",
-            asset=item.asset,
-            partition=item.partition,
-            reason=item.reason,
-            rows=rows.get((item.asset, item.partition)),
-            ms=step_ms.get(item.asset, elapsed_ms),
-            run_id=run_id if known else None,
-            error=error,
-            metrics=metrics.get(item.asset),
+    steps = _steps(instance, job, graph, run, run_id) if known else {}
+    done = [a for a in run.assets if steps.get(a, (None, None))[0] == "SUCCESS"]
+    rows, metrics = _written(graph, run, run_id, versions, done)
+    failed = {
+        (i.asset, i.partition)
+        for i in run.items
+        if whole_run_failed or steps.get(i.asset, (None, None))[0] == "FAILURE"
+    }
+    outcomes = []
+    for item in run.items:
+        status, ms = steps.get(item.asset, (None, None))
+        base = Outcome(
+            "ok",
+            item.asset,
+            item.partition,
+            item.reason,
+            None,
+            ms or elapsed_ms,
+            run_id if known else None,
         )
-        for item in run.items
-    ]
+        if item.asset in done:
+            outcomes.append(
+                replace(
+                    base,
+                    rows=rows.get((item.asset, item.partition)),
+                    metrics=metrics.get(item.asset),
+                )
+            )
+        elif (item.asset, item.partition) in failed:
+            error = errors.get(_step_key(job, graph, item.asset)) or next(
+                iter(errors.values()), "failed"
+            )
+            outcomes.append(replace(base, status="failed", error=error))
+        else:
+            causes = _reads_from(item, failed) or sorted(failed, key=str)
+            shown = ", ".join(f"{a} {k or '-'}" for a, k in causes[:3])
+            outcomes.append(
+                replace(base, status="skipped", ms=None, error=f"upstream {shown} failed")
+            )
+    return outcomes
 
 
 def _root_cause(error: SerializableErrorInfo | None) -> str:
@@ -277,21 +344,23 @@ def _root_cause(error: SerializableErrorInfo | None) -> str:
     return message.splitlines()[0][:400]
 
 
-def _step_ms(
+def _step_key(job: JobDefinition, graph: LakeGraph, asset: str) -> str:
+    """The key of the step that writes `asset` (its node handle, as text)."""
+    return str(job.asset_layer.get_op_output_handle(graph.assets[asset].key).node_handle)
+
+
+def _steps(
     instance: DagsterInstance, job: JobDefinition, graph: LakeGraph, run: PlannedRun, run_id: str
-) -> dict[str, int]:
-    """Step time per asset of the run (Dagster keys step stats by step key, not asset name)."""
-    by_step = {}
+) -> dict[str, tuple[str | None, int | None]]:
+    """Per asset of the run, its step's status (SUCCESS, FAILURE, SKIPPED; None: never
+    started) and time (Dagster keys step stats by step key, not asset name)."""
+    by_step: dict[str, tuple[str | None, int | None]] = {}
     for stat in instance.get_run_step_stats(run_id):
+        ms = None
         if stat.start_time and stat.end_time:
-            by_step[stat.step_key] = int((stat.end_time - stat.start_time) * 1000)
-    result = {}
-    for name in run.assets:
-        handle = job.asset_layer.get_op_output_handle(graph.assets[name].key)
-        step_key = str(handle.node_handle)  # a step key is its node handle, as text
-        if step_key in by_step:
-            result[name] = by_step[step_key]
-    return result
+            ms = int((stat.end_time - stat.start_time) * 1000)
+        by_step[stat.step_key] = (stat.status.value if stat.status else None, ms)
+    return {name: by_step.get(_step_key(job, graph, name), (None, None)) for name in run.assets}
 
 
 def _latest_version(graph: LakeGraph, name: str) -> int:
@@ -300,13 +369,17 @@ def _latest_version(graph: LakeGraph, name: str) -> int:
 
 
 def _written(
-    graph: LakeGraph, run: PlannedRun, run_id: str, before: dict[str, int]
+    graph: LakeGraph,
+    run: PlannedRun,
+    run_id: str,
+    before: dict[str, int],
+    assets: Sequence[str],
 ) -> tuple[dict[tuple[str, Key], int], dict[str, Mapping[str, int]]]:
-    """Rows per asset partition the run wrote, and per asset the row counts of kinds that
-    report them (not `partition` / `table`: their rows say it all)."""
+    """Rows per asset partition the run wrote of `assets`, and per asset the row counts of
+    kinds that report them (not `partition` / `table`: their rows say it all)."""
     rows: dict[tuple[str, Key], int] = {}
     metrics: dict[str, Mapping[str, int]] = {}
-    for name in run.assets:
+    for name in assets:
         record = find_record(graph.assets[name].path, since=before[name] + 1, run_id=run_id)
         if record is None:
             continue

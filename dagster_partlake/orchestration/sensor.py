@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetSelection,
+    DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
     PartitionKeyRange,
@@ -49,11 +50,18 @@ from dagster_partlake.compat import (
 )
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.freshness.report import (
+    MISSING_CHECKS,
+    FreshnessReport,
+    FreshnessReporter,
+    checked_assets,
+    record_report,
+)
 from dagster_partlake.layout import resolve_root
 from dagster_partlake.planning.graph import LakeGraph, repository_root
-from dagster_partlake.planning.planner import Key
+from dagster_partlake.planning.planner import Key, StalePartition, render_partition
 from dagster_partlake.planning.runs import PlannedRun
-from dagster_partlake.planning.session import PlanningSession
+from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, DagsterRun
@@ -73,7 +81,16 @@ IN_FLIGHT = [
 # server keeps them across ticks, so a tick re-reads and re-converts only the tables whose version
 # moved, and plans only what that changed.
 _caches: dict[str, StateCache] = {}
-_sessions: dict[tuple[str, str], tuple[AssetGraph, PlanningSession]] = {}
+_states: dict[tuple[str, str], _State] = {}
+
+
+@dataclass
+class _State:
+    """What one sensor keeps across ticks for one code location and lake."""
+
+    asset_graph: AssetGraph  # the code location it was made for (a reload makes a new one)
+    session: PlanningSession
+    reporter: FreshnessReporter
 
 
 @dataclass
@@ -101,11 +118,11 @@ class _Cursor:
         return json.dumps(asdict(self))
 
 
-def _session(
+def _state(
     context: SensorEvaluationContext, name: str, root: str | None, io_manager_key: str
-) -> PlanningSession:
-    """The code location's planning session, made anew only when the code location was
-    reloaded (the state cache is kept); the lake root is the sensor's `root`, else the code
+) -> _State:
+    """The code location's planning session and reporter, made anew only when the code location
+    was reloaded (the state cache is kept); the lake root is the sensor's `root`, else the code
     location's DeltaPartitionIOManager's, else the default (as for `partlake plan` on the same
     module)."""
     repository = context.repository_def
@@ -113,12 +130,13 @@ def _session(
     asset_graph = repository.asset_graph
     # Resolved on every tick: the default root follows $PARTLAKE_HOME.
     resolved = resolve_root(root or repository_root(repository, io_manager_key))
-    cached = _sessions.get((name, resolved))
-    if cached is None or cached[0] is not asset_graph:
+    state = _states.get((name, resolved))
+    if state is None or state.asset_graph is not asset_graph:
         graph = LakeGraph(asset_graph=asset_graph, root=resolved)
         session = PlanningSession(graph, _caches.setdefault(name, StateCache()))
-        cached = _sessions[(name, resolved)] = (asset_graph, session)
-    return cached[1]
+        reporter = state.reporter if state is not None else FreshnessReporter()
+        state = _states[(name, resolved)] = _State(asset_graph, session, reporter)
+    return state
 
 
 def build_invalidation_sensor(
@@ -196,9 +214,8 @@ def evaluate(
     """
     now = time.time()
     cursor = _Cursor.from_json(context.cursor)
-    session = _session(context, name, root, io_manager_key)
-    graph = session.graph
-    instance = context.instance
+    state = _state(context, name, root, io_manager_key)
+    session, graph, instance = state.session, state.session.graph, context.instance
     horizon = graph.horizon(instance)
     retry_due = any(retry_at <= now for _, retry_at in cursor.failures.values())
     if (
@@ -214,32 +231,26 @@ def evaluate(
     failures, seen_until = _count_failures(
         instance, graph, name, cursor, now, retry_base_seconds, retry_max_seconds
     )
-
     result = session.plan(dynamic_partitions_store=instance)
     stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
     held = {a for u in result.plan.unreadable for a in u.held}
     # Fresh again: forget. Held behind an unreadable table: keep, it was neither judged nor run.
     failures = {k: v for k, v in failures.items() if k in stale or _unfkey(k)[0] in held}
-    blocked: dict[str, set[Key]] = {}
-    for run in in_flight:
-        for asset, key in _run_partitions(graph, run):
-            blocked.setdefault(asset, set()).add(key)
-    for fkey, (_, retry_at) in failures.items():
-        if retry_at > now:
-            asset, key = _unfkey(fkey)
-            blocked.setdefault(asset, set()).add(key)
-
-    runs = session.runs(result, blocked=blocked)
+    running = _running(graph, in_flight)
+    backing_off = _backing_off(failures, now)
+    runs = session.runs(result, blocked=_union(running, backing_off))
     room = max(0, max_runs_in_flight - len(in_flight))
-    ready = runs.ready
+    ready = runs.ready[:room]
     requests = [
-        _request(graph, run, name, result.versions, _attempt(run, failures)) for run in ready[:room]
+        _request(graph, run, name, result.versions, _attempt(run, failures)) for run in ready
     ]
+    report = _report(context, state, result)
     new_cursor = _Cursor(
         versions=result.versions,
         horizon=horizon,
         failures=failures,
-        pending=bool(requests or in_flight or len(runs.runs) > len(requests) or runs.waiting),
+        pending=bool(requests or in_flight or len(runs.runs) > len(requests) or runs.waiting)
+        or report.waiting > 0,
         checked_at=now,
         failures_seen_until=seen_until,
     ).to_json()
@@ -249,14 +260,111 @@ def evaluate(
     if not requests:
         if errors:
             raise TableUnreadableError(" ".join(errors))
-        waiting = len(result.plan.items)
-        reason = (
-            f"{waiting} stale asset partition(s) wait for running or backing-off runs."
-            if waiting
-            else "Everything is fresh."
-        )
+        reason = _skip_text(result.plan.items, running, backing_off, failures, now)
+        context.log.info(reason)
         return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
+    _log_requested(context, ready)
     return SensorResult(run_requests=requests, cursor=new_cursor)
+
+
+def _running(graph: LakeGraph, in_flight: Sequence[DagsterRun]) -> dict[str, set[Key]]:
+    """The partitions the sensor's runs in flight target."""
+    blocked: dict[str, set[Key]] = {}
+    for run in in_flight:
+        for asset, key in _run_partitions(graph, run):
+            blocked.setdefault(asset, set()).add(key)
+    return blocked
+
+
+def _backing_off(failures: Mapping[str, list[float]], now: float) -> dict[str, set[Key]]:
+    """The failed partitions whose next retry is not due yet."""
+    blocked: dict[str, set[Key]] = {}
+    for fkey, (_, retry_at) in failures.items():
+        if retry_at > now:
+            asset, key = _unfkey(fkey)
+            blocked.setdefault(asset, set()).add(key)
+    return blocked
+
+
+def _union(*maps: Mapping[str, set[Key]]) -> dict[str, set[Key]]:
+    joined: dict[str, set[Key]] = {}
+    for blocked in maps:
+        for asset, keys in blocked.items():
+            joined.setdefault(asset, set()).update(keys)
+    return joined
+
+
+# Lines a tick logs about the partitions it requests, at most.
+MAX_LOGGED = 50
+
+
+def _log_requested(context: SensorEvaluationContext, runs: Sequence[PlannedRun]) -> None:
+    """One tick log line per requested partition, in `partlake plan`'s words:
+    `clean_events[2024-01-02|eu] upstream_changed because raw_events[2024-01-02|eu]`."""
+    items = [item for run in runs for item in run.items]
+    for item in items[:MAX_LOGGED]:
+        because = f" because {', '.join(item.because)}" if item.because else ""
+        context.log.info(f"{render_partition(item.asset, item.partition)} {item.reason}{because}")
+    if len(items) > MAX_LOGGED:
+        context.log.info(f"... and {len(items) - MAX_LOGGED} more (`partlake plan` lists them)")
+
+
+def _skip_text(
+    stale: Sequence[StalePartition],
+    running: Mapping[str, set[Key]],
+    backing_off: Mapping[str, set[Key]],
+    failures: Mapping[str, list[float]],
+    now: float,
+) -> str:
+    """Why a tick that planned requests nothing: everything is fresh, or what the stale
+    partitions wait for (runs in flight, a retry)."""
+    if not stale:
+        return "Everything is fresh."
+    in_flight = sum(1 for i in stale if i.partition in running.get(i.asset, ()))
+    retrying = [i for i in stale if i.partition in backing_off.get(i.asset, ())]
+    parts = []
+    if in_flight:
+        parts.append(f"{in_flight} in runs in flight")
+    if retrying:
+        first = min(retrying, key=lambda i: failures[_fkey(i.asset, i.partition)][1])
+        due = failures[_fkey(first.asset, first.partition)][1] - now
+        parts.append(
+            f"{len(retrying)} backing off after a failed run (next retry: "
+            f"{render_partition(first.asset, first.partition)} in {due:,.0f} s)"
+        )
+    rest = len(stale) - in_flight - len(retrying)
+    if rest:
+        parts.append(f"{rest} reading those")
+    return (
+        f"{len(stale)} stale asset partition(s) wait for running or backing-off runs: "
+        f"{'; '.join(parts)}."
+    )
+
+
+def _report(context: SensorEvaluationContext, state: _State, result: PlanResult) -> FreshnessReport:
+    """The partlake_fresh results of the verdicts that changed; a one-line warning when the
+    code location registers no partlake_fresh check."""
+    repository = context.repository_def
+    assert repository is not None
+    checked = checked_assets(repository.asset_graph.asset_check_keys)
+    graph = state.session.graph
+    if not checked and any(
+        a.partitions_def is not None and not a.is_source for a in graph.assets.values()
+    ):
+        context.log.warning(MISSING_CHECKS)
+    memo = state.session.memo
+    assert memo is not None  # a plan was just made
+    report = state.reporter.report(context.instance, result, memo.verdicts, checked)
+    # Recorded here rather than returned as the tick's asset_events, which Dagster 1.13 would
+    # refuse for a partition reported before (`compat.record_check_evaluations`).
+    record_report(context.instance, report)
+    if report.evaluations:
+        context.log.info(
+            f"Reported {len(report.evaluations)} partlake_fresh result(s): {report.failed} stale, "
+            f"{len(report.evaluations) - report.failed} fresh"
+            + (f"; {report.waiting} more next tick" if report.waiting else "")
+        )
+    return report
 
 
 def _count_failures(

@@ -281,13 +281,30 @@ def repository_root(repository: RepositoryDefinition, io_manager_key: str) -> st
     """The `root` configured on the code location's `DeltaPartitionIOManager` under
     `io_manager_key`, read from its resource definition (what a sensor sees of it without
     initializing the resource on every tick)."""
-    definition = repository.get_top_level_resources().get(io_manager_key)
+    return _configured_root(repository.get_top_level_resources().get(io_manager_key))
+
+
+def assets_root(asset_graph: AssetGraph, io_manager_key: str = "io_manager") -> str | None:
+    """The `root` of the `DeltaPartitionIOManager` bound to the graph's assets under
+    `io_manager_key` (what an automation condition sees of the code location)."""
+    for key in asset_graph.get_all_asset_keys():
+        node = asset_graph.get(key)
+        if not node.is_materializable:
+            continue
+        root = _configured_root(node.assets_def.resource_defs.get(io_manager_key))
+        if root is not None:
+            return root
+    return None
+
+
+def _configured_root(definition: object) -> str | None:
+    """The `root` a `DeltaPartitionIOManager` resource definition is configured with."""
     resource_cls = getattr(definition, "configurable_resource_cls", None)
     if definition is None or not (
         isinstance(resource_cls, type) and issubclass(resource_cls, DeltaPartitionIOManager)
     ):
         return None
-    field = definition.config_schema.as_field()
+    field = definition.config_schema.as_field()  # type: ignore[attr-defined]
     root = (field.default_value if field.default_provided else {}).get("root")
     return root if isinstance(root, str) else None
 

@@ -1,0 +1,211 @@
+"""`partlake_fresh`: partlake's verdict on each partition, as a partitioned Dagster asset check.
+
+Dagster shows an asset partition as materialized or missing; it cannot see that a partition went
+stale because a source was rewritten out of band. partlake's planner can, and this check carries
+its verdict into the UI, per partition: passed when the partition is fresh, failed with severity
+WARN when it is stale, with the reason, the upstream partitions that caused it (as `partlake
+plan --json` says them) and the partition's lastUpdated. It never fails a run.
+
+Who reports results:
+- the check step of every run that materializes the asset (the sensor's, `partlake run`'s, the
+  UI's): passed for each partition the run's commit wrote, with that partition's own rows and
+  lastUpdated from the commit record;
+- the sensor, on every tick that plans, for the partitions whose verdict changed
+  (`dagster_partlake.freshness.report`), and `partlake plan --report`;
+- the check executed on its own (the UI's "Execute"): a plan of the code location, for the
+  run's partitions.
+
+`partlake_asset_checks(assets)` declares it for every managed partitioned asset, together with
+the quality gates' checks (`dagster_partlake.gates.checks`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckExecutionContext,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetKey,
+    AssetsDefinition,
+    MetadataValue,
+    multi_asset_check,
+)
+
+from dagster_partlake.compat import log_check_evaluation, step_context_of
+from dagster_partlake.gates.checks import gate_checks
+from dagster_partlake.metadata import (
+    BECAUSE_KEY,
+    FRESH_CHECK,
+    LAST_UPDATED_KEY,
+    REASON_KEY,
+    ROWS_KEY,
+)
+
+if TYPE_CHECKING:
+    from dagster import AssetSpec
+
+    from dagster_partlake.columnar.interner import Key
+    from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.planning.planner import StalePartition
+
+# The check op of an asset is named <asset path joined by __> + this suffix.
+CHECK_OP_SUFFIX = "_partlake_fresh"
+
+
+def partlake_asset_checks(assets: Sequence[object]) -> list[AssetChecksDefinition]:
+    """The asset checks partlake reports to: `partlake_fresh` on every managed partitioned
+    asset, and one check per quality gate (`partlake/constraints`, `partlake/audits`).
+
+    Example:
+        .. code-block:: python
+
+            defs = Definitions(assets=assets, asset_checks=partlake_asset_checks(assets), ...)
+    """
+    return [*gate_checks(assets), *fresh_checks(assets)]
+
+
+def fresh_checks(assets: Iterable[object]) -> list[AssetChecksDefinition]:
+    """One `partlake_fresh` check per managed partitioned asset of `assets`."""
+    checks = []
+    for assets_def in assets:
+        if not isinstance(assets_def, AssetsDefinition) or not assets_def.is_materializable:
+            continue
+        for key in assets_def.keys:
+            spec = assets_def.specs_by_key[key]
+            if spec.partitions_def is not None:
+                checks.append(_fresh_check(key, spec))
+    return checks
+
+
+def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
+    spec = AssetCheckSpec(
+        FRESH_CHECK,
+        asset=key,
+        partitions_def=asset_spec.partitions_def,
+        # Never blocking: a stale partition is news, not a reason to stop anything.
+        blocking=False,
+        description=(
+            "partlake's verdict per partition: passed when fresh, failed (warn) when stale, with "
+            "the reason and the upstream partitions that caused it."
+        ),
+    )
+
+    @multi_asset_check(
+        name=f"{'__'.join(key.path)}{CHECK_OP_SUFFIX}",
+        specs=[spec],
+        can_subset=True,
+        required_resource_keys={"io_manager"},
+        description=f"partlake_fresh of {key.to_user_string()}.",
+    )
+    # Unannotated: Dagster validates the annotation object, which postponed annotations hide.
+    def _fresh(context):
+        for evaluation in _evaluations(context, key):
+            log_check_evaluation(step_context_of(context), evaluation)
+        return iter(())
+
+    return _fresh
+
+
+def _evaluations(context: AssetCheckExecutionContext, key: AssetKey) -> list[AssetCheckEvaluation]:
+    """This run's verdicts on the asset's partitions: the ones its commit wrote, else a plan."""
+    from dagster_partlake.delta.table import find_record, table_exists
+
+    io_manager = context.resources.io_manager
+    root = io_manager.table_root(key)
+    partitions = list(context.partition_keys) if context.has_partition_key else []
+    run_id = context.op_execution_context.run_id
+    record = find_record(root, run_id=run_id) if table_exists(root) else None
+    if record is not None:
+        return written_evaluations(key, record, partitions or None)
+    return _planned(context, key, partitions)
+
+
+def written_evaluations(
+    key: AssetKey, record: CommitRecord, partitions: Sequence[str] | None = None
+) -> list[AssetCheckEvaluation]:
+    """Passed for each partition `record`'s commit wrote (of `partitions`, if given), with its
+    own rows and lastUpdated."""
+    wanted = set(partitions) if partitions is not None else None
+    rows = record.rows_by_partition or {}
+    return [
+        fresh_evaluation(key, pid, record.written_last_updated(pid), rows.get(pid))
+        for pid in record.partition_keys
+        if wanted is None or pid in wanted
+    ]
+
+
+def _planned(
+    context: AssetCheckExecutionContext, key: AssetKey, partitions: Sequence[str]
+) -> list[AssetCheckEvaluation]:
+    """The check executed on its own: plan the code location, judge the run's partitions."""
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan
+
+    repository = context.op_execution_context.repository_def
+    graph = LakeGraph(asset_graph=repository.asset_graph, root=context.resources.io_manager.root)
+    result = make_plan(graph, StateCache(), dynamic_partitions_store=context.instance)
+    name = key.to_user_string()
+    stale = {i.partition: i for i in result.plan.items if i.asset == name}
+    states = result.inputs.states.get(name, {})
+    evaluations = []
+    for partition in partitions:
+        state = states.get(partition)
+        updated = state.last_updated if state is not None else None
+        item = stale.get(partition)
+        evaluations.append(
+            stale_evaluation(key, item, updated)
+            if item is not None
+            else fresh_evaluation(key, partition, updated)
+        )
+    return evaluations
+
+
+def fresh_evaluation(
+    key: AssetKey, partition: Key, last_updated_ms: int | None, rows: int | None = None
+) -> AssetCheckEvaluation:
+    """`partlake_fresh` passed for one partition."""
+    metadata = _last_updated(last_updated_ms)
+    if rows is not None:
+        metadata[ROWS_KEY] = MetadataValue.int(rows)
+    return AssetCheckEvaluation(
+        asset_key=key,
+        check_name=FRESH_CHECK,
+        passed=True,
+        partition=partition,
+        metadata=metadata,
+        description="fresh",
+    )
+
+
+def stale_evaluation(
+    key: AssetKey, item: StalePartition, last_updated_ms: int | None
+) -> AssetCheckEvaluation:
+    """`partlake_fresh` failed (severity WARN) for one stale partition, with why."""
+    because = ", ".join(item.because)
+    return AssetCheckEvaluation(
+        asset_key=key,
+        check_name=FRESH_CHECK,
+        passed=False,
+        partition=item.partition,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            REASON_KEY: MetadataValue.text(item.reason),
+            BECAUSE_KEY: MetadataValue.json(list(item.because)),
+            **_last_updated(last_updated_ms),
+        },
+        description=f"{item.reason}" + (f" because {because}" if because else ""),
+    )
+
+
+def _last_updated(last_updated_ms: int | None) -> dict[str, MetadataValue]:
+    if last_updated_ms is None:
+        return {}
+    when = dt.datetime.fromtimestamp(last_updated_ms / 1000, dt.UTC)
+    return {LAST_UPDATED_KEY: MetadataValue.timestamp(when)}

@@ -1,0 +1,184 @@
+"""partlake's verdicts where Dagster shows them: `partlake_fresh` results and `partlake_stale()`.
+
+On the example lake (real Spark, real Delta tables, a real Dagster instance): the sensor's ticks
+report only the verdicts that changed, each run's check step reports the partitions it wrote,
+`partlake plan --report` does what a tick does, and Dagster's own automation evaluation of
+`partlake_stale()` requests exactly the stale closure, upstream first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetsDefinition,
+    AutomationCondition,
+    Definitions,
+    build_sensor_context,
+    evaluate_automation_conditions,
+)
+
+from dagster_partlake import partlake_stale
+from dagster_partlake.compat import CHECK_FAILED
+from dagster_partlake.metadata import BECAUSE_KEY, FRESH_CHECK, REASON_KEY, ROWS_KEY
+from tests.conftest import cli_env, run_partlake
+
+pytestmark = pytest.mark.spark
+
+CLOSURE = {
+    ("clean_events", "2024-01-02|eu"),
+    ("daily_region_stats", "2024-01-02|eu"),
+    ("monthly_region_stats", "2024-01|eu"),
+}
+
+
+def tick(defs, instance, sensor, cursor):  # type: ignore[no-untyped-def]
+    """One tick as the daemon runs it: (run requests, cursor, skip message, the partlake_fresh
+    results the tick recorded)."""
+    repository = defs.get_repository_def()
+    checked = [k for k in repository.asset_graph.asset_check_keys if k.name == FRESH_CHECK]
+    before = {k: _newest_id(instance, k) for k in checked}
+    context = build_sensor_context(
+        instance=instance,
+        instance_ref=instance.get_ref(),
+        repository_def=repository,
+        cursor=cursor,
+        resources={
+            k: r
+            for k, r in repository.get_top_level_resources().items()
+            if k in sensor.required_resource_keys
+        },
+    )
+    with context:
+        data = sensor.evaluate_tick(context)
+    assert not data.asset_events  # the sensor records its results itself
+    recorded = [
+        h.event.dagster_event.event_specific_data
+        for k in checked
+        for h in instance.event_log_storage.get_asset_check_execution_history(k, limit=1000)
+        if h.id > before[k] and h.event is not None
+    ]
+    return list(data.run_requests or []), data.cursor or cursor, data.skip_message, recorded
+
+
+def _newest_id(instance, key) -> int:  # type: ignore[no-untyped-def]
+    history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    return history[0].id if history else 0
+
+
+def latest(instance, asset: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Partition -> status of the newest partlake_fresh result of `asset`."""
+    infos = instance.event_log_storage.get_asset_check_partition_info(
+        [AssetCheckKey(AssetKey(asset), FRESH_CHECK)]
+    )
+    return {i.partition_key: i.latest_execution_status.value for i in infos}
+
+
+def test_the_sensor_reports_changed_verdicts_and_runs_report_what_they_wrote(
+    example, instance, lake: Path
+) -> None:
+    from dagster_partlake.orchestration.runner import refresh
+    from definitions.ingest import write_partition
+
+    defs, graph = example
+    sensor = defs.get_sensor_def("partlake_invalidation")
+    # The example's runs reported every partition they wrote, with its own rows.
+    assert set(latest(instance, "clean_events").values()) == {"SUCCEEDED"}
+    assert set(latest(instance, "clean_events")) == {
+        f"{d}|{r}" for d in ("2024-01-01", "2024-01-02") for r in ("eu", "us")
+    }
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey("clean_events"), FRESH_CHECK), limit=10
+    )
+    data = [h.event.dagster_event.event_specific_data for h in history]  # type: ignore[union-attr]
+    rows = {d.partition: d.metadata[ROWS_KEY].value for d in data}  # type: ignore[union-attr]
+    assert 150 < rows["2024-01-02|eu"] <= 200  # that partition's rows, not the run's
+
+    requests, cursor, skip, events = tick(defs, instance, sensor, None)
+    assert requests == [] and skip == "Everything is fresh." and events == []
+
+    write_partition(dt.date(2024, 1, 2), "eu", 180, seed=3, root=str(lake))
+    requests, cursor, skip, events = tick(defs, instance, sensor, cursor)
+    assert requests, skip
+    failed = {(e.asset_key.to_user_string(), e.partition): e for e in events}
+    assert set(failed) == CLOSURE and not any(e.passed for e in events)
+    clean = failed[("clean_events", "2024-01-02|eu")]
+    assert clean.metadata[REASON_KEY].value == "upstream_changed"
+    assert clean.metadata[BECAUSE_KEY].value == ["raw_events[2024-01-02|eu]"]
+    assert clean.severity.value == "WARN"
+    # Nothing changed since: nothing reported again.
+    _, cursor, _, again = tick(defs, instance, sensor, cursor)
+    assert again == []
+    assert latest(instance, "clean_events")["2024-01-02|eu"] == CHECK_FAILED.value
+
+    assert all(o.ok for o in refresh(graph, instance))  # the runs report what they wrote
+    assert latest(instance, "monthly_region_stats")["2024-01|eu"] == "SUCCEEDED"
+    _, cursor, skip, events = tick(defs, instance, sensor, cursor)
+    assert skip == "Everything is fresh."
+    assert {(e.asset_key.to_user_string(), e.partition) for e in events} == CLOSURE
+    assert all(e.passed for e in events)
+
+
+def test_plan_report_records_verdicts_without_a_daemon(example, tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]
+    from dagster import DagsterInstance
+
+    from definitions.ingest import write_partition
+
+    env = cli_env(tmp_path, lake)
+    write_partition(dt.date(2024, 1, 1), "us", 150, seed=5, root=str(lake))
+    out = run_partlake("plan", "-m", "definitions", "--report", env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (
+        "Reported 3 partlake_fresh result(s) to the Dagster instance: 3 stale, 0 fresh again."
+        in out.stderr
+    )
+    instance = DagsterInstance.from_config(env["DAGSTER_HOME"])
+    assert latest(instance, "daily_region_stats") == {"2024-01-01|us": "FAILED"}
+
+
+def test_partlake_stale_requests_the_stale_closure_upstream_first(example, instance, lake) -> None:  # type: ignore[no-untyped-def]
+    from definitions.ingest import write_partition
+
+    defs, _ = example
+    stale_first = (
+        partlake_stale()
+        & ~AutomationCondition.in_progress()
+        & ~AutomationCondition.any_deps_match(partlake_stale() | AutomationCondition.in_progress())
+    )
+    automated = Definitions(
+        assets=[
+            a.map_asset_specs(
+                lambda spec: spec.replace_attributes(automation_condition=stale_first)
+            )
+            if isinstance(a, AssetsDefinition) and a.is_materializable
+            else a
+            for a in defs.assets  # type: ignore[union-attr]
+        ],
+        resources=defs.resources,
+    )
+    result = evaluate_automation_conditions(automated, instance)
+    assert result.total_requested == 0
+
+    write_partition(dt.date(2024, 1, 2), "eu", 180, seed=3, root=str(lake))
+    result = evaluate_automation_conditions(automated, instance, cursor=result.cursor)
+    # The stale closure's upstream end only: downstream waits for its stale upstream.
+    assert result.get_requested_partitions(AssetKey("clean_events")) == {"2024-01-02|eu"}
+    assert result.total_requested == 1
+    # Its evaluation names the reason: partlake_stale's upstream_changed child holds it.
+    (clean,) = [r for r in result.results if r.key == AssetKey("clean_events")]
+    labels = _true_labels(clean)
+    assert "upstream_changed" in labels and "missing" not in labels
+
+
+def _true_labels(result) -> set[str]:  # type: ignore[no-untyped-def]
+    """Labels of the conditions in an evaluation tree that were true for some partition."""
+    found = set()
+    if result.true_subset.size and result.condition.get_label():
+        found.add(result.condition.get_label())
+    for child in result.child_results:
+        found |= _true_labels(child)
+    return found
