@@ -125,13 +125,14 @@ def test_no_op_partlake_run_imports_only_what_it_needs(tmp_path: Path) -> None:
         write_partition(dt.date(2024, 1, 1), region, 50, root=str(lake))
     env = {**cli_env(tmp_path, lake), "PYTHONPROFILEIMPORTTIME": "1"}
     # Only the source is selected: nothing to run, though every table's state is gathered. The
-    # first process reads raw_events' log and keeps its state on disk...
-    first = run_partlake("run", "-m", "definitions", "--select", "raw_events", env=env)
+    # first process reads raw_events' log and keeps its state on disk... (-v: the import profile
+    # goes to stderr, which a quiet command sends to its log file.)
+    first = run_partlake("run", "-m", "definitions", "--select", "raw_events", "-v", env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert first.stdout.strip() == "Everything is fresh: nothing to run."
     assert "deltalake" in imported_modules(first.stderr)
     # ...so the next one reads no Delta log, and imports no storage, writing or running code.
-    second = run_partlake("run", "-m", "definitions", "--select", "raw_events", env=env)
+    second = run_partlake("run", "-m", "definitions", "--select", "raw_events", "-v", env=env)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.strip() == "Everything is fresh: nothing to run."
     imported = imported_modules(second.stderr)
@@ -215,14 +216,20 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
             )
             for n in nodes
         }
+        # With partlake_fresh, partlake's verdict per partition, on every partitioned one.
         assert checks["clean_events"] == [
             "accepted_values_region",
             "non_negative",
             "not_null_user_id_event_id",
+            "partlake_fresh",
             "row_count",
             "unique_event_id",
         ]
-        assert checks["daily_region_stats"] == ["column_sum_revenue", "no_partition_emptied"]
+        assert checks["daily_region_stats"] == [
+            "column_sum_revenue",
+            "no_partition_emptied",
+            "partlake_fresh",
+        ]
         assert checks["payments"] == ["not_null_payment_id_user_id"]
         # The nightly maintenance schedule and its job, as the UI lists them.
         repositories = requests.post(

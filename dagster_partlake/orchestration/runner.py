@@ -340,8 +340,13 @@ def _root_cause(error: SerializableErrorInfo | None) -> str:
     # innermost cause, which names the actual problem.
     while error is not None and getattr(error, "cause", None) is not None:
         error = error.cause
-    message = (getattr(error, "message", "") or "failed").strip()
-    return message.splitlines()[0][:400]
+    message = (getattr(error, "message", "") or "failed").strip().splitlines()[0]
+    # "dagster_partlake.gates.spec.GateFailedError: quality gate failed ...": partlake's own
+    # errors say what went wrong in their message; the class path is noise.
+    head, _, rest = message.partition(": ")
+    if head.startswith("dagster_partlake.") and rest:
+        message = rest
+    return message[:400]
 
 
 def _step_key(job: JobDefinition, graph: LakeGraph, asset: str) -> str:
