@@ -207,6 +207,9 @@ def task_partlake(task: dict[str, Any]) -> dict[str, Any]:
 
     if scenario == "sensor_tick":
         return {**out, **_sensor_ticks(defs, root, task)}
+    if scenario.startswith("sensor_one_change"):
+        checked = build_defs(layout, root, None, checks=task["report"])
+        return {**out, **_sensor_one_change(checked, layout, root, task)}
 
     if scenario == "disk_cache":
         # `partlake plan` in a new process: the previous process left its states on disk.
@@ -395,6 +398,78 @@ def _sensor_ticks(defs: Any, root: str, task: dict[str, Any]) -> dict[str, Any]:
                 "memory": memory,
             }
         )
+    return out
+
+
+def _sensor_one_change(
+    defs: Any, layout: Layout, root: str, task: dict[str, Any]
+) -> dict[str, Any]:
+    """The sensor's tick after one old source partition changed, as the daemon runs it (a
+    file-backed SQLite instance): with `task["report"]`, the code location registers
+    `partlake_fresh` and the tick reports the three changed verdicts; without, it does not."""
+    from dagster import AssetCheckKey, AssetKey, build_sensor_context
+
+    from dagster_partlake.freshness.report import flush_reports
+    from dagster_partlake.metadata import FRESH_CHECK
+    from dagster_partlake.orchestration.sensor import build_invalidation_sensor
+
+    sensor = build_invalidation_sensor("plan_scale", root=root)
+    repository = defs.get_repository_def()
+    resources = {
+        key: value
+        for key, value in repository.get_top_level_resources().items()
+        if key in sensor.required_resource_keys
+    }
+    out: dict[str, Any] = {"reporting": bool(task["report"])}
+    instance_dir = os.path.join(root, f"sensor_instance_{task['scenario']}")
+    shutil.rmtree(instance_dir, ignore_errors=True)
+    with _instance(instance_dir) as instance:
+
+        def tick(cursor: str | None) -> Any:
+            with build_sensor_context(
+                instance=instance, repository_def=repository, cursor=cursor, resources=resources
+            ) as context:
+                return sensor.evaluate_tick(context)
+
+        first, out["first_tick_s"], _ = timed(lambda: tick(None))
+        skip = tick(first.cursor)
+        assert not skip.run_requests, skip.run_requests
+        key = layout.old_key(task["which"])
+        change = run_child({"kind": "mutate", "op": "change_source", "root": root, "keys": [key]})
+        if "error" in change:
+            raise RuntimeError(f"source change failed: {change}")
+        result, seconds, memory = timed(lambda: tick(skip.cursor))
+        # The sensor's writer thread records the results after the tick: how long that took.
+        begun = time.perf_counter()
+        assert flush_reports(timeout=120)
+        out["results_recorded_after_s"] = round(time.perf_counter() - begun, 4)
+        requested = sorted(
+            (asset.to_user_string(), request.partition_key)
+            for request in result.run_requests
+            for asset in request.asset_selection
+        )
+        reported = sum(
+            len(
+                instance.event_log_storage.get_asset_check_execution_history(
+                    AssetCheckKey(AssetKey(asset), FRESH_CHECK), limit=10
+                )
+            )
+            for asset in MANAGED
+        )
+        out.update(
+            {
+                "changed_key": key,
+                "one_change_tick_s": seconds,
+                "requested": requested,
+                "results_reported": reported,
+                "memory": memory,
+                "peak_rss_mb": self_peak_mb(),
+            }
+        )
+        assert {a for a, _ in requested} == set(MANAGED), requested
+        assert reported == (len(MANAGED) if task["report"] else 0), reported
+    # Fresh again for the next process (a run would have written a1..a3).
+    out["repair"] = run_child({"kind": "mutate", "op": "repair", "root": root, "keys": [key]})
     return out
 
 
@@ -607,6 +682,34 @@ def workdir(base: str, n: int) -> Iterator[str]:
     yield path
 
 
+# Old source partitions the sensor's one-change ticks rewrite: three without reporting, three
+# with (`Layout.old_key(which)`), interleaved.
+SENSOR_CHANGE_KEYS = (2, 3, 4, 5, 6, 7)
+
+
+def _sensor_one_change_side_by_side(n: int, root: str) -> dict[str, Any]:
+    """The one-change sensor tick without and with partlake_fresh reporting, three processes
+    each, interleaved (off, on, off, ...) so that both see the same machine."""
+    out: dict[str, Any] = {}
+    for i, which in enumerate(SENSOR_CHANGE_KEYS):
+        report = i % 2 == 1
+        name = f"sensor_one_change_{'report' if report else 'no_report'}_{i // 2 + 1}"
+        log(f"N={n}: partlake {name}")
+        out[name] = run_child(
+            {
+                "kind": "partlake",
+                "n": n,
+                "root": root,
+                "scenario": name,
+                "report": report,
+                "which": which,
+            }
+        )
+        if "error" in out[name]:
+            log(f"N={n}: partlake {name} failed: {out[name]['error']}")
+    return out
+
+
 def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     layout = Layout(n)
     entry: dict[str, Any] = {
@@ -628,14 +731,24 @@ def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         scenarios = (
             ()
             if args.skip_partlake
-            else ("no_change", "disk_cache", "sensor_tick", "one_old_change", "ten_percent")
+            else (
+                "no_change",
+                "disk_cache",
+                "sensor_tick",
+                "one_old_change",
+                "sensor_one_change",
+                "ten_percent",
+            )
         )
         for scenario in scenarios:
-            if scenario == "ten_percent":  # make the one-old-change partitions fresh again
+            if scenario == "sensor_one_change":  # the one-old-change partitions fresh again
                 changed = [layout.old_key(0)] + ([layout.old_key(1)] if profile else [])
                 partlake["repair_after_one_old_change"] = run_child(
                     {"kind": "mutate", "op": "repair", "root": root, "keys": changed}
                 )
+            if scenario == "sensor_one_change":
+                partlake.update(_sensor_one_change_side_by_side(n, root))
+                continue
             log(f"N={n}: partlake {scenario}")
             partlake[scenario] = run_child(
                 {

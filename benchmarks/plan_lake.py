@@ -66,8 +66,16 @@ class Layout:
         return (START + dt.timedelta(days=self.days)).isoformat()  # exclusive in Dagster
 
 
-def build_defs(layout: Layout, root: str, condition: str | None, code_version: str = "1") -> Any:
-    """src (AssetSpec) -> a1 -> a2 -> a3 (@asset, code_version '1', bodies never run)."""
+def build_defs(
+    layout: Layout,
+    root: str,
+    condition: str | None,
+    code_version: str = "1",
+    *,
+    checks: bool = False,
+) -> Any:
+    """src (AssetSpec) -> a1 -> a2 -> a3 (@asset, code_version '1', bodies never run); with
+    `checks`, partlake's asset checks (partlake_fresh) registered."""
     from dagster import (
         AssetSpec,
         AutomationCondition,
@@ -78,7 +86,7 @@ def build_defs(layout: Layout, root: str, condition: str | None, code_version: s
         asset,
     )
 
-    from dagster_partlake import DeltaPartitionIOManager
+    from dagster_partlake import DeltaPartitionIOManager, partlake_asset_checks
 
     partitions = MultiPartitionsDefinition(
         {
@@ -113,6 +121,7 @@ def build_defs(layout: Layout, root: str, condition: str | None, code_version: s
     a3 = managed("a3", a2)
     return Definitions(
         assets=[src, a1, a2, a3],
+        asset_checks=partlake_asset_checks([a1, a2, a3]) if checks else None,
         resources={"io_manager": DeltaPartitionIOManager(root=root)},
     )
 

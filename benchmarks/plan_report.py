@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -119,10 +120,24 @@ def summarize_partlake(detail: dict[str, Any]) -> dict[str, Any]:
             "one_old_change": get("one_old_change", "memory", "rss_peak_during_mb"),
             "ten_percent": get("ten_percent", "memory", "rss_peak_during_mb"),
         },
+        "sensor_one_change_tick_s": {
+            variant: _median(
+                [
+                    d["one_change_tick_s"]
+                    for s, d in detail.items()
+                    if s.startswith(f"sensor_one_change_{variant}_") and "one_change_tick_s" in d
+                ]
+            )
+            for variant in ("no_report", "report")
+        },
         "errors": {
             s: d["error"] for s, d in detail.items() if isinstance(d, dict) and "error" in d
         },
     }
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def targets(n: int, entry: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +149,12 @@ def targets(n: int, entry: dict[str, Any]) -> dict[str, Any]:
         "no_change_s (make_plan)": summary.get("no_change_s"),
         "no_change_s (sensor skip tick)": summary.get("sensor_skip_tick_s"),
         "one_old_change_s": summary.get("one_old_change_s"),
+        "one_old_change_s (sensor tick, no partlake_fresh)": (
+            summary.get("sensor_one_change_tick_s") or {}
+        ).get("no_report"),
+        "one_old_change_s (sensor tick, reporting partlake_fresh)": (
+            summary.get("sensor_one_change_tick_s") or {}
+        ).get("report"),
         "ten_percent_s": summary.get("ten_percent_s"),
         "first_plan_s (make_plan, cold)": summary.get("cold_make_plan_s"),
         "first_plan_s (sensor first tick)": summary.get("sensor_first_tick_s"),
@@ -163,7 +184,9 @@ def print_summary(result: dict[str, Any]) -> None:
         log(
             f"N={n}: partlake no-change make_plan {p.get('no_change_s')} s, quick check "
             f"{p.get('quick_check_s')} s, sensor skip tick {p.get('sensor_skip_tick_s')} s, "
-            f"one old change {p.get('one_old_change_s')} s, 10% {p.get('ten_percent_s')} s, items "
+            f"one old change {p.get('one_old_change_s')} s (sensor tick without / with "
+            f"partlake_fresh reports: {p.get('sensor_one_change_tick_s')}), "
+            f"10% {p.get('ten_percent_s')} s, items "
             f"{p.get('plan_items')}, peak RSS {p.get('peak_rss_mb')}"
         )
         for name, target in entry.get("targets", {}).items():

@@ -9,7 +9,7 @@ naming it, rather than somewhere deep in a run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +33,19 @@ from dagster._core.storage.tags import (
 )
 
 CHECK_FAILED = AssetCheckExecutionRecordStatus.FAILED
+CHECK_PASSED = AssetCheckExecutionRecordStatus.SUCCEEDED
 
 if TYPE_CHECKING:
-    from dagster import AssetCheckEvaluation, AssetCheckExecutionContext, DagsterInstance
+    from dagster import (
+        AssetCheckEvaluation,
+        AssetCheckExecutionContext,
+        AssetKey,
+        DagsterInstance,
+    )
 
-    # What a Declarative Automation condition's `evaluate` receives (annotations only).
+    # What a Declarative Automation condition's `evaluate` receives, and its view of the asset
+    # graph for one evaluation (annotations only).
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView as AssetGraphView
     from dagster._core.definitions.declarative_automation.automation_context import (
         AutomationContext as AutomationContext,
     )
@@ -55,6 +63,7 @@ __all__ = [
     "ASSET_PARTITION_RANGE_START_TAG",
     "AssetGraph",
     "CHECK_FAILED",
+    "CHECK_PASSED",
     "GRPC_INFO_TAG",
     "PARTITION_NAME_TAG",
     "CheckRunHealthResult",
@@ -64,6 +73,7 @@ __all__ = [
     "record_check_evaluations",
     "serialize_value",
     "step_context_of",
+    "targeting_latest_materializations",
     "threadsafe_in_process_runs",
 ]
 
@@ -116,6 +126,50 @@ def record_check_evaluations(
             ),
             run_id=report_id,
         )
+
+
+def targeting_latest_materializations(
+    instance: DagsterInstance, evaluations: Sequence[AssetCheckEvaluation]
+) -> list[AssetCheckEvaluation]:
+    """`evaluations`, each targeting the latest materialization of its partition.
+
+    Dagster counts a partition's check result in the check's partition statuses (the UI's
+    Partitions tab, passed/failed per partition) only while it targets the partition's latest
+    materialization; a result without a target counts only for a partition never materialized.
+    Two queries per asset, for the partitions reported.
+    """
+    from dagster import AssetRecordsFilter, DagsterEventType
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData as Target,
+    )
+    from dagster_shared.record import copy
+
+    partitions: dict[AssetKey, set[str]] = {}
+    for evaluation in evaluations:
+        if evaluation.partition is not None:
+            partitions.setdefault(evaluation.asset_key, set()).add(evaluation.partition)
+    targets: dict[tuple[AssetKey, str], Target] = {}
+    for key, wanted in partitions.items():
+        ids = instance.get_latest_storage_id_by_partition(
+            key, DagsterEventType.ASSET_MATERIALIZATION, wanted
+        )
+        if not ids:
+            continue
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=key, storage_ids=list(ids.values())), limit=len(ids)
+        ).records
+        by_id = {r.storage_id: r for r in records}
+        for partition, storage_id in ids.items():
+            if (record := by_id.get(storage_id)) is not None:
+                targets[key, partition] = Target(
+                    storage_id=storage_id, run_id=record.run_id, timestamp=record.timestamp
+                )
+    return [
+        copy(e, target_materialization_data=targets[e.asset_key, e.partition])
+        if e.partition is not None and (e.asset_key, e.partition) in targets
+        else e
+        for e in evaluations
+    ]
 
 
 def log_check_evaluation(step_context: Any, evaluation: AssetCheckEvaluation) -> None:

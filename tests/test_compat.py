@@ -189,3 +189,42 @@ def test_a_partition_gets_one_result_outside_a_run_and_reports_need_ids_of_their
         compat.record_check_evaluations(instance, [result(passed)], f"report-{number}")
     (info,) = instance.event_log_storage.get_asset_check_partition_info([key])
     assert info.partition_key == "a" and info.latest_execution_status.value == "SUCCEEDED"
+
+
+def test_results_count_for_a_partition_only_while_they_target_its_latest_materialization(
+    instance: DagsterInstance,
+) -> None:
+    """The check's partition statuses (the UI's Partitions tab) count a result only while it
+    targets the partition's latest materialization: untargeted, a result on a materialized
+    partition counts for nothing. `targeting_latest_materializations` adds the target."""
+    from dagster import AssetKey
+
+    @asset(partitions_def=DAILY)
+    def daily() -> None: ...
+
+    assert materialize([daily], instance=instance, partition_key="2024-01-02").success
+    key = AssetCheckKey(AssetKey("daily"), "fresh")
+
+    def result(partition: str) -> AssetCheckEvaluation:
+        return AssetCheckEvaluation(
+            asset_key=key.asset_key, check_name="fresh", passed=False, partition=partition
+        )
+
+    compat.record_check_evaluations(instance, [result("2024-01-02")], "untargeted")
+    (info,) = instance.event_log_storage.get_asset_check_partition_info([key])
+    assert not info.is_current  # Dagster's rule; when it changes, the targeting is moot
+
+    targeted = compat.targeting_latest_materializations(
+        instance, [result("2024-01-02"), result("2024-01-03")]
+    )
+    [materialization] = instance.fetch_materializations(AssetKey("daily"), limit=1).records
+    first = targeted[0].target_materialization_data
+    assert first is not None and first.storage_id == materialization.storage_id
+    assert first.run_id == materialization.run_id
+    assert targeted[1].target_materialization_data is None  # never materialized: nothing to target
+    compat.record_check_evaluations(instance, targeted, "targeted")
+    infos = {
+        i.partition_key: i for i in instance.event_log_storage.get_asset_check_partition_info([key])
+    }
+    assert infos["2024-01-02"].is_current and infos["2024-01-03"].is_current
+    assert infos["2024-01-02"].latest_execution_status.value == "FAILED"

@@ -60,6 +60,16 @@ query Ticks($sel: SensorSelector!) {
   }
 }
 """
+CHECK_RESULTS = """
+query Results($key: AssetKeyInput!, $partition: String!) {
+  assetCheckExecutions(assetKey: $key, checkName: "partlake_fresh", partition: $partition,
+                       limit: 1) {
+    runId timestamp partition
+    evaluation { success severity description
+      metadataEntries { label ... on TextMetadataEntry { text } } }
+  }
+}
+"""
 RUNS = """
 query Runs($tag: String!) {
   runsOrError(filter: {tags: [{key: "partlake/sensor", value: $tag}]}) {
@@ -154,6 +164,34 @@ def sensor_runs(dev: DagsterDev) -> list[dict[str, Any]]:
         run["tags"] = {t["key"]: t["value"] for t in run["tags"]}
         run["assets"] = ["/".join(a["path"]) for a in run["assetSelection"]]
     return sorted(runs, key=lambda r: r["creationTime"])
+
+
+def fresh_results(
+    dev: DagsterDev, partitions: set[tuple[str, str]], *, after: float, passed: bool
+) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """The newest partlake_fresh result of each (asset, partition), if every one is newer than
+    `after` and has passed (or failed) as wanted; else None."""
+    found = {}
+    for asset, partition in partitions:
+        [newest] = dev.graphql(CHECK_RESULTS, key={"path": [asset]}, partition=partition)[
+            "assetCheckExecutions"
+        ] or [None]
+        if newest is None or newest["evaluation"] is None:
+            return None
+        if newest["timestamp"] < after or newest["evaluation"]["success"] is not passed:
+            return None
+        found[asset, partition] = newest
+    return found
+
+
+def dismiss_welcome(page: Any) -> None:
+    """A fresh instance greets the user with a dialog over the first page they open."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.get_by_role("button", name="Skip").click(timeout=5_000)
+    except PlaywrightTimeout:
+        return  # this browser was greeted before
 
 
 def covered(run: dict[str, Any]) -> set[tuple[str, str]]:
@@ -260,6 +298,100 @@ class TestSqliteInstance:
                 expect(page.get_by_text(tag).first).to_be_visible()
             page.wait_for_timeout(1000)  # the dialog fades in; let it finish before the picture
             page.screenshot(path=out / "ui-run-tags.png")
+            browser.close()
+
+    @pytest.mark.browser
+    def test_a_stale_partition_shows_as_a_failed_partlake_fresh_check_until_refreshed(
+        self, refreshed: Refreshed, tmp_path: Path
+    ) -> None:
+        """A source rewrite: the sensor's next tick reports partlake_fresh failed (warn) for each
+        partition of the stale closure, with its reason, and the check's page in the browser
+        shows it; after the refresh, the runs report them passed. The refresh is held back
+        meanwhile by the pool's limit set to 0 with the Dagster CLI, as an operator would."""
+        from playwright.sync_api import expect, sync_playwright
+
+        dev = refreshed.dev
+        out = Path(os.environ.get("PARTLAKE_SCREENSHOTS") or tmp_path)
+        out.mkdir(parents=True, exist_ok=True)
+        closure = {
+            ("clean_events", "2024-01-01|us"),
+            ("daily_region_stats", "2024-01-01|us"),
+            ("monthly_region_stats", "2024-01|us"),
+        }
+        held = dev.dagster("instance", "concurrency", "set", "partlake", "0")
+        assert held.returncode == 0, held.stderr[-3000:]
+        try:
+            rewritten_at = time.time()
+            ingest(dev.env, "--date", "2024-01-01", "--region", "us", "--seed", "11")
+            stale = wait_until(
+                lambda: fresh_results(dev, closure, after=rewritten_at, passed=False),
+                timeout=120,
+                what="the sensor's partlake_fresh results for the stale closure",
+            )
+            clean = stale["clean_events", "2024-01-01|us"]
+            assert clean["runId"].startswith("partlake-fresh-")  # the sensor's, not a run's
+            assert clean["evaluation"]["severity"] == "WARN"
+            assert clean["evaluation"]["description"] == (
+                "upstream_changed because raw_events[2024-01-01|us]"
+            )
+            metadata = {m["label"]: m for m in clean["evaluation"]["metadataEntries"]}
+            assert metadata["partlake/reason"]["text"] == "upstream_changed"
+            assert "partlake/last_updated" in metadata
+            monthly = stale["monthly_region_stats", "2024-01|us"]
+            assert monthly["evaluation"]["description"] == (
+                "upstream_changed because daily_region_stats[2024-01-01|us]"
+            )
+            # The tick that reported them says why, in partlake plan's words.
+            logged = [
+                e["message"]
+                for t in ticks(dev)
+                if t["timestamp"] >= rewritten_at
+                for e in t["logEvents"]["events"]
+            ]
+            assert any(
+                "clean_events[2024-01-01|us] upstream_changed because raw_events[2024-01-01|us]"
+                in m
+                for m in logged
+            ), logged
+
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.set_default_timeout(60_000)
+                page.goto(f"{dev.url}/assets/clean_events?view=checks&checkDetail=partlake_fresh")
+                dismiss_welcome(page)
+                expect(
+                    page.get_by_text("upstream_changed because raw_events[2024-01-01|us]")
+                ).to_be_visible()
+                expect(page.get_by_text("2024-01-01|us", exact=True).first).to_be_visible()
+                expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
+                page.screenshot(path=out / "ui-stale-partitions.png")
+                # The check's partitions: the one stale partition counts as failed.
+                page.get_by_text("Partitions", exact=True).last.click()
+                expect(page.get_by_text("Failed (1)", exact=True)).to_be_visible()
+                browser.close()
+        finally:
+            released = dev.dagster("instance", "concurrency", "set", "partlake", "2")
+            assert released.returncode == 0, released.stderr[-3000:]
+
+        wait_until(lambda: dev.stale() == [], timeout=360, what="the refresh of the closure")
+        fresh = wait_until(
+            lambda: fresh_results(dev, closure, after=rewritten_at, passed=True),
+            timeout=60,
+            what="partlake_fresh passed for the refreshed closure",
+        )
+        assert not any(r["runId"].startswith("partlake-fresh-") for r in fresh.values())
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(f"{dev.url}/assets/clean_events?view=checks&checkDetail=partlake_fresh")
+            dismiss_welcome(page)
+            expect(page.get_by_text("Succeeded").first).to_be_visible()
+            page.get_by_text("Partitions", exact=True).last.click()
+            expect(page.get_by_text("Failed (0)", exact=True)).to_be_visible()
+            expect(page.get_by_text("Passed (4)", exact=True)).to_be_visible()
+            page.screenshot(path=tmp_path / "fresh-again.png")
             browser.close()
 
     def test_damaged_table_fails_ticks_with_its_message_and_holds_back_its_closure(

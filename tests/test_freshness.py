@@ -24,6 +24,7 @@ from dagster import (
 
 from dagster_partlake import partlake_stale
 from dagster_partlake.compat import CHECK_FAILED
+from dagster_partlake.freshness.report import flush_reports
 from dagster_partlake.metadata import BECAUSE_KEY, FRESH_CHECK, REASON_KEY, ROWS_KEY
 from tests.conftest import cli_env, run_partlake
 
@@ -55,7 +56,8 @@ def tick(defs, instance, sensor, cursor):  # type: ignore[no-untyped-def]
     )
     with context:
         data = sensor.evaluate_tick(context)
-    assert not data.asset_events  # the sensor records its results itself
+    assert not data.asset_events  # the sensor records its results itself, in a thread
+    assert flush_reports(timeout=60)
     recorded = [
         h.event.dagster_event.event_specific_data
         for k in checked
@@ -71,11 +73,15 @@ def _newest_id(instance, key) -> int:  # type: ignore[no-untyped-def]
 
 
 def latest(instance, asset: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """Partition -> status of the newest partlake_fresh result of `asset`."""
+    """Partition -> status of the newest partlake_fresh result of `asset`, as the UI's check
+    partitions count it: only while it targets the partition's latest materialization."""
     infos = instance.event_log_storage.get_asset_check_partition_info(
         [AssetCheckKey(AssetKey(asset), FRESH_CHECK)]
     )
-    return {i.partition_key: i.latest_execution_status.value for i in infos}
+    return {
+        i.partition_key: i.latest_execution_status.value if i.is_current else "NOT CURRENT"
+        for i in infos
+    }
 
 
 def test_the_sensor_reports_changed_verdicts_and_runs_report_what_they_wrote(
@@ -117,10 +123,11 @@ def test_the_sensor_reports_changed_verdicts_and_runs_report_what_they_wrote(
 
     assert all(o.ok for o in refresh(graph, instance))  # the runs report what they wrote
     assert latest(instance, "monthly_region_stats")["2024-01|eu"] == "SUCCEEDED"
+    # The runs' results said it already: the tick has nothing to add.
     _, cursor, skip, events = tick(defs, instance, sensor, cursor)
-    assert skip == "Everything is fresh."
-    assert {(e.asset_key.to_user_string(), e.partition) for e in events} == CLOSURE
-    assert all(e.passed for e in events)
+    assert skip == "Everything is fresh." and events == []
+    for asset, partition in CLOSURE:
+        assert latest(instance, asset)[partition] == "SUCCEEDED"
 
 
 def test_plan_report_records_verdicts_without_a_daemon(example, tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]
@@ -182,3 +189,32 @@ def _true_labels(result) -> set[str]:  # type: ignore[no-untyped-def]
     for child in result.child_results:
         found |= _true_labels(child)
     return found
+
+
+def test_a_report_the_instance_refuses_is_said_not_lost(tmp_path: Path) -> None:
+    """The writer records in its own thread; when the instance's storage is gone, the failure
+    is kept for the next tick to say (which then reports again from what the instance holds)."""
+    import shutil
+
+    from dagster import AssetCheckEvaluation, instance_for_test
+
+    from dagster_partlake.freshness.report import FreshnessReport, ReportWriter
+
+    def report(partition: str) -> FreshnessReport:
+        evaluation = AssetCheckEvaluation(
+            asset_key=AssetKey("a"), check_name=FRESH_CHECK, passed=False, partition=partition
+        )
+        return FreshnessReport((evaluation,), 0, "partlake-fresh-test")
+
+    (tmp_path / "home").mkdir()
+    with instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        writer = ReportWriter(instance)
+        writer.submit(report("x"))
+        assert writer.flush(timeout=60) and writer.take_errors() == []
+        assert latest(instance, "a") == {"x": "FAILED"}
+        shutil.rmtree(tmp_path / "home" / "history")  # the event log's storage vanishes
+        writer.submit(report("y"))
+        assert writer.flush(timeout=60)
+        [error] = writer.take_errors()
+        assert error.startswith("1 partlake_fresh result(s) could not be recorded (")
+        assert writer.take_errors() == []

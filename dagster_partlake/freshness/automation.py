@@ -22,6 +22,7 @@ stale.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -35,7 +36,7 @@ from dagster_partlake.planning.planner import REASONS, Reason
 if TYPE_CHECKING:
     from dagster import AssetKey
 
-    from dagster_partlake.compat import AutomationContext
+    from dagster_partlake.compat import AssetGraphView, AutomationContext
     from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 
@@ -118,9 +119,13 @@ class PartlakeStale(AutomationCondition):
 
 @dataclass
 class _Evaluation:
-    """One plan per automation evaluation, shared by every asset it evaluates."""
+    """One plan per automation evaluation, shared by every asset it evaluates.
 
-    evaluation_id: int
+    An evaluation is known by its asset graph view (one per tick, shared by every asset and
+    condition it evaluates): its `evaluation_id` cannot tell ticks apart, since the automation
+    sensor in a code server evaluates every tick under its cursor's unchanged id."""
+
+    view: weakref.ref[AssetGraphView]
     result: PlanResult
 
 
@@ -151,15 +156,16 @@ def _plan(context: AutomationContext, asset_graph: AssetGraph, root: str | None)
 
     resolved = resolve_root(root or assets_root(asset_graph))
     where = (id(asset_graph), resolved)
+    view = context.asset_graph_view
     done = _evaluations.get(where)
-    if done is not None and done.evaluation_id == context.evaluation_id:
+    if done is not None and done.view() is view:
         return done.result
     cached = _sessions.get(where)
     if cached is None or cached[0] is not asset_graph:
         session = PlanningSession(LakeGraph(asset_graph=asset_graph, root=resolved), StateCache())
         cached = _sessions[where] = (asset_graph, session)
-    result = cached[1].plan(dynamic_partitions_store=context.asset_graph_view.instance)
-    _evaluations[where] = _Evaluation(context.evaluation_id, result)
+    result = cached[1].plan(dynamic_partitions_store=view.instance)
+    _evaluations[where] = _Evaluation(weakref.ref(view), result)
     return result
 
 

@@ -22,6 +22,7 @@ the quality gates' checks (`dagster_partlake.gates.checks`).
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -34,10 +35,15 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     MetadataValue,
+    PreviewWarning,
     multi_asset_check,
 )
 
-from dagster_partlake.compat import log_check_evaluation, step_context_of
+from dagster_partlake.compat import (
+    log_check_evaluation,
+    step_context_of,
+    targeting_latest_materializations,
+)
 from dagster_partlake.gates.checks import gate_checks
 from dagster_partlake.metadata import (
     BECAUSE_KEY,
@@ -84,17 +90,21 @@ def fresh_checks(assets: Iterable[object]) -> list[AssetChecksDefinition]:
 
 
 def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
-    spec = AssetCheckSpec(
-        FRESH_CHECK,
-        asset=key,
-        partitions_def=asset_spec.partitions_def,
-        # Never blocking: a stale partition is news, not a reason to stop anything.
-        blocking=False,
-        description=(
-            "partlake's verdict per partition: passed when fresh, failed (warn) when stale, with "
-            "the reason and the upstream partitions that caused it."
-        ),
-    )
+    # Partitioned checks are "preview" in Dagster 1.13; partlake relies on them on purpose, and
+    # the warning would print once per asset on every import of the user's code location.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PreviewWarning)
+        spec = AssetCheckSpec(
+            FRESH_CHECK,
+            asset=key,
+            partitions_def=asset_spec.partitions_def,
+            # Never blocking: a stale partition is news, not a reason to stop anything.
+            blocking=False,
+            description=(
+                "partlake's verdict per partition: passed when fresh, failed (warn) when stale, "
+                "with the reason and the upstream partitions that caused it."
+            ),
+        )
 
     @multi_asset_check(
         name=f"{'__'.join(key.path)}{CHECK_OP_SUFFIX}",
@@ -105,7 +115,8 @@ def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
     )
     # Unannotated: Dagster validates the annotation object, which postponed annotations hide.
     def _fresh(context):
-        for evaluation in _evaluations(context, key):
+        evaluations = _evaluations(context, key)
+        for evaluation in targeting_latest_materializations(context.instance, evaluations):
             log_check_evaluation(step_context_of(context), evaluation)
         return iter(())
 

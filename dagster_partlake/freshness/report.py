@@ -7,25 +7,43 @@ so an asset whose verdicts did not move is skipped by one identity test). A repo
 failed (warn) for each partition stale now with another verdict than before, and passed for each
 partition no longer stale. Before its first report of an asset, it reads what the instance holds
 (the latest result per partition), so a new process neither repeats every passed result nor
-leaves a partition failed that became fresh while nothing reported. A report holds at most
-`limit` results (None: no limit); the rest follow in the next ones.
+leaves a partition failed that became fresh while nothing reported. A partition a run already
+reported passed (its check step) is not reported again. A report holds at most `limit` results
+(None: no limit); the rest follow in the next ones.
+
+Results are recorded under a report id, in place of a run id. Dagster takes a partition's latest
+result to be its newest row (one per run id and partition; a second result under the same id
+updates the row in place, which may then no longer be the newest). So a reporter keeps one id
+until a partition comes up again, then takes a new one; on a SQLite instance each id is a file.
+
+The sensor hands its reports to a `ReportWriter`, which records them in a thread of its own, in
+order: a Dagster event costs milliseconds (tens on SQLite), so a tick that reported synchronously
+would take longer the more verdicts changed, and a tick's cost must stay its plan's. A report
+that could not be recorded is said on the next tick, and the reporter then starts over from
+what the instance holds.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
+import queue
+import threading
+import time
 import uuid
+import weakref
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster import AssetCheckKey, AssetKey
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from dagster_partlake.compat import record_check_evaluations
+from dagster_partlake.compat import record_check_evaluations, targeting_latest_materializations
 from dagster_partlake.freshness.check import fresh_evaluation, stale_evaluation
 from dagster_partlake.metadata import FRESH_CHECK
 
 if TYPE_CHECKING:
-    from dagster import AssetCheckEvaluation, DagsterInstance
+    from dagster import AssetCheckEvaluation
 
     from dagster_partlake.columnar.interner import Key
     from dagster_partlake.planning.planner import StalePartition
@@ -46,6 +64,7 @@ class FreshnessReport:
 
     evaluations: tuple[AssetCheckEvaluation, ...]
     waiting: int
+    report_id: str
 
     @property
     def failed(self) -> int:
@@ -62,6 +81,9 @@ class FreshnessReporter:
         self._said: dict[str, Mapping[Key, StalePartition]] = {}
         # Partitions whose change was not reported yet (over the limit), per asset.
         self._backlog: dict[str, set[Key]] = {}
+        # The id results are recorded under, and the partitions it holds a result for.
+        self._report_id = _new_report_id()
+        self._under_id: set[tuple[str, Key]] = set()
 
     def report(
         self,
@@ -69,10 +91,14 @@ class FreshnessReporter:
         result: PlanResult,
         verdicts: Mapping[str, Mapping[Key, StalePartition]],
         checked: Mapping[str, AssetKey],
+        *,
+        skip_passed: bool = True,
     ) -> FreshnessReport:
         """The results that tell what changed in `verdicts` (the stale partitions per asset of
         `result`'s plan, as the session memo holds them), for the assets in `checked` (name ->
-        key of the assets that have the check)."""
+        key of the assets that have the check). `skip_passed=False`: report a partition fresh
+        again even if a run's result already says so (while earlier reports are still being
+        recorded, the instance may not show the newest result yet)."""
         for name, key in checked.items():
             now = verdicts.get(name, _NONE)
             before = self._said.get(name)
@@ -88,15 +114,27 @@ class FreshnessReporter:
         shown = _as_shown(result, set(self._backlog))
         for name in list(self._backlog):
             keys = self._backlog[name]
-            while (
-                keys and name in checked and (self.limit is None or len(evaluations) < self.limit)
-            ):
-                partition = keys.pop()
-                evaluations.append(self._evaluation(name, partition, checked[name], result, shown))
+            room = None if self.limit is None else self.limit - len(evaluations)
+            taken = [keys.pop() for _ in range(len(keys) if room is None else min(room, len(keys)))]
+            if name in checked:
+                passed = (
+                    _passed_already(instance, checked[name], self._said[name], taken)
+                    if skip_passed
+                    else set()
+                )
+                evaluations.extend(
+                    self._evaluation(name, p, checked[name], result, shown)
+                    for p in taken
+                    if p not in passed
+                )
             if not keys or name not in checked:
                 del self._backlog[name]
         waiting = sum(len(keys) for keys in self._backlog.values())
-        return FreshnessReport(tuple(evaluations), waiting)
+        reported = {(e.asset_key.to_user_string(), e.partition or "") for e in evaluations}
+        if not reported.isdisjoint(self._under_id):
+            self._report_id, self._under_id = _new_report_id(), set()
+        self._under_id |= reported
+        return FreshnessReport(tuple(evaluations), waiting, self._report_id)
 
     def _evaluation(
         self,
@@ -118,9 +156,125 @@ _NONE: Mapping[Key, StalePartition] = {}
 
 
 def record_report(instance: DagsterInstance, report: FreshnessReport) -> None:
-    """Record a report's results in the instance (one report id for all of them)."""
+    """Record a report's results in the instance, under its report id."""
     if report.evaluations:
-        record_check_evaluations(instance, report.evaluations, f"partlake-fresh-{uuid.uuid4()}")
+        evaluations = targeting_latest_materializations(instance, report.evaluations)
+        record_check_evaluations(instance, evaluations, report.report_id)
+
+
+class ReportWriter:
+    """Records reports in a thread of its own, in the order they come, through an instance of
+    its own (a sensor's context instance is closed after its tick)."""
+
+    def __init__(self, instance: DagsterInstance) -> None:
+        # An instance without a ref (ephemeral, in memory) cannot be opened again: record
+        # synchronously into it.
+        self._instance = instance
+        self.root_directory = instance.root_directory
+        self._ref = None if instance.is_ephemeral else instance.get_ref()
+        self._queue: queue.Queue[FreshnessReport] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._errors: list[str] = []
+        self._lock = threading.Lock()
+        _writers.add(self)
+
+    def submit(self, report: FreshnessReport) -> None:
+        """Record `report` soon (at once, for an instance without a ref)."""
+        if not report.evaluations:
+            return
+        if self._ref is None:
+            self._record(self._instance, report)
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="partlake-fresh-reports", daemon=True
+            )
+            self._thread.start()
+        self._queue.put(report)
+
+    @property
+    def idle(self) -> bool:
+        """Whether every submitted report is recorded (or failed)."""
+        return self._queue.unfinished_tasks == 0
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every submitted report is recorded; False if `timeout` passed first."""
+        deadline = time.monotonic() + timeout
+        while not self.idle:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def take_errors(self) -> list[str]:
+        """Why reports could not be recorded since the last call."""
+        with self._lock:
+            errors, self._errors = self._errors, []
+        return errors
+
+    def _run(self) -> None:
+        assert self._ref is not None
+        instance = DagsterInstance.from_ref(self._ref)
+        while True:
+            report = self._queue.get()
+            try:
+                self._record(instance, report)
+            finally:
+                self._queue.task_done()
+
+    def _record(self, instance: DagsterInstance, report: FreshnessReport) -> None:
+        try:
+            record_report(instance, report)
+        except Exception as error:  # noqa: BLE001 - said on the next tick, never lost silently
+            message = (
+                f"{len(report.evaluations)} partlake_fresh result(s) could not be recorded "
+                f"({type(error).__name__}: {error}); they are reported again from what the "
+                "instance holds."
+            )
+            _log.warning(message)
+            with self._lock:
+                self._errors.append(message)
+
+
+_log = logging.getLogger(__name__)
+_writers: weakref.WeakSet[ReportWriter] = weakref.WeakSet()
+
+
+def flush_reports(timeout: float = 30.0) -> bool:
+    """Wait until every `ReportWriter` of this process has recorded what it was given (a code
+    server that stops gives them this long); False if `timeout` passed first."""
+    deadline = time.monotonic() + timeout
+    return all(w.flush(max(0.0, deadline - time.monotonic())) for w in list(_writers))
+
+
+atexit.register(flush_reports)
+
+
+def _new_report_id() -> str:
+    return f"partlake-fresh-{uuid.uuid4()}"
+
+
+def _passed_already(
+    instance: DagsterInstance,
+    key: AssetKey,
+    stale: Mapping[Key, StalePartition],
+    partitions: Collection[Key],
+) -> set[Key]:
+    """Of `partitions`, the fresh ones whose latest result passed and still holds (a run's
+    check step reported it after writing the partition): nothing to say about them."""
+    fresh = [p for p in partitions if p is not None and p not in stale]
+    if not fresh:
+        return set()
+    from dagster_partlake.compat import CHECK_PASSED
+
+    infos = instance.event_log_storage.get_asset_check_partition_info(
+        [AssetCheckKey(key, FRESH_CHECK)], partition_keys=fresh
+    )
+    return {
+        i.partition_key
+        for i in infos
+        if i.latest_execution_status == CHECK_PASSED and i.is_current and i.partition_key
+    }
 
 
 def _as_shown(result: PlanResult, assets: Collection[str]) -> dict[tuple[str, Key], StalePartition]:

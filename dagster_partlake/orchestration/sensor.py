@@ -54,8 +54,8 @@ from dagster_partlake.freshness.report import (
     MISSING_CHECKS,
     FreshnessReport,
     FreshnessReporter,
+    ReportWriter,
     checked_assets,
-    record_report,
 )
 from dagster_partlake.layout import resolve_root
 from dagster_partlake.planning.graph import LakeGraph, repository_root
@@ -91,6 +91,7 @@ class _State:
     asset_graph: AssetGraph  # the code location it was made for (a reload makes a new one)
     session: PlanningSession
     reporter: FreshnessReporter
+    writer: ReportWriter | None = None  # made at the first report, with the tick's instance
 
 
 @dataclass
@@ -135,7 +136,8 @@ def _state(
         graph = LakeGraph(asset_graph=asset_graph, root=resolved)
         session = PlanningSession(graph, _caches.setdefault(name, StateCache()))
         reporter = state.reporter if state is not None else FreshnessReporter()
-        state = _states[(name, resolved)] = _State(asset_graph, session, reporter)
+        writer = state.writer if state is not None else None
+        state = _states[(name, resolved)] = _State(asset_graph, session, reporter, writer)
     return state
 
 
@@ -354,14 +356,23 @@ def _report(context: SensorEvaluationContext, state: _State, result: PlanResult)
         context.log.warning(MISSING_CHECKS)
     memo = state.session.memo
     assert memo is not None  # a plan was just made
-    report = state.reporter.report(context.instance, result, memo.verdicts, checked)
-    # Recorded here rather than returned as the tick's asset_events, which Dagster 1.13 would
-    # refuse for a partition reported before (`compat.record_check_evaluations`).
-    record_report(context.instance, report)
+    if state.writer is None or state.writer.root_directory != context.instance.root_directory:
+        state.writer = ReportWriter(context.instance)
+    errors = state.writer.take_errors()
+    for message in errors:
+        context.log.warning(message)
+    if errors:  # what was said is unknown now: start over from what the instance holds
+        state.reporter = FreshnessReporter()
+    report = state.reporter.report(
+        context.instance, result, memo.verdicts, checked, skip_passed=state.writer.idle
+    )
+    # Recorded by the writer rather than returned as the tick's asset_events, which Dagster
+    # 1.13 would refuse for a partition reported before (`compat.record_check_evaluations`).
+    state.writer.submit(report)
     if report.evaluations:
         context.log.info(
-            f"Reported {len(report.evaluations)} partlake_fresh result(s): {report.failed} stale, "
-            f"{len(report.evaluations) - report.failed} fresh"
+            f"Reporting {len(report.evaluations)} partlake_fresh result(s): {report.failed} "
+            f"stale, {len(report.evaluations) - report.failed} fresh"
             + (f"; {report.waiting} more next tick" if report.waiting else "")
         )
     return report
