@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         PartlakeConfigError,
         PartlakeError,
         SchemaMismatchError,
+        SparkUnavailableError,
         TableUnreadableError,
     )
     from dagster_partlake.freshness.automation import partlake_stale
@@ -52,6 +53,7 @@ __all__ = [
     "RunPlan",
     "SchemaMismatchError",
     "SparkResource",
+    "SparkUnavailableError",
     "StalePartition",
     "TableUnreadableError",
     "build_invalidation_sensor",
@@ -77,6 +79,7 @@ _LAZY = {
     "PartlakeError": "dagster_partlake.errors",
     "SchemaMismatchError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
+    "SparkUnavailableError": "dagster_partlake.errors",
     "GateFailedError": "dagster_partlake.gates.spec",
     "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
     "ModelKind": "dagster_partlake.kinds.spec",

@@ -30,3 +30,7 @@ class CommitConflictError(PartlakeError):
 
 class TableUnreadableError(PartlakeError):
     """A table's Delta log cannot be read (a damaged or missing commit file)."""
+
+
+class SparkUnavailableError(PartlakeError):
+    """The Spark Connect server did not answer (stopped, restarted, unreachable)."""

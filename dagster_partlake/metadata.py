@@ -31,6 +31,10 @@ def plain(value: object) -> object:
 
 # The partitioned asset check through which partlake's verdict on each partition reaches the UI
 # (`dagster_partlake.freshness`): passed when fresh, failed (severity WARN) when stale.
+# Tags of the runs partlake plans (partlake run, the sensor): why, and which partitions.
+REASONS_TAG = "partlake/reasons"
+PARTITIONS_TAG = "partlake/partitions"
+
 FRESH_CHECK = "partlake_fresh"
 # Metadata of its results.
 REASON_KEY = "partlake/reason"  # missing, upstream_changed, out_of_band, code_changed

@@ -42,6 +42,7 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.delta.writer import (
     DEFAULT_MAX_ATTEMPTS,
+    AlreadyWritten,
     CommitResult,
     InputsMovedError,
     commit_staged,
@@ -96,6 +97,7 @@ def merge_rows(
     allow_new_columns: bool = False,
     table_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    once_per_inputs: bool = False,
 ) -> RewriteResult:
     """Upsert the rows of `df` into the Delta table at `root` on `unique_key`.
 
@@ -104,6 +106,7 @@ def merge_rows(
             are the run's partitions).
         record_for: what the commit records, given the staged batch; `metrics` are filled in
             here.
+        once_per_inputs: as for `commit_staged` (raises `AlreadyWritten`).
 
     Raises:
         SchemaMismatchError: a key column is missing; DuplicateKeyError: the batch repeats a key
@@ -134,7 +137,7 @@ def merge_rows(
     publish_staged(batch)
     for _ in range(max_attempts):
         try:
-            return _merge_once(df, batch, unique_key, record, max_attempts)
+            return _merge_once(df, batch, unique_key, record, max_attempts, once_per_inputs)
         except InputsMovedError:
             continue
     raise CommitConflictError(
@@ -179,6 +182,7 @@ def _merge_once(
     unique_key: Sequence[str],
     record: CommitRecord,
     max_attempts: int,
+    once_per_inputs: bool = False,
 ) -> RewriteResult:
     spark = df.sparkSession
     candidates: list[LiveFile] = []
@@ -217,9 +221,12 @@ def _merge_once(
     }
     try:
         result = commit_staged(
-            write, record=replace(record, metrics=metrics), max_attempts=max_attempts
+            write,
+            record=replace(record, metrics=metrics),
+            max_attempts=max_attempts,
+            once_per_inputs=once_per_inputs,
         )
-    except InputsMovedError:
+    except (InputsMovedError, AlreadyWritten):
         if kept is not None:
             discard_published(kept)
         raise

@@ -48,7 +48,12 @@ from dagster_partlake.delta.table import (
     load_table,
     table_exists,
 )
-from dagster_partlake.delta.writer import DEFAULT_MAX_ATTEMPTS, InputsMovedError, commit_staged
+from dagster_partlake.delta.writer import (
+    DEFAULT_MAX_ATTEMPTS,
+    AlreadyWritten,
+    InputsMovedError,
+    commit_staged,
+)
 from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -72,6 +77,7 @@ def apply_snapshot(
     partition_by: Sequence[str] = (),
     table_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    once_per_inputs: bool = False,
 ) -> RewriteResult:
     """Apply the snapshot `df` taken at `snapshot_time` to the history table at `root`.
 
@@ -80,6 +86,7 @@ def apply_snapshot(
             `snapshot_time` the history is rolled back to it first.
         record_for: the commit record, given the row metrics.
         partition_by: the history table's partition columns (columns of the snapshot).
+        once_per_inputs: as for `commit_staged` (raises `AlreadyWritten`).
 
     Raises:
         SchemaMismatchError: the snapshot has history columns or lacks a key column;
@@ -118,6 +125,7 @@ def apply_snapshot(
                 max_attempts,
                 again=again,
                 partition_by=tuple(partition_by),
+                once_per_inputs=once_per_inputs,
             )
         except _Changed:
             rollback, again = True, False
@@ -141,6 +149,7 @@ def _apply_once(
     *,
     again: bool = False,
     partition_by: tuple[str, ...] = (),
+    once_per_inputs: bool = False,
 ) -> RewriteResult:
     from pyspark.sql import functions as F
 
@@ -179,7 +188,9 @@ def _apply_once(
         expected_live=old.expected,
     )
     if nothing:
-        result = commit_staged(base, record=record, max_attempts=max_attempts)
+        result = commit_staged(
+            base, record=record, max_attempts=max_attempts, once_per_inputs=once_per_inputs
+        )
         return RewriteResult(result, metrics, 0)
     rows = _new_history(existing, joined, unique_key, values, ts, columns)
     write_parquet_files(rows, base.staging_dir, partition_by)
@@ -188,8 +199,10 @@ def _apply_once(
     staged = replace(base, files=tuple(files))
     publish_staged(staged)
     try:
-        result = commit_staged(staged, record=record, max_attempts=max_attempts)
-    except InputsMovedError:
+        result = commit_staged(
+            staged, record=record, max_attempts=max_attempts, once_per_inputs=once_per_inputs
+        )
+    except (InputsMovedError, AlreadyWritten):
         discard_published(staged)
         raise
     return RewriteResult(result, metrics, len(old.candidates))

@@ -284,6 +284,44 @@ def newest_record(root: str) -> CommitRecord | None:
     return None
 
 
+def same_inputs_commit(root: str, record: CommitRecord) -> CommitRecord | None:
+    """The newest commit of `record`'s partitions, if another run made it from the same inputs:
+    the same code version, the same lastUpdated of every upstream partition `record` read, the
+    same watermarks and landing files. Writing `record` as well would commit those partitions
+    twice for the same upstream versions.
+
+    Reads the log newest first, only back to the oldest lastUpdated `record` consumed: no commit
+    before it can have read that data. A record that read nothing (an asset without upstream
+    data) never matches: running it again is how it refreshes."""
+    floor = min((t for parts in record.consumed.values() for t in parts.values()), default=None)
+    if floor is None:
+        return None
+    wanted = set(record.partition_ids)
+    for version in reversed(log_versions(root)):
+        found = read_record(root, version)
+        if found is None:
+            continue  # not partlake's (maintenance): it wrote no partition's data
+        if found.commit_time_ms is not None and found.commit_time_ms < floor:
+            return None
+        touched = wanted.intersection(found.partition_ids)
+        if not touched:
+            continue
+        same = (
+            touched == wanted
+            and found.run_id != record.run_id
+            and found.code_version == record.code_version
+            and all(
+                found.consumed.get(asset, {}).get(pid) == updated
+                for asset, parts in record.consumed.items()
+                for pid, updated in parts.items()
+            )
+            and dict(found.watermarks) == dict(record.watermarks)
+            and dict(found.consumed_files) == dict(record.consumed_files)
+        )
+        return found if same else None
+    return None
+
+
 def latest_records(root: str, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
     """The newest partlake record that wrote each of `partition_ids` (absent: none did), read
     from the log newest first until every id is found."""

@@ -55,6 +55,7 @@ from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.staging import (
     Removal,
     StagedWrite,
+    discard_published,
     discarded_on_failure,
     new_staging_folder,
     publish_staged,
@@ -68,6 +69,7 @@ from dagster_partlake.delta.table import (
     live_files,
     load_table,
     log_damage,
+    same_inputs_commit,
     table_exists,
     unreadable,
 )
@@ -77,6 +79,7 @@ from dagster_partlake.errors import (
     PartlakeError,
     SchemaMismatchError,
 )
+from dagster_partlake.faults import fault_point
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -221,24 +224,43 @@ def stage_partitions(
     )
 
 
+class AlreadyWritten(Exception):  # noqa: N818 - an outcome, not a failure
+    """Nothing was committed: another run already committed these partitions from the same
+    inputs (`once_per_inputs`); `record` is its commit."""
+
+    def __init__(self, record: CommitRecord) -> None:
+        super().__init__(f"already written by run {record.run_id} from the same inputs")
+        self.record = record
+
+
 def commit_staged(
     staged: StagedWrite,
     *,
     record: CommitRecord | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    once_per_inputs: bool = False,
 ) -> CommitResult:
     """Phase 2 of `write_partitions`: make the staged files the content of their partitions.
 
+    `once_per_inputs`: before each attempt, look for a commit of another run that wrote these
+    partitions from the same inputs (`same_inputs_commit`); if there is one, remove the staged
+    files and raise `AlreadyWritten` instead of committing them a second time.
+
     Raises:
+        AlreadyWritten: with `once_per_inputs`, another run committed the same.
         CommitConflictError: concurrent writers kept conflicting for `max_attempts` attempts.
         TableUnreadableError: the table's log is damaged.
     """
     publish_staged(staged)
+    fault_point("before_commit")
     record = record or _default_record(staged)
     write_id = uuid.uuid4().hex
     delta_schema = DeltaSchema.from_arrow(staged.schema)
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
+        if once_per_inputs and (prior := _same_inputs(staged.root, record)) is not None:
+            discard_published(staged)
+            raise AlreadyWritten(prior)
         now_ms = int(time.time() * 1000)
         written = record.committed(write_id=write_id, commit_time_ms=now_ms)
         try:
@@ -252,12 +274,18 @@ def commit_staged(
             # Jitter spreads the retries of writers that collided at the same moment.
             time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
             continue
-        return _landed(staged, write_id, before, old, attempt=attempt, now_ms=now_ms)
+        landed = _landed(staged, write_id, before, old, attempt=attempt, now_ms=now_ms)
+        fault_point("after_commit")
+        return landed
     raise CommitConflictError(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "
         "parallel writers of this table or raise max_attempts. Nothing was committed."
     )
+
+
+def _same_inputs(root: str, record: CommitRecord) -> CommitRecord | None:
+    return same_inputs_commit(root, record) if table_exists(root) else None
 
 
 def _commit_once(

@@ -62,6 +62,7 @@ from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import (
     FORMAT_KEY,
     PATH_KEY,
+    REASONS_TAG,
     SCHEMA_MODE_KEY,
     TIMESTAMP_KEY,
     VERSION_KEY,
@@ -166,14 +167,21 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         )
         metadata = context.definition_metadata or {}
         skip = self._skip(context, obj, metadata, list(target.keys), reads)
-        written = write_output(obj, target, record, skip=skip)
+        with self.spark.server_errors():
+            written = write_output(obj, target, record, skip=skip)
         for name, read in reads.items():
             if read.landing is not None:
                 # Only now that the commit naming them landed (`incremental.landing`).
                 folder, mode, files = read.landing
                 moved = finish(folder, files, mode)
                 context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
-        if written.commit is None:
+        if written.already_written_by is not None:
+            context.log.info(
+                f"{target.asset_name}: run {written.already_written_by} already committed "
+                f"{', '.join(target.keys) or 'the table'} from the same upstream versions and "
+                "code version; nothing committed again."
+            )
+        elif written.commit is None:
             context.log.info(
                 f"{target.asset_name}: this run's append already landed in version "
                 f"{written.record.table_version}; nothing added again."
@@ -207,6 +215,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             allow_new_columns=metadata.get(SCHEMA_MODE_KEY) == "add_columns",
             max_attempts=self.max_commit_attempts,
             snapshot_time=_snapshot_time(context) if kind.kind == "scd2" else None,
+            # A run partlake planned writes only what no other run wrote from the same inputs
+            # (two `partlake run`s on one stale plan); a run a user starts always writes.
+            once_per_inputs=REASONS_TAG in _run_tags(context),
         )
         gates = gates_of(metadata, asset_name=asset_name, kind=kind.kind)
         return replace(target, check=_gate_check(context, target, gates)) if gates else target
@@ -255,7 +266,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             return self._load_incremental(
                 context, snapshot, selection, columns, incremental, consumer[0]
             )
-        result = read_snapshot(self.spark.spark_session, snapshot, selection)
+        with self.spark.server_errors():
+            result = read_snapshot(self.spark.spark_session, snapshot, selection)
         rows = sum(f.num_records or 0 for f in result.files)
         partitions = _lastupdated(result.files, columns, snapshot.column_types)
         self._remember(context, asset_name, _Read(result.version, partitions, rows))
@@ -648,6 +660,8 @@ def _output_metadata(
     )
     if result is not None:
         metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
+    if written.already_written_by is not None:
+        metadata["partlake/already_written_by"] = MetadataValue.text(written.already_written_by)
     return metadata
 
 

@@ -45,8 +45,14 @@ from dagster_partlake.delta.table import (
     read_record,
     table_exists,
 )
-from dagster_partlake.delta.writer import CommitResult, commit_staged, stage_partitions
+from dagster_partlake.delta.writer import (
+    AlreadyWritten,
+    CommitResult,
+    commit_staged,
+    stage_partitions,
+)
 from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.faults import fault_point
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
 
@@ -56,13 +62,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class KindWrite:
-    """What a write did: the commit (None when a retried append found its own), row metrics."""
+    """What a write did: the commit (None when a retried append found its own, or another run
+    had committed the same), row metrics."""
 
     commit: CommitResult | None
     record: CommitRecord
     metrics: dict[str, int]
     unchanged_partitions: tuple[str, ...] = ()
     files_rewritten: int = 0
+    # Nothing committed: this run (its id) already had, from the same inputs (`once_per_inputs`).
+    already_written_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,9 @@ class WriteTarget:
     # The asset's quality gates, called on the rows about to be committed; raises to stop the
     # commit (`dagster_partlake.gates.GateCheck`). None: the asset declares no gates.
     check: Callable[[DataFrame], None] | None = None
+    # Planned runs (partlake run, the sensor): commit nothing that another run already
+    # committed from the same inputs (`delta.table.same_inputs_commit`).
+    once_per_inputs: bool = False
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -112,6 +124,15 @@ def write_output(
     run guard's reason) write no rows and only record what the run consumed."""
     kind = target.kind.kind
     record = replace(record, kind=kind)
+    fault_point("before_write")
+    try:
+        return _write(df, target, record, skip)
+    except AlreadyWritten as already:
+        return KindWrite(None, already.record, {}, already_written_by=already.record.run_id)
+
+
+def _write(df: DataFrame, target: WriteTarget, record: CommitRecord, skip: str | None) -> KindWrite:
+    kind = target.kind.kind
     if skip is not None:
         return _record_only(df, target, record)
     if kind in ("merge", "scd2"):
@@ -151,7 +172,12 @@ def write_output(
             staged = staged.without(dropped, target.selection(changed))
             if not changed:
                 staged = replace(staged, removal="none")
-    result = commit_staged(staged, record=record, max_attempts=target.max_attempts)
+    result = commit_staged(
+        staged,
+        record=record,
+        max_attempts=target.max_attempts,
+        once_per_inputs=target.once_per_inputs,
+    )
     metrics = {
         "rows_inserted": staged.num_records,
         "rows_updated": 0,
@@ -169,7 +195,12 @@ def _record_only(df: DataFrame, target: WriteTarget, record: CommitRecord) -> Ki
     staged = staged.without(staged.files, staged.selection)
     metrics = {"rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
     record = replace(record, metrics=metrics, **_unit_fields(staged, target))
-    result = commit_staged(staged, record=record, max_attempts=target.max_attempts)
+    result = commit_staged(
+        staged,
+        record=record,
+        max_attempts=target.max_attempts,
+        once_per_inputs=target.once_per_inputs,
+    )
     return KindWrite(result, result.record, metrics)
 
 
@@ -182,7 +213,12 @@ def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWri
     rows = staged.num_records
     metrics = {"rows_inserted": rows, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
     record = replace(record, metrics=metrics, **_unit_fields(staged, target))
-    result = commit_staged(staged, record=record, max_attempts=target.max_attempts)
+    result = commit_staged(
+        staged,
+        record=record,
+        max_attempts=target.max_attempts,
+        once_per_inputs=target.once_per_inputs,
+    )
     return KindWrite(result, result.record, metrics)
 
 
@@ -200,6 +236,7 @@ def _merge(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrit
         allow_new_columns=target.allow_new_columns,
         table_name=target.asset_name,
         max_attempts=target.max_attempts,
+        once_per_inputs=target.once_per_inputs,
     )
     return KindWrite(
         merged.commit, merged.commit.record, merged.metrics, files_rewritten=merged.files_rewritten
@@ -229,6 +266,7 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
         partition_by=target.partition_by,
         table_name=target.asset_name,
         max_attempts=target.max_attempts,
+        once_per_inputs=target.once_per_inputs,
     )
     return KindWrite(
         applied.commit,

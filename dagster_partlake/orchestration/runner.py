@@ -25,7 +25,7 @@ from dagster import DagsterError, DagsterInstance
 from dagster_partlake.compat import threadsafe_in_process_runs
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import find_record, log_versions
+from dagster_partlake.delta.table import find_record, latest_records, log_versions
 from dagster_partlake.orchestration.pools import PoolWait, parallelism, pool_waits
 from dagster_partlake.orchestration.workers import (
     UNFINISHED,
@@ -295,7 +295,7 @@ def _execute(
     elapsed_ms = int((time.perf_counter() - started) * 1000)
     steps = _steps(instance, job, graph, run, run_id) if known else {}
     done = [a for a in run.assets if steps.get(a, (None, None))[0] == "SUCCESS"]
-    rows, metrics = _written(graph, run, run_id, versions, done)
+    rows, metrics, already = _written(graph, run, run_id, versions, done)
     failed = {
         (i.asset, i.partition)
         for i in run.items
@@ -313,7 +313,16 @@ def _execute(
             ms or elapsed_ms,
             run_id if known else None,
         )
-        if item.asset in done:
+        if item.asset in already:
+            outcomes.append(
+                replace(
+                    base,
+                    status="unchanged",
+                    error=f"already written by run {already[item.asset][:8]} from the same "
+                    "upstream versions",
+                )
+            )
+        elif item.asset in done:
             outcomes.append(
                 replace(
                     base,
@@ -379,20 +388,27 @@ def _written(
     run_id: str,
     before: dict[str, int],
     assets: Sequence[str],
-) -> tuple[dict[tuple[str, Key], int], dict[str, Mapping[str, int]]]:
-    """Rows per asset partition the run wrote of `assets`, and per asset the row counts of
-    kinds that report them (not `partition` / `table`: their rows say it all)."""
+) -> tuple[dict[tuple[str, Key], int], dict[str, Mapping[str, int]], dict[str, str]]:
+    """Rows per asset partition the run wrote of `assets`, per asset the row counts of kinds
+    that report them (not `partition` / `table`: their rows say it all), and the assets the run
+    committed nothing to because another run had, from the same inputs (-> that run's id)."""
     rows: dict[tuple[str, Key], int] = {}
     metrics: dict[str, Mapping[str, int]] = {}
+    already: dict[str, str] = {}
     for name in assets:
-        record = find_record(graph.assets[name].path, since=before[name] + 1, run_id=run_id)
+        path = graph.assets[name].path
+        record = find_record(path, since=before[name] + 1, run_id=run_id)
         if record is None:
+            keys = [k if k is not None else WHOLE_TABLE_ID for k in run.keys]
+            other = latest_records(path, keys[:1]).get(keys[0]) if keys else None
+            if other is not None and other.run_id not in (None, run_id):
+                already[name] = other.run_id
             continue
         for key, n in (record.rows_by_partition or {}).items():
             rows[(name, None if key == WHOLE_TABLE_ID else key)] = n
         if record.metrics and record.kind not in (None, "partition", "table"):
             metrics[name] = record.metrics
-    return rows, metrics
+    return rows, metrics, already
 
 
 class _PoolWatch:

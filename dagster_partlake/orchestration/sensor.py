@@ -50,6 +50,7 @@ from dagster_partlake.compat import (
 )
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.faults import fault_point
 from dagster_partlake.freshness.report import (
     MISSING_CHECKS,
     FreshnessReport,
@@ -229,6 +230,7 @@ def evaluate(
     ):
         return SkipReason("No new commits in any table since the last tick: nothing to plan.")
 
+    fault_point("sensor_tick")
     in_flight = instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: name}, statuses=IN_FLIGHT))
     failures, seen_until = _count_failures(
         instance, graph, name, cursor, now, retry_base_seconds, retry_max_seconds

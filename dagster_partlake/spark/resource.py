@@ -7,16 +7,24 @@ a Spark Connect `remote`, and stopping the session it created at teardown.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dagster import InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, model_validator
 
-from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.errors import PartlakeConfigError, SparkUnavailableError
 from dagster_partlake.spark.conf import DEFAULT_CONF
+
+_log = logging.getLogger(__name__)
+_warned: dict[str, float] = {}  # remote -> when a retry was last reported
 
 
 class SparkResource(LazyPySparkResource):
@@ -56,6 +64,15 @@ class SparkResource(LazyPySparkResource):
     spark_conf: dict[str, str] = Field(
         default_factory=dict,
         description="Extra Spark settings, applied after (and overriding) partlake's defaults.",
+    )
+    connect_wait_seconds: int = Field(
+        default=60,
+        ge=1,
+        description=(
+            "With remote: how long a call retries a Spark Connect server that does not answer "
+            "(saying so in the log) before the step fails with an error naming the server. "
+            "pyspark's own default retries for 10 minutes without a word."
+        ),
     )
     _owns_session: bool = PrivateAttr(default=False)
 
@@ -104,12 +121,75 @@ class SparkResource(LazyPySparkResource):
         # we only stop what we started.
         self._owns_session = running_session() is None
         self._spark_session = builder.getOrCreate()
+        if self.remote is not None:
+            self._spark_session.client.set_retry_policies(
+                [_reporting_policy(self.remote, self.connect_wait_seconds)]
+            )
+
+    @contextmanager
+    def server_errors(self) -> Iterator[None]:
+        """Spark calls under this that find the Spark Connect server gone raise a
+        `SparkUnavailableError` naming the server and what to do."""
+        try:
+            yield
+        except Exception as error:
+            unavailable = self._unavailable(error)
+            if unavailable is None:
+                raise
+            raise unavailable from error
+
+    def _unavailable(self, error: Exception) -> SparkUnavailableError | None:
+        if self.remote is None or "UNAVAILABLE" not in str(error):
+            return None
+        if type(error).__name__ not in ("SparkConnectGrpcException", "RetriesExceeded"):
+            return None
+        found = re.search(r'details = "([^"]+)"', str(error))
+        detail = found.group(1) if found else "UNAVAILABLE"
+        return SparkUnavailableError(
+            f"the Spark Connect server {self.remote} did not answer (each call retried for "
+            f"{self.connect_wait_seconds} s: {detail}). Nothing was committed: the partitions "
+            "stay as they were. Start the server again (partlake spark start) or point "
+            "SparkResource(remote=...) / PARTLAKE_SPARK_REMOTE at a running one; the sensor "
+            "retries the run after its back-off."
+        )
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._spark_session is not None and self._owns_session:
             self._spark_session.stop()
         self._spark_session = None
         self._owns_session = False
+
+
+def _reporting_policy(remote: str, wait_seconds: int) -> Any:
+    """pyspark's retry policy, bounded to about `wait_seconds`, that says in the log what it
+    waits for."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    initial_ms, multiplier, cap_ms = 50, 4.0, 10_000
+    retries, waited_ms, backoff = 0, 0.0, float(initial_ms)
+    while waited_ms < wait_seconds * 1000:
+        waited_ms += min(backoff, cap_ms)
+        backoff *= multiplier
+        retries += 1
+
+    class Reporting(DefaultPolicy):
+        def can_retry(self, error: BaseException) -> bool:
+            retry = bool(super().can_retry(error))
+            # Once every 10 s: a Spark action makes several calls, each retried.
+            if retry and time.monotonic() - _warned.get(remote, -1e9) >= 10:
+                _warned[remote] = time.monotonic()
+                _log.warning(
+                    f"the Spark Connect server {remote} does not answer; retrying each call for "
+                    f"up to {wait_seconds} s"
+                )
+            return retry
+
+    return Reporting(
+        max_retries=retries,
+        initial_backoff=initial_ms,
+        backoff_multiplier=multiplier,
+        max_backoff=cap_ms,
+    )
 
 
 def running_session() -> Any:

@@ -362,3 +362,60 @@ def test_replacing_a_partition_whose_value_needs_url_encoding_removes_its_old_fi
         )
     assert delta_rows(root, ["region", "x"]) == sorted((v, 1) for v in values)
     assert len(DeltaTable(root).file_uris()) == 3
+
+
+def test_a_planned_write_commits_nothing_another_run_committed_from_the_same_inputs(
+    spark, tmp_path: Path
+) -> None:
+    """`once_per_inputs`: two runs planned on the same stale partition, each reading upstream
+    partition u|1 at lastUpdated 1000 with code version 1. The first commits; the second finds
+    that commit (same code version, same upstream lastUpdated) and commits nothing, leaving no
+    file behind. A different input, a run that reads nothing, or a write without the rule
+    commits as before."""
+    from dagster_partlake.delta import stage_partitions
+    from dagster_partlake.delta.table import same_inputs_commit
+    from dagster_partlake.delta.writer import AlreadyWritten, commit_staged
+
+    root = tmp_path / "t"
+
+    def staged(rows: list[tuple]):
+        return stage_partitions(
+            frame(spark, rows),
+            str(root),
+            partition_by=["date", "region"],
+            selection=box((2, 3), {"eu"}),
+            partition_ids=["2|eu"],
+        )
+
+    def record(run: str, read: dict[str, dict[str, int]], code: str = "1") -> CommitRecord:
+        return CommitRecord("t", ("2|eu",), code, run, consumed=read)
+
+    read = {"up": {"u|1": 1000}}
+    first = commit_staged(staged(rows_for([2], ["eu"])), record=record("r1", read))
+    files_before = sorted(str(p) for p in root.rglob("*.parquet"))
+    assert same_inputs_commit(str(root), record("r2", read)) is not None
+    with pytest.raises(AlreadyWritten) as already:
+        commit_staged(
+            staged(rows_for([2], ["eu"], offset=7)), record=record("r2", read), once_per_inputs=True
+        )
+    assert already.value.record.run_id == "r1"
+    assert DeltaTable(str(root)).version() == first.version  # nothing committed
+    assert sorted(str(p) for p in root.rglob("*.parquet")) == files_before  # no orphan left
+    everything = read_partitions(spark, str(root), PartitionSelection.everything())
+    assert sorted(spark_rows(everything.df, COLUMNS)) == as_expected(rows_for([2], ["eu"]))
+
+    # The run's own earlier commit (a retried step), new upstream data, another code version,
+    # and a write that read nothing are not "the same inputs".
+    assert same_inputs_commit(str(root), record("r1", read)) is None
+    assert same_inputs_commit(str(root), record("r2", {"up": {"u|1": 2000}})) is None
+    assert same_inputs_commit(str(root), record("r2", read, code="2")) is None
+    assert same_inputs_commit(str(root), record("r2", {})) is None
+    second = commit_staged(
+        staged(rows_for([2], ["eu"], offset=9)),
+        record=record("r3", {"up": {"u|1": 2000}}),
+        once_per_inputs=True,
+    )
+    assert second.version == first.version + 1
+    # Without the rule (a run a user started), the same inputs are committed again.
+    third = commit_staged(staged(rows_for([2], ["eu"])), record=record("r4", {"up": {"u|1": 2000}}))
+    assert third.version == second.version + 1
