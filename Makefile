@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness screenshots
+.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -70,8 +70,20 @@ lint: install
 	$(BIN)/mypy
 
 # Only the tests that need neither Spark nor a Dagster subprocess.
+# The fault drills (tests/test_faults.py): killed run workers, a lost Spark Connect server, a
+# PostgreSQL restart, a re-created table, two partlake runs on one plan. About half an hour,
+# so not part of `make test`; run them nightly or before a release.
+test-faults: check-java install
+	$(BIN)/python -m pytest -m faults tests/test_faults.py
+
+# The soak (benchmarks/soak.py): the example under dagster dev with the sensor on while source
+# partitions are rewritten at random for MINUTES; JSON in benchmarks/out/soak.json.
+MINUTES ?= 20
+soak: check-java install
+	$(BIN)/python -m benchmarks.soak --minutes $(MINUTES)
+
 test-fast: install
-	$(BIN)/python -m pytest -m "not spark and not dagster_cli and not cluster"
+	$(BIN)/python -m pytest -m "not spark and not dagster_cli and not cluster and not faults"
 
 # Benchmarks (not part of `make test`): JSON and PNG under benchmarks/out/.
 bench-backfill: check-java install

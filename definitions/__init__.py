@@ -28,6 +28,8 @@ from definitions.models import MODEL_ASSETS  # noqa: E402
 spark = SparkResource(
     master=os.environ.get("PARTLAKE_SPARK_MASTER") or "local[*]",
     remote=os.environ.get("PARTLAKE_SPARK_REMOTE") or None,
+    # How long a call waits for a Spark Connect server that does not answer.
+    connect_wait_seconds=int(os.environ.get("PARTLAKE_SPARK_CONNECT_WAIT_SECONDS", "60")),
 )
 
 # Compact, vacuum and checkpoint every managed table each night: nothing becomes stale.

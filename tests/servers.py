@@ -77,6 +77,7 @@ class DagsterDev:
     port: int
     env: dict[str, str]
     log: Path
+    pid: int = 0  # of `dagster dev`, whose process group holds the webserver, daemon, code server
 
     @property
     def url(self) -> str:
@@ -131,7 +132,7 @@ def dagster_dev(
         stderr=subprocess.STDOUT,
         preexec_fn=_own_session_default_signals,
     )
-    server = DagsterDev(port, env, log)
+    server = DagsterDev(port, env, log, proc.pid)
     try:
 
         def loaded() -> bool:
@@ -167,6 +168,21 @@ class Postgres:
     port: int
     user: str
     db: str
+    # How it was started, so that it can be restarted.
+    data: str = ""
+    pg_ctl: str = ""
+    options: str = ""
+    as_user: tuple[str, ...] = ()
+
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`: every client connection is cut, the server is back."""
+        subprocess.run(
+            [*self.as_user, self.pg_ctl, "-D", self.data, "-o", self.options, "-m", "fast",
+             "-l", os.path.join(self.data, "server.log"), "-w", "restart"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )  # fmt: skip
 
     def dagster_yaml(self) -> str:
         """The `storage:` section of a Dagster instance on this server."""
@@ -205,7 +221,9 @@ def postgres_server() -> Iterator[Postgres]:
     port = free_port()
     log = os.path.join(data, "server.log")
     pid_file = os.path.join(data, "postmaster.pid")
-    server = Postgres(port=port, user="dagster", db="dagster")
+    options = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off"
+    pg_ctl = os.path.join(bindir, "pg_ctl")
+    server = Postgres(port, "dagster", "dagster", data, pg_ctl, options, tuple(as_user))
     try:
         subprocess.run(
             [*as_user, initdb, "-D", data, "-U", server.user, "-A", "trust", "--no-sync"],
@@ -213,11 +231,10 @@ def postgres_server() -> Iterator[Postgres]:
             capture_output=True,
             timeout=120,
         )
-        options = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off"
         subprocess.run(
             [
                 *as_user,
-                os.path.join(bindir, "pg_ctl"),
+                pg_ctl,
                 "-D",
                 data,
                 "-o",

@@ -94,6 +94,7 @@ def test_two_runs_killed_in_their_steps_do_not_hang_the_next_run(
     )
     out = third.stdout
     assert third.returncode == 0, out + third.stderr[-3000:]
+    print(out)  # what a user sees (docs/guides/daemon.md shows it)
     for run in dead:
         line = next(line_ for line_ in out.splitlines() if run.run_id in line_)
         assert line.startswith("[FAILED] Run ") and "is gone" in line, out
@@ -175,6 +176,7 @@ def test_a_run_waiting_for_a_pool_slot_says_which_pool_and_who_holds_it(
         timeout=120,
         what="the waiting run to say why",
     )
+    print(said[0])  # what a user sees (docs/guides/daemon.md shows it)
     assert f"for a slot of Dagster pool {POOL} (limit 1)" in said[0]
     assert f"held by run(s) {holding.run_id[:8]} (STARTED, process {holder.pid} on host" in said[0]
     (hold / "release").touch()
