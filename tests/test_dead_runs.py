@@ -51,14 +51,15 @@ def start(env: dict[str, str], *args: str, log: Path) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(check, *, timeout: float, what: str):  # type: ignore[no-untyped-def]
+def wait_for(check, *, timeout: float, what: str, logs: tuple[Path, ...] = ()):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    tails = "".join(f"\n--- {log}:\n{log.read_text()[-4000:]}" for log in logs if log.exists())
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{tails}")
 
 
 def held_pids(hold: Path) -> set[int]:
@@ -74,7 +75,13 @@ def test_two_runs_killed_in_their_steps_do_not_hang_the_next_run(
     first = start(holding, "--max-parallel", "1", log=tmp_path / "first.log")
     second = start(holding, "--max-parallel", "1", log=tmp_path / "second.log")
     # Both steps run: each claimed one of the pool's two slots.
-    wait_for(lambda: held_pids(hold) >= {first.pid, second.pid}, timeout=120, what="both steps")
+    # Started together on a new instance: both open it (they once raced to create its tables).
+    wait_for(
+        lambda: held_pids(hold) >= {first.pid, second.pid},
+        timeout=120,
+        what="both steps",
+        logs=(tmp_path / "first.log", tmp_path / "second.log"),
+    )
     for proc in (first, second):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

@@ -185,8 +185,36 @@ def require_dagster_home() -> None:
 def dagster_instance(required: bool) -> DagsterInstance | None:
     from dagster import DagsterInstance
 
-    if os.environ.get("DAGSTER_HOME"):
-        return DagsterInstance.get()
+    home = os.environ.get("DAGSTER_HOME")
+    if home:
+        if not os.path.isdir(home):
+            return DagsterInstance.get()  # Dagster's own error names the missing directory
+        return _open_instance(home)
     if required:
         require_dagster_home()
     return None
+
+
+def _open_instance(home: str) -> DagsterInstance:
+    """The instance in `home`, its storages created by one process at a time.
+
+    Dagster's SQLite storages create their tables on first open without IF NOT EXISTS, so of two
+    `partlake` processes opening a new instance together one failed with "table
+    secondary_indexes already exists". A lock file in `home` serializes the opening.
+    """
+    import fcntl
+
+    from dagster import DagsterInstance
+
+    with open(os.path.join(home, ".partlake-instance.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            echo(
+                f"[WAITING] for another partlake process to finish opening the Dagster instance "
+                f"in {home} (lock {lock.name})",
+                err=True,
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        # Creates the run, event log and schedule storages (and their tables) at once.
+        return DagsterInstance.get()
