@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         PartlakeConfigError,
         PartlakeError,
         SchemaMismatchError,
+        SqlModelError,
         TableUnreadableError,
     )
     from dagster_partlake.gates.checks import partlake_asset_checks
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from dagster_partlake.planning.planner import Plan, StalePartition, plan
     from dagster_partlake.planning.runs import PlannedRun, RunPlan, plan_runs
     from dagster_partlake.spark.resource import SparkResource
+    from dagster_partlake.sql.component import SqlModels
+    from dagster_partlake.sql.definition import sql_assets
 
 __all__ = [
     "POOL",
@@ -51,6 +54,8 @@ __all__ = [
     "RunPlan",
     "SchemaMismatchError",
     "SparkResource",
+    "SqlModelError",
+    "SqlModels",
     "StalePartition",
     "TableUnreadableError",
     "build_invalidation_sensor",
@@ -60,6 +65,7 @@ __all__ = [
     "partlake_source",
     "plan",
     "plan_runs",
+    "sql_assets",
     "table_path",
 ]
 
@@ -74,6 +80,9 @@ _LAZY = {
     "PartlakeError": "dagster_partlake.errors",
     "SchemaMismatchError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
+    "SqlModelError": "dagster_partlake.errors",
+    "SqlModels": "dagster_partlake.sql.component",
+    "sql_assets": "dagster_partlake.sql.definition",
     "GateFailedError": "dagster_partlake.gates.spec",
     "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
     "ModelKind": "dagster_partlake.kinds.spec",

@@ -30,3 +30,13 @@ class CommitConflictError(PartlakeError):
 
 class TableUnreadableError(PartlakeError):
     """A table's Delta log cannot be read (a damaged or missing commit file)."""
+
+
+class SqlModelError(PartlakeConfigError):
+    """A SQL model file is wrong: its message starts with `file:line:`, and nothing was loaded."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.problem = message
+        super().__init__(f"{path}:{line}: {message}")
