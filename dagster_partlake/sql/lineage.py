@@ -44,17 +44,25 @@ def column_lineage(
         for target in flat
         if target in columns
     }
-    try:
-        tree = qualify(
-            rewritten(model, flat),
-            schema=schema,
-            dialect=DIALECT,
-            validate_qualify_columns=False,
-            quote_identifiers=False,
-        )
-        scope = build_scope(tree)
-    except SqlglotError:
+    tree = None
+    # Qualifying every column needs the sources' columns; where they are unknown (a subquery
+    # beside unknown tables), qualify the tables only: qualified columns still trace.
+    for columns_too in (True, False):
+        try:
+            tree = qualify(
+                rewritten(model, flat),
+                schema=schema,
+                dialect=DIALECT,
+                validate_qualify_columns=False,
+                quote_identifiers=False,
+                qualify_columns=columns_too,
+            )
+            break
+        except SqlglotError:
+            continue
+    if tree is None:
         return {}, None
+    scope = build_scope(tree)
     outputs = list(tree.named_selects)
     if scope is None or "*" in outputs or not all(outputs):
         return {}, None
