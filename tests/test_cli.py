@@ -166,7 +166,7 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
         preexec_fn=_default_signals,
     )
     query = (
-        "{ assetNodes { assetKey { path } groupName isPartitioned "
+        "{ assetNodes { assetKey { path } groupName isPartitioned description "
         "assetChecksOrError { ... on AssetChecks { checks { name } } } } }"
     )
     try:
@@ -204,6 +204,9 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
                 ["staging/events", "marts/user_activity", "marts/monthly_region_summary"], "sql"
             ),
         }
+        # A SQL model shows its SQL as its description.
+        described = {"/".join(n["assetKey"]["path"]): n["description"] or "" for n in nodes}
+        assert "```sql\nwith ranked as (" in described["staging/events"]
         unpartitioned = {"/".join(n["assetKey"]["path"]) for n in nodes if not n["isPartitioned"]}
         assert unpartitioned == {
             "plan_mix",
