@@ -524,3 +524,43 @@ def test_sql_models_component_under_dg(tmp_path: Path) -> None:
     assert broken.returncode != 0
     assert "broken.sql:3: table nope is no asset" in broken.stdout + broken.stderr
     shutil.rmtree(project)
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "metadata"),
+    [
+        ("partition", "", model_kind_metadata("partition")),
+        ("tracked", "", model_kind_metadata("tracked")),
+        ("append", "-- @partition_by:\n", model_kind_metadata("append", partition_by=[])),
+        (
+            "merge",
+            "-- @unique_key: event_id\n",
+            model_kind_metadata("merge", unique_key=["event_id"]),
+        ),
+        (
+            "scd2",
+            "-- @unique_key: event_id\n",
+            model_kind_metadata("scd2", unique_key=["event_id"]),
+        ),
+    ],
+)
+def test_every_kind_and_incremental_mode(tmp_path: Path, kind: str, extra: str, metadata) -> None:
+    text = f"-- @kind: {kind}\n-- @partitions: daily_region\n{extra}"
+    text += "-- @incremental: log\nselect event_id, date, region from clean_events\n"
+    [model] = sql_assets(write(tmp_path, {"m.sql": text}), partitions=PARTITIONS, upstream=UPSTREAM)
+    declared = {k: v for k, v in spec_of(model).metadata.items() if k.startswith("partlake/")}
+    assert declared.pop("partlake/sql_path")
+    assert declared == {**metadata, "partlake/incremental": "log"}
+    table = write(
+        tmp_path / "t",
+        {
+            "m.sql": "-- @kind: table\n-- @incremental: log(allow_full_reread)\n"
+            "select * from clean_events\n"
+        },
+    )
+    [model] = sql_assets(table, partitions=PARTITIONS, upstream=UPSTREAM)
+    assert spec_of(model).metadata["partlake/kind"] == "table"
+    assert spec_of(model).metadata["partlake/incremental"] == {
+        "mode": "log",
+        "allow_full_reread": True,
+    }
