@@ -564,3 +564,24 @@ def test_every_kind_and_incremental_mode(tmp_path: Path, kind: str, extra: str, 
         "mode": "log",
         "allow_full_reread": True,
     }
+
+
+def test_partlake_sql_render_refuses_what_is_no_model_run(tmp_path: Path, lake: Path) -> None:
+    env = cli_env(tmp_path, lake)
+    cases = {
+        ("clean_events", "--partition", "2024-01-01|eu"): (
+            "Error: asset clean_events is no SQL model of the code location; its SQL models are "
+            "marts/monthly_region_summary, marts/user_activity, staging/events."
+        ),
+        ("staging/events",): (
+            "Error: SQL model staging/events is partitioned; choose the run's partition with "
+            "--partition, e.g. the first one, 2024-01-01|eu."
+        ),
+        ("staging/events", "--partition", "2024-13-01|eu"): (
+            "Error: partition key '2024-13-01|eu' is not in the partitions of asset staging/events"
+        ),
+    }
+    for args, message in cases.items():
+        proc = run_partlake("sql", "render", "-m", "definitions", *args, env=env)
+        assert proc.returncode == 1 and proc.stderr.startswith(message), proc.stderr
+        assert proc.stdout == ""
