@@ -225,8 +225,10 @@ class TestSqliteInstance:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(60_000)
 
-            # The asset graph: four assets, three edges. A fresh instance first greets the
-            # user with a dialog over every page; dismiss it as a user would.
+            # The asset graph: four assets, three edges, and two edges out to the group `sql`
+            # (raw_events -> staging/events, daily_region_stats -> its monthly summary). A fresh
+            # instance first greets the user with a dialog over every page; dismiss it as a
+            # user would.
             page.goto(f"{dev.url}/locations/definitions/asset-groups/lakehouse")
             page.get_by_role("button", name="Skip").click()
             expect(page.get_by_text("Join the Dagster community")).to_be_hidden()
@@ -237,7 +239,7 @@ class TestSqliteInstance:
                 "monthly_region_stats",
             ]:
                 expect(page.get_by_text(name, exact=True).first).to_be_visible()
-            expect(page.locator('svg path[stroke="var(--color-lineage-edge)"]')).to_have_count(3)
+            expect(page.locator('svg path[stroke="var(--color-lineage-edge)"]')).to_have_count(5)
             page.screenshot(path=out / "ui-asset-graph.png")
 
             # clean_events' partitions: the four written by the daemon's runs.
