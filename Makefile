@@ -29,13 +29,17 @@ test-deps:
 
 demo: check-java install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
-	@echo "== 1/3 demo source data: raw_events for $(DEMO_DATES) x eu, us, apac"
+	@echo "== 1/4 demo source data: raw_events for $(DEMO_DATES) x eu, us, apac"
 	$(BIN)/python -m definitions.ingest $(addprefix --date ,$(DEMO_DATES)) --region eu --region us --region apac --rows $(DEMO_ROWS)
-	@echo "== 2/3 clean_events and daily_region_stats for those days (one run, one Spark job per asset)"
+	@echo "== 2/4 clean_events and daily_region_stats for those days (one run, one Spark job per asset)"
 	$(BIN)/dagster asset materialize -m definitions --select clean_events,daily_region_stats \
 		--partition-range '$(firstword $(DEMO_DATES))|eu...$(lastword $(DEMO_DATES))|apac'
-	@echo "== 3/3 monthly_region_stats for 2024-01 (reads the month's daily partitions)"
+	@echo "== 3/4 monthly_region_stats for 2024-01 (reads the month's daily partitions)"
 	$(BIN)/dagster asset materialize -m definitions --select monthly_region_stats --partition-range '2024-01|eu...2024-01|apac'
+	@echo "== 4/4 the SQL models of definitions/sql/ (group sql), run by partlake like any asset"
+	$(BIN)/partlake sql lint definitions/sql -m definitions
+	$(BIN)/partlake run -m definitions --select staging/events,marts/user_activity,marts/monthly_region_summary
+	$(BIN)/partlake sql render -m definitions marts/monthly_region_summary --partition '2024-01|eu'
 	@$(BIN)/python -m definitions.summary
 	@echo
 	@echo "== Refresh: an upstream system rewrites raw_events 2024-01-02|eu (python -m definitions.ingest)"

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         PartlakeError,
         SchemaMismatchError,
         SparkUnavailableError,
+        SqlModelError,
         TableUnreadableError,
     )
     from dagster_partlake.freshness.automation import partlake_stale
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from dagster_partlake.planning.planner import Plan, StalePartition, plan
     from dagster_partlake.planning.runs import PlannedRun, RunPlan, plan_runs
     from dagster_partlake.spark.resource import SparkResource
+    from dagster_partlake.sql.component import SqlModels
+    from dagster_partlake.sql.definition import sql_assets
 
 __all__ = [
     "POOL",
@@ -54,6 +57,8 @@ __all__ = [
     "SchemaMismatchError",
     "SparkResource",
     "SparkUnavailableError",
+    "SqlModelError",
+    "SqlModels",
     "StalePartition",
     "TableUnreadableError",
     "build_invalidation_sensor",
@@ -64,6 +69,7 @@ __all__ = [
     "partlake_stale",
     "plan",
     "plan_runs",
+    "sql_assets",
     "table_path",
 ]
 
@@ -80,6 +86,9 @@ _LAZY = {
     "SchemaMismatchError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
     "SparkUnavailableError": "dagster_partlake.errors",
+    "SqlModelError": "dagster_partlake.errors",
+    "SqlModels": "dagster_partlake.sql.component",
+    "sql_assets": "dagster_partlake.sql.definition",
     "GateFailedError": "dagster_partlake.gates.spec",
     "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
     "ModelKind": "dagster_partlake.kinds.spec",

@@ -34,3 +34,13 @@ class TableUnreadableError(PartlakeError):
 
 class SparkUnavailableError(PartlakeError):
     """The Spark Connect server did not answer (stopped, restarted, unreachable)."""
+
+
+class SqlModelError(PartlakeConfigError):
+    """A SQL model file is wrong: its message starts with `file:line:`, and nothing was loaded."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.problem = message
+        super().__init__(f"{path}:{line}: {message}")

@@ -2,6 +2,7 @@
 
 import os
 import warnings
+from pathlib import Path
 
 from dagster import BetaWarning, Definitions, ScheduleDefinition, in_process_executor
 
@@ -14,7 +15,9 @@ from dagster_partlake import (  # noqa: E402
     build_invalidation_sensor,
     build_maintenance_job,
     partlake_asset_checks,
+    sql_assets,
 )
+from dagster_partlake.orchestration.pools import POOL  # noqa: E402
 from definitions.assets import (  # noqa: E402
     clean_events,
     daily_region_stats,
@@ -22,6 +25,19 @@ from definitions.assets import (  # noqa: E402
     raw_events,
 )
 from definitions.models import MODEL_ASSETS  # noqa: E402
+from definitions.partitions import daily_region, monthly_region  # noqa: E402
+
+LAKEHOUSE = [raw_events, clean_events, daily_region_stats, monthly_region_stats]
+
+# The SQL models of definitions/sql/ (group `sql`): staging/events, marts/user_activity and
+# marts/monthly_region_summary, reading the lakehouse tables above.
+SQL_MODELS = sql_assets(
+    Path(__file__).parent / "sql",
+    partitions={"daily_region": daily_region, "monthly_region": monthly_region},
+    upstream=LAKEHOUSE,
+    group_name="sql",
+    pool=POOL,
+)
 
 # Local Spark by default; PARTLAKE_SPARK_REMOTE=sc://127.0.0.1:15002 (see `partlake spark start`)
 # or PARTLAKE_SPARK_MASTER=spark://127.0.0.1:7077 share one Spark between all runs.
@@ -35,10 +51,11 @@ spark = SparkResource(
 # Compact, vacuum and checkpoint every managed table each night: nothing becomes stale.
 maintenance = build_maintenance_job()
 
-ASSETS = [raw_events, clean_events, daily_region_stats, monthly_region_stats, *MODEL_ASSETS]
+ASSETS = [*LAKEHOUSE, *MODEL_ASSETS, *SQL_MODELS]
 
 defs = Definitions(
-    # The lakehouse group, and the model kinds over a daily user export (group `models`).
+    # The lakehouse group, the model kinds over a daily user export (group `models`), the
+    # incremental inputs (group `feeds`) and the SQL models (group `sql`).
     assets=ASSETS,
     # The quality gates declared in the assets' metadata, as asset checks the UI lists.
     asset_checks=partlake_asset_checks(ASSETS),

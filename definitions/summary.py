@@ -9,27 +9,36 @@ from deltalake import DeltaTable
 
 from dagster_partlake.layout import WAREHOUSE_DIR, resolve_root, table_path
 
-TABLES = ["raw_events", "clean_events", "daily_region_stats", "monthly_region_stats"]
+TABLES = [
+    "raw_events",
+    "clean_events",
+    "daily_region_stats",
+    "monthly_region_stats",
+    # The SQL models of definitions/sql/ (group sql).
+    "staging/events",
+    "marts/user_activity",
+    "marts/monthly_region_summary",
+]
 
 
 def main() -> None:
     root = resolve_root(None)
     print(f"\nDelta tables under {os.path.join(root, WAREHOUSE_DIR)}:")
     for name in TABLES:
-        path = table_path(root, [name])
+        path = table_path(root, name.split("/"))
         if not DeltaTable.is_deltatable(path):
-            print(f"  {name:<22} (not written yet)")
+            print(f"  {name:<28} (not written yet)")
             continue
         table = DeltaTable(path)
         actions = pa.table(table.get_add_actions(flatten=True))
         rows = sum(n or 0 for n in actions.column("num_records").to_pylist())
-        print(f"  {name:<22} version {table.version():>3}  {rows:>8,} rows  {path}")
+        print(f"  {name:<28} version {table.version():>3}  {rows:>8,} rows  {path}")
     dagster_home = os.environ.get("DAGSTER_HOME", "")
     print(
         "\nOpen the Dagster UI on these runs and tables:\n"
         f"  DAGSTER_HOME={dagster_home} PARTLAKE_HOME={root} "
         ".venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000   (or: make dev)\n"
-        "  then browse http://127.0.0.1:3000 (Assets -> lakehouse)."
+        "  then browse http://127.0.0.1:3000 (Assets -> lakehouse, sql)."
     )
 
 

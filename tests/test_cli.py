@@ -167,7 +167,7 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
         preexec_fn=_default_signals,
     )
     query = (
-        "{ assetNodes { assetKey { path } groupName isPartitioned "
+        "{ assetNodes { assetKey { path } groupName isPartitioned description "
         "assetChecksOrError { ... on AssetChecks { checks { name } } } } }"
     )
     try:
@@ -200,7 +200,14 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
             "plan_mix": "models",
             "user_days": "models",
             **dict.fromkeys(["user_changes", "user_plans", "payment_files", "payments"], "feeds"),
+            # The SQL models of definitions/sql/.
+            **dict.fromkeys(
+                ["staging/events", "marts/user_activity", "marts/monthly_region_summary"], "sql"
+            ),
         }
+        # A SQL model shows its SQL as its description.
+        described = {"/".join(n["assetKey"]["path"]): n["description"] or "" for n in nodes}
+        assert "```sql\nwith ranked as (" in described["staging/events"]
         unpartitioned = {"/".join(n["assetKey"]["path"]) for n in nodes if not n["isPartitioned"]}
         assert unpartitioned == {
             "plan_mix",
@@ -231,6 +238,16 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
             "partlake_fresh",
         ]
         assert checks["payments"] == ["not_null_payment_id_user_id"]
+        assert checks["staging/events"] == [
+            "non_negative",
+            "not_null_event_id_user_id",
+            "unique_event_id",
+        ]
+        assert checks["marts/user_activity"] == ["not_null_user_id_last_seen"]
+        assert checks["marts/monthly_region_summary"] == [
+            "column_sum_revenue",
+            "no_partition_emptied",
+        ]
         # The nightly maintenance schedule and its job, as the UI lists them.
         repositories = requests.post(
             f"http://127.0.0.1:{port}/graphql",

@@ -22,6 +22,13 @@ pytestmark = pytest.mark.cluster
 
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 TABLES = ["clean_events", "daily_region_stats", "monthly_region_stats"]
+# The example's SQL models (definitions/sql/) and the columns that hold their partitions; on a
+# Spark Connect session their temporary views stay until the session ends.
+SQL_TABLES = {
+    "staging/events": ["date", "region"],
+    "marts/user_activity": ["user_id", "region"],
+    "marts/monthly_region_summary": ["month", "region"],
+}
 
 
 def free_port() -> int:
@@ -58,9 +65,9 @@ def refresh(env: dict[str, str], *options: str, **extra: str) -> str:
 def fingerprint(lake: Path) -> dict[str, dict[tuple, tuple[int, str]]]:
     """Per table and partition: row count and a checksum of the sorted rows."""
     result: dict[str, dict[tuple, tuple[int, str]]] = {}
-    for table in TABLES:
+    keys = {t: ["date" if t != "monthly_region_stats" else "month", "region"] for t in TABLES}
+    for table, columns in {**keys, **SQL_TABLES}.items():
         rows = delta_rows(lake / "warehouse" / table)
-        columns = ["date" if table != "monthly_region_stats" else "month", "region"]
         from deltalake import DeltaTable
 
         names = DeltaTable(str(lake / "warehouse" / table)).schema().to_arrow().names
@@ -115,7 +122,8 @@ def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> N
             "PATH": str(Path(sys.executable).parent),
         }
         out = refresh(no_java, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
-        assert out.count("[OK]") == 24  # 9 clean + 9 daily + 6 monthly
+        # 9 clean + 9 daily + 6 monthly, and the SQL models: 9 staging + 9 merge days + 6 monthly
+        assert out.count("[OK]") == 24 + 24
         assert "Executing up to 2 run(s) at a time; Dagster pool partlake (limit 2)" in out
         # ...nor does a run started by Dagster's own CLI. (Rewrites use the original seed: the
         # data stay the same, only their lastUpdated moves, so the tables still match `expected`.)
@@ -136,8 +144,10 @@ def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> N
         for day, region in [("2024-01-30", "eu"), ("2024-02-01", "eu"), ("2024-01-30", "apac")]:
             write_partition(dt.date.fromisoformat(day), region, 300, root=str(connect_lake))
         out = refresh(no_java, PARTLAKE_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
-        assert out.count("[OK]") == 3 * 2 + 1 + 4  # 3 x (clean + daily), daily 31|us, 4 monthly
-        assert out.rstrip().endswith("11 asset partition(s) refreshed, 0 failed.")
+        # 3 x (clean + daily), daily 31|us, 4 monthly; the SQL models: 4 staging, 4 monthly and
+        # 8 merge days (a merge applies the days after a changed one again, in order).
+        assert out.count("[OK]") == 3 * 2 + 1 + 4 + 4 + 4 + 8
+        assert out.rstrip().endswith("27 asset partition(s) refreshed, 0 failed.")
     finally:
         stopped = run_partlake("spark", "stop", "--root", servers, env=connect_env, timeout=120)
     assert stopped.stdout.strip() == "Spark Connect server stopped."

@@ -75,5 +75,5 @@ def test_docs_site_builds_strict(tmp_path: Path) -> None:
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
     assert (tmp_path / "site" / "concepts" / "architecture" / "index.html").is_file()
     cli_page = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
-    for command in ("plan", "run", "history", "restore", "maintain", "spark"):
+    for command in ("plan", "run", "history", "restore", "maintain", "spark", "sql"):
         assert f"partlake {command}" in cli_page, f"`partlake {command}` missing from the CLI page"

@@ -21,6 +21,10 @@ EXPECTED = {
     ("clean_events", "2024-01-02|eu"),
     ("daily_region_stats", "2024-01-02|eu"),
     ("monthly_region_stats", "2024-01|eu"),
+    # The example's SQL models (definitions/sql/) over raw_events and daily_region_stats.
+    ("staging/events", "2024-01-02|eu"),
+    ("marts/user_activity", "2024-01-02|eu"),
+    ("marts/monthly_region_summary", "2024-01|eu"),
 }
 
 
@@ -61,9 +65,8 @@ def test_source_rewrite_invalidates_exactly_its_downstream_closure(example, lake
     plan = make_plan(graph, StateCache()).plan
     assert {(i.asset, i.partition) for i in plan.items} == EXPECTED
     assert {i.reason for i in plan.items} == {"upstream_changed"}
-    assert dict((i.asset, i.because) for i in plan.items)["clean_events"] == (
-        "raw_events[2024-01-02|eu]",
-    )
+    because = {i.asset: i.because for i in plan.items}
+    assert because["clean_events"] == because["staging/events"] == ("raw_events[2024-01-02|eu]",)
 
     seen: set[tuple[str, str]] = set()
     for _ in range(5):
@@ -91,20 +94,29 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     _, cursor, _ = tick(defs, instance, patient, None)
     write_partition(dt.date(2024, 1, 1), "us", 200, seed=2, root=str(lake))
     requests, cursor, _ = tick(defs, instance, patient, cursor)
-    assert len(requests) == 1 and requests[0].partition_key == "2024-01-01|us"
+    # One run of the lakehouse assets and one of the SQL model reading raw_events.
+    assert sorted(sorted(k.to_user_string() for k in r.asset_selection) for r in requests) == [
+        ["clean_events", "daily_region_stats"],
+        ["staging/events"],
+    ]
+    assert {r.partition_key for r in requests} == {"2024-01-01|us"}
 
-    # The requested run is queued: the next tick must not request it again.
+    # The requested runs are queued: the next tick must not request them again.
     job = defs.resolve_implicit_global_asset_job_def()
-    run = instance.create_run_for_job(
-        job_def=job,
-        tags={**requests[0].tags, "dagster/partition": "2024-01-01|us"},
-        asset_selection=frozenset(requests[0].asset_selection),
-    )
+    runs = [
+        instance.create_run_for_job(
+            job_def=job,
+            tags={**request.tags, "dagster/partition": "2024-01-01|us"},
+            asset_selection=frozenset(request.asset_selection),
+        )
+        for request in requests
+    ]
     again, cursor, skip = tick(defs, instance, patient, cursor)
     assert again == [] and "wait for running or backing-off runs" in skip
 
-    # It fails: backing off for an hour, no request on the next ticks.
-    instance.report_run_failed(run)
+    # They fail: backing off for an hour, no request on the next ticks.
+    for run in runs:
+        instance.report_run_failed(run)
     before_failure = cursor
     again, cursor, skip = tick(defs, instance, patient, before_failure)
     assert again == [] and "backing-off" in skip
@@ -113,7 +125,7 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
             1,
             pytest.approx(json.loads(cursor)["checked_at"] + 3600),
         ]
-        for asset in ["clean_events", "daily_region_stats"]
+        for asset in ["clean_events", "daily_region_stats", "staging/events"]
     }
     again, cursor, skip = tick(defs, instance, patient, cursor)
     assert again == []
@@ -121,10 +133,10 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     # The same failure seen by a sensor without backoff: requested again at once.
     eager = build_invalidation_sensor("inv", retry_base_seconds=0)
     again, _, _ = tick(defs, instance, eager, before_failure)
-    assert [r.partition_key for r in again] == ["2024-01-01|us"]
+    assert [r.partition_key for r in again] == ["2024-01-01|us"] * 2
     # A retry needs a run key of its own: the daemon skips a run key it has already seen.
-    assert again[0].run_key != requests[0].run_key
-    assert again[0].tags["partlake/attempt"] == "2"
+    assert not {r.run_key for r in again} & {r.run_key for r in requests}
+    assert {r.tags["partlake/attempt"] for r in again} == {"2"}
 
 
 NO_OP_PROBE = """
@@ -160,10 +172,28 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
             "because": ["clean_events[2024-01-02|eu]"],
         },
         {
+            "asset": "marts/monthly_region_summary",
+            "partition": "2024-01|eu",
+            "reason": "upstream_changed",
+            "because": ["daily_region_stats[2024-01-02|eu]"],
+        },
+        {
+            "asset": "marts/user_activity",
+            "partition": "2024-01-02|eu",
+            "reason": "upstream_changed",
+            "because": ["staging/events[2024-01-02|eu]"],
+        },
+        {
             "asset": "monthly_region_stats",
             "partition": "2024-01|eu",
             "reason": "upstream_changed",
             "because": ["daily_region_stats[2024-01-02|eu]"],
+        },
+        {
+            "asset": "staging/events",
+            "partition": "2024-01-02|eu",
+            "reason": "upstream_changed",
+            "because": ["raw_events[2024-01-02|eu]"],
         },
     ]
     text = run_partlake(
@@ -174,9 +204,12 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     # The runs the plan becomes: shown as text, as JSON, and exactly what `partlake run` runs.
     text = run_partlake("plan", "-m", "definitions", env=env, timeout=120)
     assert text.stdout.rstrip().endswith(
-        "Runs: 2, upstream first (one Dagster run each):\n"
+        "Runs: 5, upstream first (one Dagster run each):\n"
         "  run 1: clean_events, daily_region_stats  2024-01-02|eu\n"
-        "  run 2: monthly_region_stats  2024-01|eu  after run 1"
+        "  run 2: staging/events  2024-01-02|eu\n"
+        "  run 3: marts/user_activity  2024-01-02|eu  after run 2\n"
+        "  run 4: marts/monthly_region_summary  2024-01|eu  after run 1\n"
+        "  run 5: monthly_region_stats  2024-01|eu  after run 1"
     ), text.stdout
     runs = run_partlake("plan", "-m", "definitions", "--runs-json", env=env, timeout=120)
     assert runs.returncode == 0, runs.stderr[-3000:]
@@ -191,15 +224,23 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
             "reasons": ["upstream_changed"],
             "waits_for": [],
         },
-        {
-            "run": 2,
-            "assets": ["monthly_region_stats"],
-            "partition_key": "2024-01|eu",
-            "partition_range": None,
-            "partitions": ["2024-01|eu"],
-            "reasons": ["upstream_changed"],
-            "waits_for": [1],
-        },
+        *(
+            {
+                "run": number,
+                "assets": [asset],
+                "partition_key": key,
+                "partition_range": None,
+                "partitions": [key],
+                "reasons": ["upstream_changed"],
+                "waits_for": waits,
+            }
+            for number, asset, key, waits in [
+                (2, "staging/events", "2024-01-02|eu", []),
+                (3, "marts/user_activity", "2024-01-02|eu", [2]),
+                (4, "marts/monthly_region_summary", "2024-01|eu", [1]),
+                (5, "monthly_region_stats", "2024-01|eu", [1]),
+            ]
+        ),
     ]
     both = run_partlake("plan", "-m", "definitions", "--json", "--runs-json", env=env)
     assert both.returncode == 2 and "choose one" in both.stderr
@@ -209,7 +250,7 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     # This instance sets no pool limit: one run at a time.
     assert "Executing up to 1 run(s) at a time (no Dagster pool limit applies)." in first.stdout
     lines = [line for line in first.stdout.splitlines() if line.startswith("[")]
-    assert len(lines) == 3
+    assert len(lines) == 6
     assert lines[0].startswith("[OK] clean_events 2024-01-02|eu (upstream_changed, ")
     assert " rows, " in lines[0] and lines[0].endswith(" ms)")
     from dagster import DagsterInstance
@@ -252,6 +293,11 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
         ("clean_events", "2024-01-01|us"),
         ("daily_region_stats", "2024-01-01|us"),
         ("monthly_region_stats", "2024-01|us"),
+        ("staging/events", "2024-01-01|us"),
+        # A merge applies its days in order: the next day is applied again after it.
+        ("marts/user_activity", "2024-01-01|us"),
+        ("marts/user_activity", "2024-01-02|us"),
+        ("marts/monthly_region_summary", "2024-01|us"),
     }
 
     bad = run_partlake("plan", "-m", "definitions", "--select", "nope", env=env, timeout=120)

@@ -129,7 +129,10 @@ def merge_rows(
     with discarded_on_failure(batch.staging_dir):
         paths = [os.path.join(batch.staging_dir, f.relative_path) for f in batch.files]
         if any(f.num_records for f in batch.files):
-            staged_rows = df.sparkSession.read.parquet(*("file://" + p for p in paths))
+            # basePath: the partition columns (which the key may include) come from the folders.
+            staged_rows = df.sparkSession.read.option(
+                "basePath", "file://" + batch.staging_dir
+            ).parquet(*("file://" + p for p in paths))
             check_keys(staged_rows, unique_key, name)
     touched = _touched(batch)
     batch = replace(batch, partition_ids=touched.ids, selection=touched.selection)
@@ -248,9 +251,11 @@ def _rewrite_without_batch_keys(
         .option("basePath", "file://" + batch.root)
         .parquet(*("file://" + f.absolute_path(batch.root) for f in candidates))
     )
-    batch_keys = spark.read.parquet(
-        *("file://" + os.path.join(batch.root, f.relative_path) for f in batch.files)
-    ).select(*unique_key)
+    batch_keys = (
+        spark.read.option("basePath", "file://" + batch.root)
+        .parquet(*("file://" + os.path.join(batch.root, f.relative_path) for f in batch.files))
+        .select(*unique_key)
+    )
     remaining = existing.join(batch_keys, on=list(unique_key), how="left_anti").select(
         *existing.columns
     )

@@ -615,7 +615,11 @@ def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> Ga
         root=target.root,
         keys=target.keys,
         partition_columns=target.dimension_columns,
-        replaced=target.selection([k for k in target.keys if k != WHOLE_TABLE_ID]),
+        # A table not partitioned by its Dagster partitions (a decoupled merge) has no
+        # partitions of the run to select; audits, which read them, are refused on such kinds.
+        replaced=PartitionSelection.everything()
+        if target.decoupled
+        else target.selection([k for k in target.keys if k != WHOLE_TABLE_ID]),
         key_of=target.key_of,
         on_results=lambda results: log_gate_results(context, results, target.keys),
     )

@@ -1,0 +1,390 @@
+"""`sql_assets`: a folder of `.sql` model files as Dagster assets.
+
+Each model becomes an ordinary `@asset` whose definition metadata holds exactly what a Python
+asset would declare (`partlake/kind`, gates, `partlake/incremental`, ...), with one `AssetIn` per
+table its query reads, carrying the partition mapping. So the IO manager loads each input as a
+DataFrame of exactly the mapped upstream partitions and records what was consumed, and the
+planner, the sensor, `partlake run` and the asset checks treat a SQL model like a Python asset
+(DESIGN.md decision 13). The asset's body registers the inputs as temporary views
+(`dagster_partlake.sql.views`) and returns `spark.sql` of the rewritten query.
+
+Partition mappings need no directive in the common cases: the same partitions (identity), time
+windows of another size (daily -> monthly, per time dimension of a multi-partition whose other
+dimensions are equal), and an unpartitioned side (the whole upstream table). Anything else is
+`-- @depends_on: table (name)` with `name` from `mappings=`, or the built-in `all` / `identity`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from dagster import (
+    AllPartitionMapping,
+    AssetIn,
+    AssetKey,
+    AssetsDefinition,
+    AssetSpec,
+    AutomationCondition,
+    BackfillPolicy,
+    CodeReferencesMetadataValue,
+    DimensionPartitionMapping,
+    IdentityPartitionMapping,
+    LocalFileCodeReference,
+    MetadataValue,
+    MultiPartitionMapping,
+    MultiPartitionsDefinition,
+    PartitionMapping,
+    PartitionsDefinition,
+    SourceAsset,
+    TableColumn,
+    TableColumnDep,
+    TableColumnLineage,
+    TableSchema,
+    TimeWindowPartitionMapping,
+    TimeWindowPartitionsDefinition,
+    asset,
+)
+
+from dagster_partlake.errors import SqlModelError
+from dagster_partlake.kinds.spec import model_kind
+from dagster_partlake.sql.lineage import ColumnLineage, Key, column_lineage
+from dagster_partlake.sql.project import SqlModel, load_models
+from dagster_partlake.sql.views import run_sql, view_names
+
+if TYPE_CHECKING:
+    from dagster import AssetExecutionContext
+    from pyspark.sql import DataFrame, SparkSession
+
+Upstream = AssetsDefinition | SourceAsset | AssetSpec
+SQL_PATH_KEY = "partlake/sql_path"
+COLUMN_LINEAGE_KEY = "dagster/column_lineage"
+COLUMN_SCHEMA_KEY = "dagster/column_schema"
+_BUILTIN: dict[str, PartitionMapping] = {
+    "all": AllPartitionMapping(),
+    "identity": IdentityPartitionMapping(),
+}
+# Asset key -> the model it was built from, for `partlake sql render` in the same process.
+_BUILT: dict[AssetKey, SqlModel] = {}
+
+
+def sql_assets(
+    path: str | Path,
+    *,
+    partitions: Mapping[str, PartitionsDefinition] | None = None,
+    mappings: Mapping[str, PartitionMapping] | None = None,
+    upstream: Sequence[Upstream] = (),
+    group_name: str | None = None,
+    pool: str | None = None,
+    io_manager_key: str = "io_manager",
+    automation_condition: AutomationCondition | None = None,
+) -> list[AssetsDefinition]:
+    """One Dagster asset per `.sql` file under `path` (`staging/orders.sql` -> `staging/orders`).
+
+    Args:
+        path: the models folder.
+        partitions: the partitions definitions models may name in `-- @partitions: name`.
+        mappings: partition mappings models may name in `-- @depends_on: table (name)`.
+        upstream: the other assets (Python assets, `partlake_source`s, specs) models may read;
+            their partitions choose the default mappings.
+        group_name: the group of models without `-- @group`.
+        pool: the Dagster pool of every model's step (as `dagster_partlake.POOL`).
+        io_manager_key: the `DeltaPartitionIOManager` of the models (and of their inputs).
+        automation_condition: set on every model.
+
+    Returns:
+        The models' assets, upstream models first.
+
+    Raises:
+        SqlModelError: the first problem of the folder, naming the file and line; nothing is
+            returned.
+
+    Example:
+        .. code-block:: python
+
+            models = sql_assets("my_project/models", partitions={"daily": daily},
+                                upstream=[raw_orders], group_name="sql")
+            defs = Definitions(assets=[raw_orders, *models],
+                               asset_checks=partlake_asset_checks([raw_orders, *models]), ...)
+    """
+    partitions = dict(partitions or {})
+    mappings = dict(mappings or {})
+    others = _upstream_specs(upstream)
+    models = load_models(path, partitions=partitions, mappings=mappings, upstream=list(others))
+    partitions_of: dict[Key, PartitionsDefinition | None] = {
+        k: s.partitions_def for k, s in others.items()
+    }
+    columns_of: dict[Key, list[str]] = {
+        k: cols for k, s in others.items() if (cols := _schema_columns(s.metadata)) is not None
+    }
+    built = []
+    for model in models:
+        own = partitions[model.spec.partitions] if model.spec.partitions else None
+        partitions_of[model.key] = own
+        lineage, outputs = column_lineage(model, columns_of)
+        if outputs is not None:
+            columns_of[model.key] = outputs
+        ins = {
+            ref.input_name: AssetIn(
+                key=AssetKey(list(target)),
+                partition_mapping=_mapping(model, ref.line, target, partitions_of, own, mappings),
+            )
+            for ref, target in model.upstream
+        }
+        options = dict(
+            group_name=group_name,
+            pool=pool,
+            io_manager_key=io_manager_key,
+            automation_condition=automation_condition,
+        )
+        assets_def = _asset(model, own, ins, lineage, options)
+        _BUILT[assets_def.key] = model
+        built.append(assets_def)
+    return built
+
+
+def built_model(assets_def: AssetsDefinition) -> SqlModel | None:
+    """The model an asset was built from by `sql_assets` in this process (None: not a model)."""
+    model = _BUILT.get(assets_def.key)
+    if model is None or assets_def.specs_by_key[assets_def.key].code_version != (
+        model.code_version
+    ):
+        return None
+    return model
+
+
+def _upstream_specs(upstream: Sequence[Upstream]) -> dict[Key, AssetSpec]:
+    specs: dict[Key, AssetSpec] = {}
+    for item in upstream:
+        if isinstance(item, AssetsDefinition):
+            for spec in item.specs:
+                specs[tuple(spec.key.path)] = spec
+        elif isinstance(item, SourceAsset):
+            specs[tuple(item.key.path)] = AssetSpec(
+                item.key, partitions_def=item.partitions_def, metadata=item.metadata
+            )
+        elif isinstance(item, AssetSpec):
+            specs[tuple(item.key.path)] = item
+        else:
+            raise TypeError(
+                f"sql_assets(upstream=...) takes assets, source assets and asset specs, got "
+                f"{type(item).__name__}"
+            )
+    return specs
+
+
+def _schema_columns(metadata: Mapping[str, Any]) -> list[str] | None:
+    schema = metadata.get(COLUMN_SCHEMA_KEY)
+    schema = getattr(schema, "schema", schema)
+    if isinstance(schema, TableSchema):
+        return [c.name for c in schema.columns]
+    return None
+
+
+def _asset(
+    model: SqlModel,
+    partitions_def: PartitionsDefinition | None,
+    ins: dict[str, AssetIn],
+    lineage: ColumnLineage,
+    options: dict[str, Any],
+) -> AssetsDefinition:
+    spec = model.spec
+    metadata: dict[str, Any] = {
+        **spec.metadata,
+        SQL_PATH_KEY: str(Path(model.file.path).resolve()),
+        "dagster/code_references": CodeReferencesMetadataValue(
+            code_references=[
+                LocalFileCodeReference(
+                    file_path=str(Path(model.file.path).resolve()), line_number=1
+                )
+            ]
+        ),
+    }
+    if lineage:
+        metadata[COLUMN_LINEAGE_KEY] = lineage_value(lineage)
+    kind = model_kind(spec.metadata, partitioned=partitions_def is not None, asset_name=model.name)
+    names = {ref.input_name: target for ref, target in model.upstream}
+    decorator = asset(
+        key=AssetKey(list(model.key)),
+        ins=ins,
+        partitions_def=partitions_def,
+        metadata=metadata,
+        code_version=model.code_version,
+        description=_description(model),
+        group_name=spec.group or options["group_name"],
+        owners=list(spec.owners) or None,
+        tags=spec.tags or None,
+        kinds={"sql", "spark"},
+        pool=options["pool"],
+        io_manager_key=options["io_manager_key"],
+        automation_condition=options["automation_condition"],
+        # Kinds that replace partitions take a range in one run; merge, scd2 and append apply
+        # their units of work one at a time, in order.
+        backfill_policy=BackfillPolicy.single_run()
+        if kind.kind in ("partition", "tracked") and partitions_def is not None
+        else None,
+        required_resource_keys=None if model.upstream else {"spark"},
+    )
+    return decorator(_compute(model, names))
+
+
+def _compute(model: SqlModel, names: Mapping[str, Key]) -> Callable[..., DataFrame]:
+    # Dagster reads these annotations at definition time: no string (TYPE_CHECKING) types here,
+    # and no pyspark import while the code location loads.
+    def compute(context, **inputs: Any) -> Any:  # noqa: ANN001 - Dagster checks it
+        frames = {names[name]: df for name, df in inputs.items()}
+        return execute(context, model, frames)
+
+    compute.__name__ = "__".join(model.key)
+    return compute
+
+
+def execute(
+    context: AssetExecutionContext, model: SqlModel, frames: Mapping[Key, DataFrame]
+) -> DataFrame:
+    """Register the inputs as views, run the rewritten query, and describe the result."""
+    keys = (
+        list(context.partition_keys)
+        if context.has_partition_key_range or (context.has_partition_key)
+        else []
+    )
+    views = view_names(model, keys)
+    spark = _session(context, frames)
+    for target, df in frames.items():
+        df.createOrReplaceTempView(views[target])
+    sql = run_sql(model, views)
+    context.log.info(
+        f"{model.file.path}: the query run for {', '.join(keys) or 'the table'}:\n{sql}"
+    )
+    try:
+        result = spark.sql(sql)
+    except Exception as error:  # pyspark's AnalysisException and ParseException, classic or Connect
+        if type(error).__name__ not in ("AnalysisException", "ParseException"):
+            raise
+        raise SqlModelError(
+            model.file.path,
+            model.file.line,
+            f"Spark cannot run model {model.file.reference}: {str(error).splitlines()[0]} (see the "
+            f"query with `partlake sql render -m <module> {model.name}`).",
+        ) from error
+    finally:
+        if not type(spark).__module__.startswith("pyspark.sql.connect"):
+            # Classic Spark analysed the query in spark.sql, resolving the views into the plan
+            # (PySpark drops the views of spark.sql(query, df=...) the same way); a Connect
+            # session resolves them only when the plan runs, so there they stay until it ends.
+            for view in views.values():
+                spark.catalog.dropTempView(view)
+    lineage, _ = column_lineage(model, {k: df.columns for k, df in frames.items()})
+    metadata: dict[str, Any] = {
+        "partlake/sql": MetadataValue.md(f"```sql\n{sql}\n```"),
+        COLUMN_SCHEMA_KEY: MetadataValue.table_schema(
+            TableSchema(
+                columns=[TableColumn(f.name, f.dataType.simpleString()) for f in result.schema]
+            )
+        ),
+    }
+    if lineage:
+        metadata[COLUMN_LINEAGE_KEY] = lineage_value(lineage)
+    context.add_output_metadata(metadata)
+    return result
+
+
+def _session(context: AssetExecutionContext, frames: Mapping[Key, DataFrame]) -> SparkSession:
+    for df in frames.values():
+        return df.sparkSession
+    return context.resources.spark.spark_session
+
+
+def lineage_value(lineage: ColumnLineage) -> MetadataValue:
+    """Dagster's `dagster/column_lineage` value of a model's column lineage."""
+    return MetadataValue.column_lineage(
+        TableColumnLineage(
+            deps_by_column={
+                column: [TableColumnDep(AssetKey(list(key)), name) for key, name in deps]
+                for column, deps in lineage.items()
+            }
+        )
+    )
+
+
+def _description(model: SqlModel) -> str:
+    """The `@description` text, then the model's SQL as the UI shows it."""
+    body = re.sub(r"\A(\s*--[^\n]*\n)*", "", model.file.text).strip()
+    text = f"```sql\n{body}\n```"
+    return f"{model.spec.description}\n\n{text}" if model.spec.description else text
+
+
+def _mapping(
+    model: SqlModel,
+    line: int,
+    target: Key,
+    partitions_of: Mapping[Key, PartitionsDefinition | None],
+    own: PartitionsDefinition | None,
+    mappings: Mapping[str, PartitionMapping],
+) -> PartitionMapping | None:
+    """The input's partition mapping: the named one, else the default (None: Dagster's)."""
+    name = next(
+        (d.mapping for d in model.spec.depends_on if d.table.lower() == ".".join(target).lower()),
+        None,
+    )
+    if name is not None:
+        return mappings[name] if name in mappings else _BUILTIN[name]
+    upstream = partitions_of.get(target)
+    found = default_mapping(upstream, own)
+    if found is False:
+        raise model.file.error(
+            line,
+            f"model {model.file.reference} ({_describe(own)}) reads {'.'.join(target)} "
+            f"({_describe(upstream)}), and no default mapping fits: declare it with "
+            f"`-- @depends_on: {'.'.join(target)} (name)` and pass the mapping as "
+            "sql_assets(mappings={'name': ...}) (or use the built-in 'all').",
+        )
+    return found
+
+
+def default_mapping(
+    upstream: PartitionsDefinition | None, downstream: PartitionsDefinition | None
+) -> PartitionMapping | None | Literal[False]:
+    """The mapping the common cases need: None (Dagster's default does it: identity, an
+    unpartitioned side, one time dimension to another), a `MultiPartitionMapping` (time windows
+    of another size, the other dimensions equal), or False (no default fits)."""
+    if upstream is None or downstream is None or upstream == downstream:
+        return None
+    if isinstance(upstream, TimeWindowPartitionsDefinition) and isinstance(
+        downstream, TimeWindowPartitionsDefinition
+    ):
+        return None
+    if not (
+        isinstance(upstream, MultiPartitionsDefinition)
+        and isinstance(downstream, MultiPartitionsDefinition)
+    ):
+        return False
+    down = {d.name: d.partitions_def for d in downstream.partitions_defs}
+    up = {d.name: d.partitions_def for d in upstream.partitions_defs}
+    down_time = [n for n, p in down.items() if isinstance(p, TimeWindowPartitionsDefinition)]
+    result: dict[str, DimensionPartitionMapping] = {}
+    for name, definition in up.items():
+        if name in down and down[name] == definition:
+            result[name] = DimensionPartitionMapping(name, IdentityPartitionMapping())
+        elif isinstance(definition, TimeWindowPartitionsDefinition) and len(down_time) == 1:
+            result[name] = DimensionPartitionMapping(down_time[0], TimeWindowPartitionMapping())
+        else:
+            return False
+    used = {m.dimension_name for m in result.values()}
+    if used != set(down):
+        return False
+    return MultiPartitionMapping(result)
+
+
+def _describe(partitions_def: PartitionsDefinition | None) -> str:
+    if partitions_def is None:
+        return "unpartitioned"
+    if isinstance(partitions_def, MultiPartitionsDefinition):
+        dims = ", ".join(
+            f"{d.name}: {type(d.partitions_def).__name__.replace('PartitionsDefinition', '')}"
+            for d in partitions_def.partitions_defs
+        )
+        return f"partitions {dims}"
+    return f"partitions {type(partitions_def).__name__.replace('PartitionsDefinition', '')}"
