@@ -30,3 +30,8 @@ class CommitConflictError(PartlakeError):
 
 class TableUnreadableError(PartlakeError):
     """A table's Delta log cannot be read (a damaged or missing commit file)."""
+
+
+class InvalidPredicateError(PartlakeError):
+    """A row predicate (`partlake delete --where`) does not parse, is not a condition, or names a
+    column the table lacks."""

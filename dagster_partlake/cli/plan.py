@@ -17,9 +17,9 @@ from dagster_partlake.cli.common import (
 from dagster_partlake.cli.main import main
 
 if TYPE_CHECKING:
-    from dagster_partlake.cli.render import GateFailures
+    from dagster_partlake.cli.render import DimensionValues, GateFailures
     from dagster_partlake.planning.graph import LakeGraph
-    from dagster_partlake.planning.planner import Plan
+    from dagster_partlake.planning.planner import Key, Plan
 
 
 @main.command("plan")
@@ -40,12 +40,37 @@ def plan_command(module: str, select: str | None, as_json: bool, runs_json: bool
     session, result, runs = plan_code_location(module, select, need_instance=False)
     failures = _gate_failures(session.graph, result.plan)
     if as_json:
-        click.echo(plan_json(result.plan, failures))
+        click.echo(plan_json(result.plan, failures, _dimension_values(session.graph)))
     elif runs_json:
         click.echo(runs_json_text(runs))
     else:
-        click.echo(plan_text(runs, seconds=result.seconds, failures=failures))
+        layouts = key_layouts(session.graph)
+        click.echo(plan_text(runs, seconds=result.seconds, failures=failures, layouts=layouts))
     fail_on_unreadable(result.plan)
+
+
+def _dimension_values(graph: LakeGraph) -> DimensionValues:
+    """Each dimension's value of a key of a partitioned asset, by name."""
+    from dagster_partlake.partitions.keys import key_dimension_values
+
+    def values(asset: str, key: Key) -> dict[str, str] | None:
+        found = graph.assets.get(asset)
+        if found is None or key is None or not found.columns:
+            return None
+        return key_dimension_values(found.columns, key)
+
+    return values
+
+
+def key_layouts(graph: LakeGraph) -> dict[str, str]:
+    """Per asset with a combined dimension, how its keys name the dimensions:
+    'date|region/product' (Dagster's order: dimensions alphabetical, parts in order)."""
+    layouts = {}
+    for name, asset in graph.assets.items():
+        if any(c.part is not None for c in asset.columns):
+            dims = sorted({c.dimension for c in asset.columns})
+            layouts[name] = "|".join(dims)
+    return layouts
 
 
 def _gate_failures(graph: LakeGraph, plan: Plan) -> GateFailures:
