@@ -15,6 +15,7 @@ from dagster_partlake.cli.common import (
     fail_on_unreadable,
     plan_code_location,
     require_dagster_home,
+    selection,
     skip_final_collection,
 )
 from dagster_partlake.cli.main import main
@@ -49,7 +50,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     # Imported only when there is something to run: a no-op run needs none of them.
     from dagster_partlake.cli.render import outcome_line
     from dagster_partlake.orchestration.pools import parallelism
-    from dagster_partlake.orchestration.runner import execute_runs
+    from dagster_partlake.orchestration.runner import execute_rounds
 
     instance = dagster_instance(True)
     assert instance is not None  # required: DAGSTER_HOME is set
@@ -59,10 +60,11 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
         f"Running {len(result.plan.items)} stale asset partition(s) in {len(runs.runs)} run(s)..."
     )
     click.echo(f"Executing {workers.describe()}.")
-    outcomes = execute_runs(
+    outcomes = execute_rounds(
         session,
         instance,
         runs,
+        select=selection(select),
         max_parallel=workers.runs,
         on_outcome=lambda o: click.echo(
             outcome_line(o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error, o.metrics)

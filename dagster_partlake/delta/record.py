@@ -23,7 +23,10 @@ it touched) goes under `partlake_maintenance`, like a restore's. Every reader of
 (the planner, incremental inputs, a retried append, scd2's newest snapshot) and every older
 dagster_partlake therefore sees what a delete is: a change of those partitions by someone other
 than their writer (`out_of_band`). Putting it into `CommitRecord` would have needed format 3,
-since a format-2 reader would take the deleted partitions for freshly written ones.
+since a format-2 reader would take the deleted partitions for freshly written ones. The
+`stream` field (the streaming query and micro-batch of an `append` commit,
+`dagster_partlake.incremental.streams`) is read by older readers as the plain append it also
+is: format 2 still.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class CommitRecord:
     watermarks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Landing folders consumed once: upstream asset -> the files read (relative paths).
     consumed_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A streaming micro-batch (`incremental.streams`): the query's Delta application id and the
+    # batch id, which the commit also carries as its `txn`; a run's closing record has no batch.
+    stream_query: str | None = None
+    stream_batch: int | None = None
     # Not written: the table version the record was read from.
     table_version: int | None = None
 
@@ -132,6 +139,8 @@ class CommitRecord:
             body["watermarks"] = {k: dict(v) for k, v in self.watermarks.items()}
         if self.consumed_files:
             body["consumed_files"] = {k: list(v) for k, v in self.consumed_files.items()}
+        if self.stream_query is not None:
+            body["stream"] = {"query": self.stream_query, "batch_id": self.stream_batch}
         return {RECORD_KEY: body}
 
     @classmethod
@@ -200,8 +209,19 @@ class CommitRecord:
                 str(k): tuple(str(f) for f in v)
                 for k, v in (body.get("consumed_files") or {}).items()
             },
+            **_stream_fields(body.get("stream")),
             table_version=table_version,
         )
+
+
+def _stream_fields(stream: Any) -> dict[str, Any]:
+    if not isinstance(stream, Mapping) or stream.get("query") is None:
+        return {}
+    batch = stream.get("batch_id")
+    return {
+        "stream_query": str(stream["query"]),
+        "stream_batch": None if batch is None else int(batch),
+    }
 
 
 def _per_partition(values: Mapping[Any, Any]) -> Mapping[str, int]:

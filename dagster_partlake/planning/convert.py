@@ -194,9 +194,12 @@ def to_partition_states(
 
 
 def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
-    """The last partlake write of each partition, from the table's commit records."""
+    """The last partlake write of each partition, from the table's commit records (a streaming
+    asset's: its newest commit, under the key None: it is planned as a whole)."""
     if state is None:
         return RecordMap.empty()
+    if asset.stream is not None:
+        return _stream_record(state)
     sources: list[Record] = []
     written: list[tuple[list[int], list[int]]] = []
     for commit in state.commits:  # oldest first: later writes replace earlier ones
@@ -230,6 +233,24 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
     size = len(which) - which.count(ABSENT)
     return RecordMap(
         tuple(sources), IntMap(KEYS, base, which, size), IntMap(KEYS, base, last_updated, size)
+    )
+
+
+def _stream_record(state: TableState) -> RecordMap:
+    newest = next((c for c in reversed(state.commits) if c.commit_time_ms is not None), None)
+    if newest is None:
+        return RecordMap.empty()
+    consumed = {
+        upstream: {_key(k): v for k, v in partitions.items()}
+        for upstream, partitions in newest.consumed.items()
+    }
+    record = Record(newest.code_version, None, consumed, newest.run_id)
+    assert newest.commit_time_ms is not None
+    ids = KEYS.ids_of([None])
+    return RecordMap(
+        (record,),
+        IntMap.from_ids(KEYS, ids, [0]),
+        IntMap.from_ids(KEYS, ids, [newest.commit_time_ms]),
     )
 
 
