@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,12 +112,16 @@ class DagsterDev:
 
 
 @contextmanager
-def dagster_dev(env: dict[str, str], log: Path, *, timeout: float = 240) -> Iterator[DagsterDev]:
-    """`dagster dev -w workspace.yaml` (webserver, daemon, code server) on a free port."""
+def dagster_dev(
+    env: dict[str, str], log: Path, *, timeout: float = 240, modules: Sequence[str] = ()
+) -> Iterator[DagsterDev]:
+    """`dagster dev -w workspace.yaml` (webserver, daemon, code server) on a free port; with
+    `modules`, `dagster dev -m MODULE ...` (those code locations instead)."""
     port = free_port()
     handle = open(log, "w")  # noqa: SIM115 - closed below, after the process group is gone
+    location = [a for m in modules for a in ("-m", m)] or ["-w", "workspace.yaml"]
     proc = subprocess.Popen(
-        [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        [str(BIN / "dagster"), "dev", *location, "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPO_ROOT,
         env=env,
         stdout=handle,

@@ -389,3 +389,38 @@ def test_commit_records_keep_the_stream_fields() -> None:
     assert CommitRecord.from_commit_info(CommitRecord("e", (), None, None).to_commit_info()) == (
         CommitRecord("e", (), None, None)
     )
+
+
+@pytest.mark.spark
+def test_partlake_plan_run_and_the_sensor_take_a_stream_as_one_run(
+    spark, lake: Path, tmp_path: Path, instance, monkeypatch
+) -> None:
+    from tests.conftest import sensor_tick
+
+    monkeypatch.setenv("PARTLAKE_HOME", str(lake))
+    env = cli_env(tmp_path, lake)
+    stream_defs.drop_events(lake, "a.json", range(0, 10), day="2024-01-02")
+    plan_text = run_partlake("plan", "-m", "tests.stream_defs", env=env)
+    assert plan_text.returncode == 0, plan_text.stderr[-3000:]
+    print(plan_text.stdout)
+    lines = plan_text.stdout.splitlines()
+    at = lines.index("events: 1 stale (missing 1)")
+    assert lines[at + 1].split() == ["-", "missing", "because", "landing"]
+    assert "  run 1: events  -" in lines
+    defs = stream_defs.defs
+    sensor = defs.get_sensor_def("partlake_invalidation")
+    requests, _cursor, _skip = sensor_tick(defs, instance, sensor, None)
+    assert [(r.asset_selection, r.partition_key) for r in requests] == [
+        ([AssetKey("events")], None)
+    ]
+
+    run = run_partlake("run", "-m", "tests.stream_defs", env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    print(run.stdout)
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("[OK] events - (missing, 10 rows,") for line in lines)
+    assert any(line.startswith("New data from stream(s): 2 more stale") for line in lines)
+    assert any(line.startswith("[OK] daily_totals 2024-01-02 (missing, 1 rows,") for line in lines)
+    assert any(line.startswith("[OK] event_copy - (missing, 10 rows,") for line in lines)
+    again = run_partlake("plan", "-m", "tests.stream_defs", env=env)
+    assert again.stdout.strip() == "Everything is fresh: no asset partition needs to run."
