@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.staging import StagedWrite, discarded_on_failure
+from dagster_partlake.delta.staging import StagedWrite, discarded_on_failure, new_staging_folder
 from dagster_partlake.delta.table import arrow_schema, load_table, table_exists
 from dagster_partlake.delta.writer import (
     TransactionDoneError,
@@ -168,7 +168,7 @@ def commit_progress(
     staged = StagedWrite(
         root=os.path.abspath(root),
         table_name=table_name or os.path.basename(os.path.abspath(root)),
-        staging_dir=os.path.join(os.path.abspath(root), "_partlake_staging", "none"),
+        staging_dir=new_staging_folder(root),  # never created: the commit adds no file
         files=(),
         schema=arrow_schema(table),
         partition_by=tuple(table.metadata().partition_columns),

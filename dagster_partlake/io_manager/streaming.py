@@ -159,38 +159,17 @@ def run_stream(
     query_name = spec.query or target.asset_name.replace("/", "__")
     checkpoint = stream_checkpoint(target.root, query_name)
     state = _State()
-    batch_record = replace(record, consumed={}, upstream_versions={}, watermarks={})
-    key_of = _partition_ids(target)
+    on_batch = _BatchWriter(
+        state=state,
+        target=target,
+        spec=spec,
+        checkpoint=checkpoint,
+        query_name=query_name,
+        record=replace(record, consumed={}, upstream_versions={}, watermarks={}),
+        key_of=_partition_ids(target),
+        source_root=source_root,
+    )
     result = StreamRun(query="")
-
-    def on_batch(batch: DataFrame, batch_id: int) -> None:
-        with state.lock:
-            if state.stopping:
-                state.refused = True
-                raise _Stopped(f"micro-batch {batch_id} refused: the query is stopping")
-            state.in_batch = True
-        try:
-            app_id = _app_id(checkpoint, query_name)
-            commit = write_batch(
-                batch,
-                target.root,
-                app_id=app_id,
-                batch_id=batch_id,
-                partition_by=target.partition_by,
-                partition_id=key_of,
-                record=batch_record,
-                allow_new_columns=target.allow_new_columns,
-                table_name=target.asset_name,
-                max_attempts=target.max_attempts,
-            )
-            arrivals = _arrivals(checkpoint, batch_id, spec, source_root)
-            state.events.put((commit, arrivals))
-        except BaseException as error:
-            state.error = error
-            raise
-        finally:
-            with state.lock:
-                state.in_batch = False
 
     writer = df.writeStream.foreachBatch(on_batch).option("checkpointLocation", checkpoint)
     if spec.continuous:
@@ -219,6 +198,50 @@ def run_stream(
             target.root, replace(record, stream_query=result.query), table_name=target.asset_name
         )
     return result
+
+
+@dataclass(frozen=True)
+class _BatchWriter:
+    """The `foreachBatch` function: one exactly-once commit per micro-batch (it runs in Spark's
+    callback thread; what it committed reaches the step through `state.events`)."""
+
+    state: _State
+    target: WriteTarget
+    spec: StreamSpec
+    checkpoint: str
+    query_name: str
+    record: CommitRecord  # a batch commit's record: what the run consumed is not claimed here
+    key_of: Callable[[Mapping[str, str | None]], str | None]
+    source_root: str
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        state = self.state
+        with state.lock:
+            if state.stopping:
+                state.refused = True
+                raise _Stopped(f"micro-batch {batch_id} refused: the query is stopping")
+            state.in_batch = True
+        try:
+            commit = write_batch(
+                batch,
+                self.target.root,
+                app_id=_app_id(self.checkpoint, self.query_name),
+                batch_id=batch_id,
+                partition_by=self.target.partition_by,
+                partition_id=self.key_of,
+                record=self.record,
+                allow_new_columns=self.target.allow_new_columns,
+                table_name=self.target.asset_name,
+                max_attempts=self.target.max_attempts,
+            )
+            arrivals = _arrivals(self.checkpoint, batch_id, self.spec, self.source_root)
+            state.events.put((commit, arrivals))
+        except BaseException as error:
+            state.error = error
+            raise
+        finally:
+            with state.lock:
+                state.in_batch = False
 
 
 def _poll(

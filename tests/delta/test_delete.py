@@ -135,6 +135,14 @@ def test_the_partition_limits_what_is_deleted(spark, tmp_path: Path):
     assert nothing.rows_deleted == 0 and nothing.version is None
 
 
+@pytest.fixture(scope="module")
+def shared_users(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One table for the tests that must leave it unchanged."""
+    root = tmp_path_factory.mktemp("delete") / "users"
+    users_table(spark, root)
+    return root
+
+
 @pytest.mark.parametrize(
     ("predicate", "message"),
     [
@@ -146,10 +154,9 @@ def test_the_partition_limits_what_is_deleted(spark, tmp_path: Path):
     ],
 )
 def test_a_bad_predicate_is_refused_and_changes_nothing(
-    spark, tmp_path: Path, predicate: str, message: str
+    spark, shared_users: Path, predicate: str, message: str
 ):
-    root = tmp_path / "users"
-    users_table(spark, root)
+    root = shared_users
     version, files = DeltaTable(str(root)).version(), delta_files(root)
     with pytest.raises(InvalidPredicateError, match=message):
         delete_rows(spark, str(root), predicate)
