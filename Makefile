@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness screenshots
+.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -103,6 +103,11 @@ bench-merge: check-java install
 # A 20M-row event table gaining 1%: log-based incremental append vs re-reading the table.
 bench-incremental: check-java install
 	$(BIN)/python -m benchmarks.incremental_scale $(BENCH_ARGS)
+
+# A landing folder of 10M JSON events gaining 1%: available_now streaming runs (throughput, latency
+# from file arrival to commit) vs re-reading the folder.
+bench-stream: check-java install
+	$(BIN)/python -m benchmarks.stream_scale $(BENCH_ARGS)
 
 # Incremental planning vs the full plan and the oracle over 10,000 random worlds (no Spark).
 bench-exactness: install

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from dagster_partlake.delta.record import CommitRecord
     from dagster_partlake.errors import (
         CommitConflictError,
+        InvalidPredicateError,
         PartitionMismatchError,
         PartlakeConfigError,
         PartlakeError,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from dagster_partlake.orchestration.pools import POOL
     from dagster_partlake.orchestration.sensor import build_invalidation_sensor
     from dagster_partlake.orchestration.sources import partlake_source
+    from dagster_partlake.partitions.dimensions import partlake_mapping, partlake_partitions
     from dagster_partlake.planning.planner import Plan, StalePartition, plan
     from dagster_partlake.planning.runs import PlannedRun, RunPlan, plan_runs
     from dagster_partlake.spark.resource import SparkResource
@@ -60,11 +62,14 @@ __all__ = [
     "SqlModelError",
     "SqlModels",
     "StalePartition",
+    "InvalidPredicateError",
     "TableUnreadableError",
     "build_invalidation_sensor",
     "build_maintenance_job",
     "model_kind_metadata",
     "partlake_asset_checks",
+    "partlake_mapping",
+    "partlake_partitions",
     "partlake_source",
     "partlake_stale",
     "plan",
@@ -89,6 +94,9 @@ _LAZY = {
     "SqlModelError": "dagster_partlake.errors",
     "SqlModels": "dagster_partlake.sql.component",
     "sql_assets": "dagster_partlake.sql.definition",
+    "InvalidPredicateError": "dagster_partlake.errors",
+    "partlake_mapping": "dagster_partlake.partitions.dimensions",
+    "partlake_partitions": "dagster_partlake.partitions.dimensions",
     "GateFailedError": "dagster_partlake.gates.spec",
     "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
     "ModelKind": "dagster_partlake.kinds.spec",

@@ -44,3 +44,8 @@ class SqlModelError(PartlakeConfigError):
         self.line = line
         self.problem = message
         super().__init__(f"{path}:{line}: {message}")
+
+
+class InvalidPredicateError(PartlakeError):
+    """A row predicate (`partlake delete --where`) does not parse, is not a condition, or names a
+    column the table lacks."""

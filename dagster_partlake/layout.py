@@ -8,6 +8,10 @@ the state reader, the sensor, the CLI and the example agree on one layout:
     <table>/_delta_log/<version:020d>.json      one commit
     <table>/_delta_log/_last_checkpoint         the newest checkpoint's version
     <table>/_partlake_staging/<uuid>/           files written by a run, not committed yet
+    <table>/_partlake_stream/<query>/           a streaming query's checkpoint (offsets, commits)
+
+Every folder partlake keeps inside a table starts with `_`: delta-rs' readers and vacuum skip
+such folders, and so does `partlake maintain vacuum` (it removes only old staging folders).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Protocol
 LOG_DIR = "_delta_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 STAGING_DIR = "_partlake_staging"
+STREAM_DIR = "_partlake_stream"
 WAREHOUSE_DIR = "warehouse"
 
 
@@ -81,3 +86,8 @@ def last_checkpoint_file(table: str) -> str:
 
 def staging_dir(table: str) -> str:
     return os.path.join(table, STAGING_DIR)
+
+
+def stream_checkpoint(table: str, query: str) -> str:
+    """Where the streaming query `query` writing `table` keeps its checkpoint."""
+    return os.path.join(table, STREAM_DIR, query)

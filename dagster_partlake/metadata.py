@@ -12,6 +12,7 @@
 | `partlake/constraints`, `partlake/audits` | managed assets | quality gates |
 | `partlake/version` | inputs (`AssetIn`) | read the upstream table at this Delta version |
 | `partlake/timestamp` | inputs (`AssetIn`) | read the upstream table as of this time (ISO 8601) |
+| `partlake/stream` | managed assets | a streaming asset: its input is read as a stream |
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ FORMAT_KEY = "partlake/format"
 PATH_KEY = "partlake/path"
 VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
+STREAM_KEY = "partlake/stream"  # `dagster_partlake.incremental.streams`
 
 
 def plain(value: object) -> object:

@@ -40,6 +40,8 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # As SparkResource does: Python workers (streaming sources) run this interpreter.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master("local[2]").appName("partlake-tests")
     for key, value in SPARK_TEST_CONF.items():
         builder = builder.config(key, value)

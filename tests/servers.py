@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,13 +119,16 @@ def dagster_dev(
     *,
     timeout: float = 240,
     target: tuple[str, ...] = ("-w", "workspace.yaml"),
+    modules: Sequence[str] = (),
 ) -> Iterator[DagsterDev]:
     """`dagster dev -w workspace.yaml` (webserver, daemon, code server) on a free port;
-    `target` another code location (e.g. `("-m", "tests.automation_defs")`)."""
+    `target` another code location (e.g. `("-m", "tests.automation_defs")`); `modules`,
+    `dagster dev -m MODULE ...` (those code locations instead)."""
     port = free_port()
     handle = open(log, "w")  # noqa: SIM115 - closed below, after the process group is gone
+    location = [a for m in modules for a in ("-m", m)] or list(target)
     proc = subprocess.Popen(
-        [str(BIN / "dagster"), "dev", *target, "-h", "127.0.0.1", "-p", str(port)],
+        [str(BIN / "dagster"), "dev", *location, "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPO_ROOT,
         env=env,
         stdout=handle,

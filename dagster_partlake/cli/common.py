@@ -21,8 +21,10 @@ from dagster_partlake.errors import PartlakeError
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
+    from pyspark.sql import SparkSession
 
     from dagster_partlake.delta.selection import PartitionSelection
+    from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.planner import Plan
     from dagster_partlake.planning.runs import RunPlan
     from dagster_partlake.planning.session import PlanningSession, PlanResult
@@ -106,12 +108,22 @@ class HistoryTarget:
 def history_target(module: str, asset: str, partition: str | None) -> HistoryTarget:
     """The table of `asset` and the table partitions of `partition` (all: None)."""
     from dagster_partlake.cli.location import load_definitions
+    from dagster_partlake.planning.graph import LakeGraph
+
+    return table_target(LakeGraph(load_definitions(module)), asset, partition)
+
+
+def table_target(graph: LakeGraph, asset: str, partition: str | None) -> HistoryTarget:
+    """The table of `asset` in `graph` and the table partitions of `partition` (all: None).
+
+    Raises:
+        PartlakeError: the asset is unknown, a folder of files, or decoupled with a partition.
+        PartitionMismatchError: `partition` is not one of the asset's partition keys.
+    """
     from dagster_partlake.delta.reader import open_table
     from dagster_partlake.delta.record import WHOLE_TABLE_ID
     from dagster_partlake.partitions.keys import KeyCodec, selection_for_keys, validate_keys
-    from dagster_partlake.planning.graph import LakeGraph
 
-    graph = LakeGraph(load_definitions(module))
     found = graph.assets.get(asset)
     if found is None:
         raise PartlakeError(
@@ -119,7 +131,8 @@ def history_target(module: str, asset: str, partition: str | None) -> HistoryTar
         )
     if found.is_folder:
         raise PartlakeError(
-            f"asset {asset} is a folder of files without a Delta log, so it has no history."
+            f"asset {asset} is a folder of files without a Delta log, so it has no history and "
+            "no commits; change its files directly."
         )
     if partition is not None:
         store = dagster_instance(False) if graph.has_dynamic_partitions else None
@@ -129,7 +142,7 @@ def history_target(module: str, asset: str, partition: str | None) -> HistoryTar
         if found.decoupled:
             raise PartlakeError(
                 f"the table of asset {asset} (kind {found.kind}) is not partitioned by its Dagster "
-                "partitions, so its partitions have no history of their own; run without "
+                "partitions, so its partitions have no commits of their own; run without "
                 "--partition."
             )
     snapshot = open_table(found.path, table_name=asset)
@@ -148,6 +161,31 @@ def history_target(module: str, asset: str, partition: str | None) -> HistoryTar
         else None
     )
     return HistoryTarget(asset, found.path, selection, partition_id)
+
+
+def code_location_spark(
+    graph: LakeGraph,
+) -> tuple[Callable[[], SparkSession], Callable[[], None]]:
+    """A lazily started session from the code location's SparkResource (default: local), and
+    a function stopping it if this command started it."""
+    from dagster_partlake.spark.resource import SparkResource, running_session
+
+    resources = (graph.defs.resources if graph.defs else None) or {}
+    resource = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
+    resource = resource or SparkResource()
+    started: list[tuple[SparkSession, bool]] = []
+
+    def session() -> SparkSession:
+        if not started:
+            owned = running_session() is None
+            started.append((resource.spark_session, owned))
+        return started[0][0]
+
+    def stop() -> None:
+        if started and started[0][1]:
+            started[0][0].stop()
+
+    return session, stop
 
 
 def fail_on_unreadable(plan: Plan) -> None:

@@ -5,20 +5,16 @@ managed tables (`dagster_partlake.maintenance`); nothing becomes stale.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
 
-from dagster_partlake.cli.common import boundary, selection
+from dagster_partlake.cli.common import boundary, code_location_spark, selection
 from dagster_partlake.cli.main import main
 from dagster_partlake.cli.output import echo
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from dagster_partlake.maintenance.operations import MaintainOptions, Operation
-    from dagster_partlake.planning.graph import LakeGraph
 
 
 @main.group("maintain")
@@ -103,7 +99,7 @@ def _maintain(ctx: click.Context, operation: Operation, options: MaintainOptions
     options.check(operation)  # refuse before loading the code location
     graph = LakeGraph(load_definitions(ctx.obj["module"]))
     tables = managed_tables(graph, ctx.obj["select"])
-    spark, stop = _maintenance_spark(graph)
+    spark, stop = code_location_spark(graph)
     try:
         outcomes = maintain_tables(tables, operation, options, spark)
     finally:
@@ -112,26 +108,3 @@ def _maintain(ctx: click.Context, operation: Operation, options: MaintainOptions
         echo(json.dumps(outcome.to_json()) if ctx.obj["json"] else outcome.text)
     if any(o.status == "failed" for o in outcomes):
         sys.exit(1)
-
-
-def _maintenance_spark(graph: LakeGraph) -> tuple[Callable[[], SparkSession], Callable[[], None]]:
-    """A lazily started session from the code location's SparkResource (default: local), and
-    a function stopping it if this command started it."""
-    from dagster_partlake.spark.resource import SparkResource, running_session
-
-    resources = (graph.defs.resources if graph.defs else None) or {}
-    resource = next((r for r in resources.values() if isinstance(r, SparkResource)), None)
-    resource = resource or SparkResource()
-    started: list[tuple[SparkSession, bool]] = []
-
-    def session() -> SparkSession:
-        if not started:
-            owned = running_session() is None
-            started.append((resource.spark_session, owned))
-        return started[0][0]
-
-    def stop() -> None:
-        if started and started[0][1]:
-            started[0][0].stop()
-
-    return session, stop

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 LOG_DIR = "logs"
 KEEP_LOGS_SECONDS = 7 * 24 * 3600
 # Commands whose log is removed after a success: they changed nothing worth a record.
-READ_ONLY = frozenset({"plan", "history"})
+READ_ONLY = frozenset({"plan", "history", "sql-render", "sql-lint"})
 
 
 @dataclass

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
     from dagster import AssetKey
 
-    from dagster_partlake.cli.render import GateFailures
+    from dagster_partlake.cli.render import DimensionValues, GateFailures
     from dagster_partlake.planning.graph import LakeGraph
-    from dagster_partlake.planning.planner import Plan
+    from dagster_partlake.planning.planner import Key, Plan
     from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 
@@ -62,11 +62,12 @@ def plan_command(
         echo(f"Warning: {MISSING_CHECKS}", err=True)
     failures = _gate_failures(session.graph, result.plan)
     if as_json:
-        echo(plan_json(result.plan, failures))
+        echo(plan_json(result.plan, failures, _dimension_values(session.graph)))
     elif runs_json:
         echo(runs_json_text(runs))
     else:
-        echo(plan_text(runs, seconds=result.seconds, failures=failures))
+        layouts = key_layouts(session.graph)
+        echo(plan_text(runs, seconds=result.seconds, failures=failures, layouts=layouts))
     if report:
         _report(session, result, checked)
     fail_on_unreadable(result.plan)
@@ -87,6 +88,30 @@ def _report(session: PlanningSession, result: PlanResult, checked: Mapping[str, 
         f"{failed} stale, {len(report.evaluations) - failed} fresh again.",
         err=True,
     )
+
+
+def _dimension_values(graph: LakeGraph) -> DimensionValues:
+    """Each dimension's value of a key of a partitioned asset, by name."""
+    from dagster_partlake.partitions.keys import key_dimension_values
+
+    def values(asset: str, key: Key) -> dict[str, str] | None:
+        found = graph.assets.get(asset)
+        if found is None or key is None or not found.columns:
+            return None
+        return key_dimension_values(found.columns, key)
+
+    return values
+
+
+def key_layouts(graph: LakeGraph) -> dict[str, str]:
+    """Per asset with a combined dimension, how its keys name the dimensions:
+    'date|region/product' (Dagster's order: dimensions alphabetical, parts in order)."""
+    layouts = {}
+    for name, asset in graph.assets.items():
+        if any(c.part is not None for c in asset.columns):
+            dims = sorted({c.dimension for c in asset.columns})
+            layouts[name] = "|".join(dims)
+    return layouts
 
 
 def _gate_failures(graph: LakeGraph, plan: Plan) -> GateFailures:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from dagster_partlake.planning.planner import REASONS, Key, Plan
 from dagster_partlake.planning.runs import RunPlan
@@ -16,14 +16,22 @@ _TAGS = {"ok": "[OK]", "failed": "[FAILED]", "skipped": "[SKIPPED]", "unchanged"
 
 # (asset, partition) -> the quality gates its last run failed (`dagster_partlake.gates.failures`).
 GateFailures = Mapping[tuple[str, Key], Sequence[str]]
+# (asset, partition key) -> the value of each of its dimensions, by name (None: unpartitioned).
+DimensionValues = Callable[[str, Key], Mapping[str, str] | None]
 
 
-def plan_json(plan: Plan, failures: GateFailures | None = None) -> str:
+def plan_json(
+    plan: Plan, failures: GateFailures | None = None, dimensions: DimensionValues | None = None
+) -> str:
     """The stale partitions, sorted by asset then partition (`partlake plan --json`); a
-    partition whose last run failed a gate also has `last_run_failed` (the gate names)."""
+    partition whose last run failed a gate also has `last_run_failed` (the gate names), and one
+    of a partitioned asset `dimensions` (each dimension's value by name)."""
     items = []
     for item in plan.sorted_items():
         body = item.to_json()
+        named = dimensions(item.asset, item.partition) if dimensions is not None else None
+        if named:
+            body["dimensions"] = dict(named)
         failed = (failures or {}).get((item.asset, item.partition))
         if failed:
             body["last_run_failed"] = list(failed)
@@ -37,9 +45,15 @@ def runs_json_text(runs: RunPlan) -> str:
 
 
 def plan_text(
-    runs: RunPlan, *, seconds: float | None = None, failures: GateFailures | None = None
+    runs: RunPlan,
+    *,
+    seconds: float | None = None,
+    failures: GateFailures | None = None,
+    layouts: Mapping[str, str] | None = None,
 ) -> str:
-    """The stale partitions per asset with their reasons, then the runs that refresh them."""
+    """The stale partitions per asset with their reasons, then the runs that refresh them.
+    `layouts`: per asset whose keys combine dimensions, how a key names them
+    ('date|region/product'), shown next to its name."""
     plan = runs.plan
     held = _held_text(plan)
     if not plan:
@@ -59,7 +73,8 @@ def plan_text(
         counts = Counter(i.reason for i in items)
         summary = ", ".join(f"{r} {counts[r]}" for r in REASONS if counts[r])
         lines.append("")
-        lines.append(f"{asset}: {len(items)} stale ({summary})")
+        layout = f" ({layouts[asset]})" if layouts and asset in layouts else ""
+        lines.append(f"{asset}{layout}: {len(items)} stale ({summary})")
         width = max(len(i.partition or "-") for i in items[:MAX_LISTED])
         for item in items[:MAX_LISTED]:
             because = f"  because {', '.join(item.because[:4])}" if item.because else ""

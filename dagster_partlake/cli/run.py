@@ -16,6 +16,7 @@ from dagster_partlake.cli.common import (
     fail_on_unreadable,
     plan_code_location,
     require_dagster_home,
+    selection,
     skip_final_collection,
 )
 from dagster_partlake.cli.main import main
@@ -51,7 +52,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     # Imported only when there is something to run: a no-op run needs none of them.
     from dagster_partlake.cli.render import outcome_line
     from dagster_partlake.orchestration.pools import parallelism
-    from dagster_partlake.orchestration.runner import Outcome, execute_runs
+    from dagster_partlake.orchestration.runner import Outcome, execute_rounds
 
     instance = dagster_instance(True)
     assert instance is not None  # required: DAGSTER_HOME is set
@@ -72,10 +73,11 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
             )
             progress.advance()
 
-        outcomes = execute_runs(
+        outcomes = execute_rounds(
             session,
             instance,
             runs,
+            select=selection(select),
             max_parallel=workers.runs,
             on_outcome=on_outcome,
             on_notice=echo,

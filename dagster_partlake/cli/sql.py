@@ -6,6 +6,7 @@ import click
 
 from dagster_partlake.cli.common import boundary, dagster_instance
 from dagster_partlake.cli.main import main
+from dagster_partlake.cli.output import echo
 
 
 @main.group("sql")
@@ -34,7 +35,7 @@ def render_command(module: str, asset: str, partitions: tuple[str, ...]) -> None
     store = None
     if any(is_dynamic(a.partitions_def) for a in defs.resolve_asset_graph().asset_nodes):
         store = dagster_instance(False)
-    click.echo(render_model(defs, asset, list(partitions), store))
+    echo(render_model(defs, asset, list(partitions), store))
 
 
 @sql_group.command("lint")
@@ -56,11 +57,11 @@ def lint_command(path: str, module: str | None) -> None:
     upstream = _other_assets(module, path) if module else None
     count, errors = lint_folder(path, upstream=upstream)
     for error in errors:
-        click.echo(str(error))
+        echo(str(error))
     if errors:
-        click.echo(f"{count} file(s) checked, {len(errors)} with a problem.")
+        echo(f"{count} file(s) checked, {len(errors)} with a problem.")
         sys.exit(1)
-    click.echo(f"{count} file(s) checked: no problem found.")
+    echo(f"{count} file(s) checked: no problem found.")
 
 
 def _other_assets(module: str, path: str) -> list[tuple[str, ...]]:

@@ -36,7 +36,13 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from dagster_partlake.delta.record import RECORD_KEY, WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.record import (
+    MAINTENANCE_KEY,
+    RECORD_KEY,
+    WHOLE_TABLE_ID,
+    CommitRecord,
+    DeleteRecord,
+)
 from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.table import (
     LiveFile,
@@ -62,11 +68,7 @@ from dagster_partlake.errors import (
 )
 from dagster_partlake.layout import commit_file
 
-# Key of the custom commit metadata of maintenance commits (restore, compaction): not a
-# `CommitRecord`, so the planner does not take them for partlake writes.
-MAINTENANCE_KEY = "partlake_maintenance"
-
-Operation = Literal["write", "compact", "restore", "other"]
+Operation = Literal["write", "compact", "restore", "delete", "other"]
 _DELTA_WRITES = {
     "WRITE",
     "STREAMING UPDATE",
@@ -89,6 +91,7 @@ class HistoryEntry:
     code_version: str | None
     rows: int | None  # rows the commit left in those partitions' added files (None: unknown)
     upstream_versions: Mapping[str, int] = field(default_factory=dict)
+    delete: DeleteRecord | None = None  # a row delete: its predicate and the rows it removed
 
     @property
     def timestamp(self) -> str:
@@ -106,6 +109,11 @@ class HistoryEntry:
             "code_version": self.code_version,
             "rows": self.rows,
             "upstream_versions": dict(self.upstream_versions),
+            **(
+                {"predicate": self.delete.predicate, "rows_deleted": self.delete.rows_deleted}
+                if self.delete is not None
+                else {}
+            ),
         }
 
 
@@ -166,6 +174,7 @@ def table_history(
                 code_version=record.code_version if record else None,
                 rows=_rows(record, adds, selection, partition_id),
                 upstream_versions=dict(record.upstream_versions) if record else {},
+                delete=DeleteRecord.from_commit_info(info),
             )
         )
     return entries
@@ -453,8 +462,10 @@ def _operation(info: Mapping[str, Any]) -> Operation:
     maintenance = info.get(MAINTENANCE_KEY)
     if isinstance(maintenance, Mapping):
         named = maintenance.get("operation")
-        return named if named in ("compact", "restore") else "other"
+        return named if named in ("compact", "restore", "delete") else "other"
     delta_operation = str(info.get("operation") or "").upper()
+    if delta_operation == "DELETE":
+        return "delete"
     if delta_operation == "OPTIMIZE":
         return "compact"
     if delta_operation == "RESTORE":

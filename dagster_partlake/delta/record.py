@@ -16,6 +16,17 @@ is read as a `partition` or `table` write that kept nothing. A reader of format 
 ("upgrade"), since it would take kept partitions for rewritten ones. A record without
 `commit_time_ms` predates recording what was consumed: it is read, but says nothing about freshness
 (`commit_time_ms is None`).
+
+A row delete (`partlake delete`) is not a write of its partitions, so it carries no
+`CommitRecord`: its `DeleteRecord` (the predicate, the rows and files it removed, the partitions
+it touched) goes under `partlake_maintenance`, like a restore's. Every reader of commit records
+(the planner, incremental inputs, a retried append, scd2's newest snapshot) and every older
+dagster_partlake therefore sees what a delete is: a change of those partitions by someone other
+than their writer (`out_of_band`). Putting it into `CommitRecord` would have needed format 3,
+since a format-2 reader would take the deleted partitions for freshly written ones. The
+`stream` field (the streaming query and micro-batch of an `append` commit,
+`dagster_partlake.incremental.streams`) is read by older readers as the plain append it also
+is: format 2 still.
 """
 
 from __future__ import annotations
@@ -31,6 +42,9 @@ from dagster_partlake.errors import PartlakeError
 
 RECORD_KEY = "partlake"
 FORMAT = 2
+# Key of the custom commit metadata of maintenance commits (restore, compaction, vacuum, row
+# deletes): not a `CommitRecord`, so no reader takes them for partlake writes.
+MAINTENANCE_KEY = "partlake_maintenance"
 # Partition id of an unpartitioned table: its key in records and its commit conflict id.
 WHOLE_TABLE_ID = "__all__"
 
@@ -60,6 +74,10 @@ class CommitRecord:
     watermarks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Landing folders consumed once: upstream asset -> the files read (relative paths).
     consumed_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A streaming micro-batch (`incremental.streams`): the query's Delta application id and the
+    # batch id, which the commit also carries as its `txn`; a run's closing record has no batch.
+    stream_query: str | None = None
+    stream_batch: int | None = None
     # Not written: the table version the record was read from.
     table_version: int | None = None
 
@@ -121,6 +139,8 @@ class CommitRecord:
             body["watermarks"] = {k: dict(v) for k, v in self.watermarks.items()}
         if self.consumed_files:
             body["consumed_files"] = {k: list(v) for k, v in self.consumed_files.items()}
+        if self.stream_query is not None:
+            body["stream"] = {"query": self.stream_query, "batch_id": self.stream_batch}
         return {RECORD_KEY: body}
 
     @classmethod
@@ -189,8 +209,19 @@ class CommitRecord:
                 str(k): tuple(str(f) for f in v)
                 for k, v in (body.get("consumed_files") or {}).items()
             },
+            **_stream_fields(body.get("stream")),
             table_version=table_version,
         )
+
+
+def _stream_fields(stream: Any) -> dict[str, Any]:
+    if not isinstance(stream, Mapping) or stream.get("query") is None:
+        return {}
+    batch = stream.get("batch_id")
+    return {
+        "stream_query": str(stream["query"]),
+        "stream_batch": None if batch is None else int(batch),
+    }
 
 
 def _per_partition(values: Mapping[Any, Any]) -> Mapping[str, int]:
@@ -227,3 +258,49 @@ def records_of(infos: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[CommitRe
     """The partlake records among `(version, commitInfo)` pairs, in the given order."""
     found = (CommitRecord.from_commit_info(info, table_version=v) for v, info in infos)
     return tuple(r for r in found if r is not None)
+
+
+@dataclass(frozen=True)
+class DeleteRecord:
+    """What a row delete records in its commit (under `MAINTENANCE_KEY`, operation "delete")."""
+
+    predicate: str  # the Spark SQL condition whose matching rows were removed
+    rows_deleted: int
+    files_removed: int  # files rewritten (or dropped when every row matched)
+    files_added: int  # the rewritten files' remaining rows
+    partitions: tuple[str, ...]  # partition ids touched (Dagster partition keys)
+    delete_id: str  # finds the commit in the log once it landed
+    partition: str | None = None  # the `--partition` the delete was limited to
+
+    OPERATION = "delete"
+
+    def to_commit_info(self) -> dict[str, Any]:
+        """`{"partlake_maintenance": {"operation": "delete", ...}}` for the commit metadata."""
+        body: dict[str, Any] = {
+            "operation": self.OPERATION,
+            "id": self.delete_id,
+            "predicate": self.predicate,
+            "rows_deleted": self.rows_deleted,
+            "files_removed": self.files_removed,
+            "files_added": self.files_added,
+            "partitions": list(self.partitions),
+        }
+        if self.partition is not None:
+            body["partition"] = self.partition
+        return {MAINTENANCE_KEY: body}
+
+    @classmethod
+    def from_commit_info(cls, info: Mapping[str, Any]) -> DeleteRecord | None:
+        """The delete record of a commit's `commitInfo` (None: the commit is no delete)."""
+        body = info.get(MAINTENANCE_KEY)
+        if not isinstance(body, Mapping) or body.get("operation") != cls.OPERATION:
+            return None
+        return cls(
+            predicate=str(body.get("predicate", "")),
+            rows_deleted=int(body.get("rows_deleted") or 0),
+            files_removed=int(body.get("files_removed") or 0),
+            files_added=int(body.get("files_added") or 0),
+            partitions=tuple(str(p) for p in body.get("partitions") or ()),
+            delete_id=str(body.get("id") or ""),
+            partition=None if body.get("partition") is None else str(body["partition"]),
+        )

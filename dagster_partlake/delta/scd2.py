@@ -195,7 +195,9 @@ def _apply_once(
     rows = _new_history(existing, joined, unique_key, values, ts, columns)
     write_parquet_files(rows, base.staging_dir, partition_by)
     with discarded_on_failure(base.staging_dir):
-        files = staged_files(base.staging_dir, partition_by, ("valid_to",))
+        # The key's statistics let a row delete (`delta.delete`) skip files; valid_to's, later
+        # snapshots.
+        files = staged_files(base.staging_dir, partition_by, (*unique_key, "valid_to"))
     staged = replace(base, files=tuple(files))
     publish_staged(staged)
     try:

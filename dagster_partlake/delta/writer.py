@@ -95,6 +95,18 @@ class InputsMovedError(CommitConflictError):
     """Files a merge read were removed by a concurrent commit: the merge must be recomputed."""
 
 
+class TransactionDoneError(PartlakeError):
+    """The application transaction a write carries is already in the table (`commit_staged`'s
+    `app_transaction`): an earlier attempt of the same write landed; nothing was committed."""
+
+    def __init__(self, app_id: str, version: int) -> None:
+        super().__init__(
+            f"the table already holds transaction {app_id} at version {version} or later"
+        )
+        self.app_id = app_id
+        self.version = version
+
+
 @dataclass(frozen=True)
 class CommitResult:
     version: int
@@ -239,15 +251,23 @@ def commit_staged(
     record: CommitRecord | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     once_per_inputs: bool = False,
+    app_transaction: tuple[str, int] | None = None,
 ) -> CommitResult:
     """Phase 2 of `write_partitions`: make the staged files the content of their partitions.
 
-    `once_per_inputs`: before each attempt, look for a commit of another run that wrote these
-    partitions from the same inputs (`same_inputs_commit`); if there is one, remove the staged
-    files and raise `AlreadyWritten` instead of committing them a second time.
+    Args:
+        once_per_inputs: before each attempt, look for a commit of another run that wrote these
+            partitions from the same inputs (`same_inputs_commit`); if there is one, remove the
+            staged files and raise `AlreadyWritten` instead of committing them a second time.
+        app_transaction: (app id, version) of a Delta application transaction (`txn`) the
+            commit carries, Delta's idempotent-write contract: when the table already holds that
+            app id at this version or later, nothing is committed (a streaming micro-batch
+            replayed after a crash, `dagster_partlake.delta.stream_sink`).
 
     Raises:
         AlreadyWritten: with `once_per_inputs`, another run committed the same.
+        TransactionDoneError: the table already holds `app_transaction`; the staged files are
+            discarded.
         CommitConflictError: concurrent writers kept conflicting for `max_attempts` attempts.
         TableUnreadableError: the table's log is damaged.
     """
@@ -264,7 +284,7 @@ def commit_staged(
         now_ms = int(time.time() * 1000)
         written = record.committed(write_id=write_id, commit_time_ms=now_ms)
         try:
-            before, old = _commit_once(staged, written, delta_schema, now_ms)
+            before, old = _commit_once(staged, written, delta_schema, now_ms, app_transaction)
         except (CommitFailedError, DeltaError) as error:
             if not _is_conflict(error, staged.root):
                 if log_damage(staged.root) is not None:
@@ -289,13 +309,19 @@ def _same_inputs(root: str, record: CommitRecord) -> CommitRecord | None:
 
 
 def _commit_once(
-    staged: StagedWrite, written: CommitRecord, delta_schema: DeltaSchema, now_ms: int
+    staged: StagedWrite,
+    written: CommitRecord,
+    delta_schema: DeltaSchema,
+    now_ms: int,
+    app_transaction: tuple[str, int] | None = None,
 ) -> tuple[int, list[LiveFile]]:
     """One commit attempt: the staged files added, the replaced files removed. Returns the
     table version it committed on and the files it removed.
 
     Raises:
         CommitFailedError, DeltaError: a conflict (retry) or another delta-rs failure.
+        TransactionDoneError: the table already holds `app_transaction` (checked on the same
+            snapshot the commit is made on, so a retry after a conflict checks again).
     """
     adds = [
         AddAction(
@@ -315,6 +341,11 @@ def _commit_once(
     table = load_table(staged.root, table_name=staged.table_name)
     _add_new_columns(table, staged.schema)
     before = table.version()
+    if app_transaction is not None:
+        done = table.transaction_version(app_transaction[0])
+        if done is not None and done >= app_transaction[1]:
+            discard_published(staged)
+            raise TransactionDoneError(app_transaction[0], done)
     old = _files_to_remove(table, staged)
     properties = CommitProperties(
         custom_metadata=written.to_commit_info(),
@@ -323,6 +354,7 @@ def _commit_once(
             # Conflicts with a compaction of the same table partitions, whose dataChange=false
             # removes delta-rs's conflict checks do not see.
             *files_transactions(old, now_ms),
+            *([Transaction(*app_transaction)] if app_transaction is not None else []),
         ],
     )
     table.create_write_transaction(

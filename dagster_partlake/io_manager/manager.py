@@ -30,12 +30,13 @@ from dagster import (
 from pydantic import Field, PrivateAttr
 
 if TYPE_CHECKING:
-    from dagster import AssetsDefinition, DagsterInstance
+    from dagster import AssetsDefinition, DagsterInstance, PartitionsDefinition
     from pyspark.sql import DataFrame
 
     from dagster_partlake.delta.reader import TableSnapshot
     from dagster_partlake.delta.table import LiveFile
     from dagster_partlake.gates.before_commit import GateCheck
+    from dagster_partlake.io_manager.streaming import StreamRun
     from dagster_partlake.kinds.write import KindWrite, WriteTarget
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
@@ -43,7 +44,7 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
-from dagster_partlake.delta.table import latest_records, newest_record, table_exists
+from dagster_partlake.delta.table import latest_records, live_files, newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates.checks import log_gate_results
 from dagster_partlake.gates.spec import Gates, gates_of
@@ -57,6 +58,7 @@ from dagster_partlake.incremental.landing import (
     finish,
 )
 from dagster_partlake.incremental.spec import Incremental, incremental_of
+from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec, stream_of
 from dagster_partlake.kinds.spec import model_kind
 from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import (
@@ -88,6 +90,7 @@ class _Read:
     watermark: Mapping[str, str] | None = None  # an incremental input's high watermark
     # A landing folder consumed once: its root, what to do after the commit, the files read.
     landing: tuple[str, AfterCommit, tuple[str, ...]] | None = None
+    root: str = ""  # where the input lives (a streaming input's folder or table)
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -151,6 +154,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 "DeltaPartitionIOManager stores Spark DataFrames, so return one "
                 "(spark.createDataFrame(...) for local data)."
             )
+        if obj.isStreaming:
+            self._handle_stream(context, obj)
+            return
         target = self._target(context, obj)
         reads = self._inputs_of(context)
         upstream_versions = {name: read.version for name, read in reads.items()}
@@ -222,11 +228,119 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         gates = gates_of(metadata, asset_name=asset_name, kind=kind.kind)
         return replace(target, check=_gate_check(context, target, gates)) if gates else target
 
+    def _handle_stream(self, context: OutputContext, obj: DataFrame) -> None:
+        """A streaming asset's output: run its query (`io_manager.streaming`), each micro-batch
+        one exactly-once commit, and report the run's batches, rows and latencies."""
+        from dagster_partlake.io_manager.streaming import run_stream
+
+        asset_name = context.asset_key.to_user_string()
+        metadata = context.definition_metadata or {}
+        spec = stream_of(metadata, asset_name=asset_name)
+        if spec is None:
+            raise PartlakeConfigError(
+                f"asset {asset_name} returned a streaming DataFrame but does not declare "
+                f"'{STREAM_KEY}'; add metadata {{'{STREAM_KEY}': {{'mode': 'available_now'}}}} "
+                "(its input is then read as a stream), or return a batch DataFrame."
+            )
+        target = self._stream_target(context, obj, asset_name, metadata)
+        reads = self._inputs_of(context)
+        record = CommitRecord(
+            asset_key=asset_name,
+            partition_keys=(),
+            code_version=_code_version(context),
+            run_id=context.run_id,
+            consumed={name: read.partitions for name, read in reads.items()},
+            upstream_versions={name: read.version for name, read in reads.items()},
+        )
+        source = next(iter(reads.values()), None)
+        run = run_stream(
+            context, obj, target, spec, record, source_root=source.root if source else ""
+        )
+        context.add_output_metadata(_stream_metadata(context, target, spec, run))
+
+    def _stream_target(
+        self, context: OutputContext, obj: DataFrame, asset_name: str, metadata: Mapping[str, Any]
+    ) -> WriteTarget:
+        from dagster_partlake.kinds.write import WriteTarget
+
+        partitions_def = _partitions_def_of(context)
+        kind = model_kind(metadata, partitioned=partitions_def is not None, asset_name=asset_name)
+        if kind.kind != "append" or gates_of(metadata, asset_name=asset_name, kind="append"):
+            raise PartlakeConfigError(
+                f"streaming asset {asset_name} is of kind {kind.kind!r}"
+                f"{' with quality gates' if kind.kind == 'append' else ''}; a stream appends "
+                "each micro-batch, so remove 'partlake/kind' (or set 'append') and its "
+                "'partlake/constraints' / 'partlake/audits'."
+            )
+        return WriteTarget(
+            root=self.table_root(context.asset_key),
+            asset_name=asset_name,
+            kind=kind,
+            columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
+            column_types=delta_types(spark_to_arrow(obj.schema)),
+            keys=[],
+            allow_new_columns=metadata.get(SCHEMA_MODE_KEY) == "add_columns",
+            max_attempts=self.max_commit_attempts,
+        )
+
+    def _load_stream(
+        self, context: InputContext, asset_name: str, spec: StreamSpec, metadata: Mapping[str, Any]
+    ) -> DataFrame:
+        """A streaming asset's input as a streaming DataFrame; what the source holds now is
+        what the run consumes (its closing commit records it for the planner)."""
+        from dagster_partlake.delta.reader import open_table
+        from dagster_partlake.io_manager.streaming import stream_input
+
+        partitions_def = _partitions_def_of(context)
+        columns = dimension_columns(partitions_def, metadata, asset_name=asset_name)
+        is_folder = metadata.get(FORMAT_KEY) == "folder"
+        root = table_path(self.root, context.asset_key, metadata.get(PATH_KEY))
+        if is_folder != (spec.format is not None):
+            raise PartlakeConfigError(
+                f"the stream input {asset_name} is a "
+                f"{'folder of files' if is_folder else 'Delta table'}, but partlake/stream "
+                f"{'gives no' if is_folder else 'gives a'} format; "
+                + (
+                    "set 'format' to json, csv or parquet."
+                    if is_folder
+                    else "remove 'format' (a table's new commits are read from its log)."
+                )
+            )
+        spark = self.spark.spark_session
+        if is_folder:
+            os.makedirs(root, exist_ok=True)
+            state = folder_state(root, [c.column for c in columns])
+            types = {c.column: "string" for c in columns}
+            codec = KeyCodec(columns, types)
+            partitions = {
+                codec.key(list(values)) or WHOLE_TABLE_ID: t
+                for values, t in (state.last_updated.items() if state else [])
+                if t is not None
+            }
+            self._remember(context, asset_name, _Read(-1, partitions, root=root))
+            return stream_input(spark, spec, root=root, table_schema=None)
+        snapshot = open_table(root, table_name=asset_name)
+        partitions = _lastupdated(
+            live_files(snapshot.table, PartitionSelection.everything()),
+            columns,
+            snapshot.column_types,
+        )
+        version = snapshot.table.version()
+        self._remember(context, asset_name, _Read(version, partitions, root=root))
+        return stream_input(spark, spec, root=root, table_schema=snapshot.schema)
+
     def load_input(self, context: InputContext) -> DataFrame | None:
         from dagster_partlake.delta.reader import open_table, read_snapshot
 
         asset_key = context.asset_key
         asset_name = asset_key.to_user_string()
+        consumer = _consumer(context)
+        spec = stream_of(consumer[1], asset_name=consumer[0].to_user_string()) if consumer else None
+        if spec is not None:
+            upstream = (
+                context.upstream_output.definition_metadata if context.upstream_output else {}
+            )
+            return self._load_stream(context, asset_name, spec, upstream or {})
         partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
         keys = list(context.asset_partition_keys) if partitions_def is not None else []
         upstream_metadata = (
@@ -518,6 +632,48 @@ def _lastupdated(
         key = key or WHOLE_TABLE_ID
         partitions[key] = max(partitions.get(key, 0), f.modification_time)
     return partitions
+
+
+def _partitions_def_of(context: InputContext | OutputContext) -> PartitionsDefinition | None:
+    """The asset's partitions definition, whether or not the run targets partitions (a
+    streaming run targets none: its micro-batches write whichever partitions their rows are
+    in)."""
+    try:
+        return context.asset_partitions_def
+    except DagsterInvariantViolationError:
+        return None
+
+
+def _stream_metadata(
+    context: OutputContext, target: WriteTarget, spec: StreamSpec, run: StreamRun
+) -> dict[str, Any]:
+    """The materialization metadata of a streaming run: its batches, rows and latencies."""
+    latencies = sorted(run.latencies_ms)
+    metadata: dict[str, Any] = {
+        "dagster/row_count": MetadataValue.int(run.rows),
+        "partlake/path": MetadataValue.path(target.root),
+        "partlake/run_id": MetadataValue.text(context.run_id),
+        "partlake/kind": MetadataValue.text("append"),
+        "partlake/stream_mode": MetadataValue.text(spec.mode),
+        "partlake/stream_query": MetadataValue.text(run.query),
+        "partlake/stream_batches": MetadataValue.int(len(run.batches)),
+        "partlake/stream_batch_ids": MetadataValue.json([b.batch_id for b in run.batches]),
+        "partlake/stream_replayed_batches": MetadataValue.json(run.replayed),
+        "partlake/stream_partitions": MetadataValue.int(
+            len({k for b in run.batches for k in b.partitions})
+        ),
+    }
+    if latencies:
+        metadata["partlake/stream_latency_ms_mean"] = MetadataValue.int(
+            int(sum(latencies) / len(latencies))
+        )
+        metadata["partlake/stream_latency_ms_max"] = MetadataValue.int(latencies[-1])
+    versions = [b.version for b in run.batches if b.version is not None]
+    if run.progress_version is not None:
+        versions.append(run.progress_version)
+    if versions:
+        metadata["partlake/table_version"] = MetadataValue.int(max(versions))
+    return metadata
 
 
 def _step_assets(context: InputContext) -> AssetsDefinition | None:

@@ -7,7 +7,7 @@ Chosen per asset by definition metadata `partlake/kind` (or built with `model_ki
 | `partition` (default when partitioned) | replaces exactly the run's partitions |
 | `table` (default when unpartitioned) | replaces the whole table |
 | `tracked` | like `partition`, but keeps a partition whose new rows equal the stored ones |
-| `append` | adds the returned rows; a retried commit of the same run adds nothing |
+| `append` (default when streaming) | adds the returned rows; a retried commit adds nothing |
 | `merge` | upserts on `partlake/unique_key`: matching rows are replaced, new keys inserted |
 | `scd2` | applies the returned snapshot to a history on `partlake/unique_key` |
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.metadata import STREAM_KEY
 
 Kind = Literal["partition", "table", "tracked", "append", "merge", "scd2"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
@@ -91,7 +92,9 @@ def model_kind(metadata: Mapping[str, Any], *, partitioned: bool, asset_name: st
         PartlakeConfigError: an unknown or empty kind, a kind that does not fit the asset, or a
             missing or malformed unique key or partitioning.
     """
-    raw = metadata.get(KIND_KEY, "partition" if partitioned else "table")
+    # A streaming asset appends each micro-batch (`dagster_partlake.incremental.streams`).
+    default = "append" if STREAM_KEY in metadata else "partition" if partitioned else "table"
+    raw = metadata.get(KIND_KEY, default)
     choices = ", ".join(KINDS)
     if not raw:
         raise PartlakeConfigError(

@@ -25,7 +25,7 @@ from dagster import DagsterError, DagsterInstance
 from dagster_partlake.compat import threadsafe_in_process_runs
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import find_record, latest_records, log_versions
+from dagster_partlake.delta.table import find_record, latest_records, log_versions, read_record
 from dagster_partlake.orchestration.pools import PoolWait, parallelism, pool_waits
 from dagster_partlake.orchestration.workers import (
     UNFINISHED,
@@ -90,9 +90,61 @@ def refresh(
     result = session.plan(select=select, dynamic_partitions_store=instance)
     stale_assets = {item.asset for item in result.plan.items}
     workers = parallelism(instance, graph.pools(stale_assets), max_parallel).runs
-    return execute_runs(
-        session, instance, session.runs(result), max_parallel=workers, on_outcome=on_outcome
+    return execute_rounds(
+        session,
+        instance,
+        session.runs(result),
+        select=select,
+        max_parallel=workers,
+        on_outcome=on_outcome,
     )
+
+
+# Plans again after runs of streaming assets, at most this many times per `partlake run`.
+STREAM_ROUNDS = 3
+
+
+def execute_rounds(
+    session: PlanningSession,
+    instance: DagsterInstance,
+    run_plan: RunPlan,
+    *,
+    select: Sequence[str] | None = None,
+    max_parallel: int = 1,
+    on_outcome: Callable[[Outcome], None] = lambda _o: None,
+    on_notice: Callable[[str], None] = lambda _text: None,
+) -> list[Outcome]:
+    """`execute_runs`, then, while a streaming asset committed new data, plan again and run what
+    that made stale: a stream's run decides which partitions it writes, so what reads them can
+    only be planned after it (at most `STREAM_ROUNDS` more rounds)."""
+
+    def execute(runs: RunPlan) -> list[Outcome]:
+        return execute_runs(
+            session,
+            instance,
+            runs,
+            max_parallel=max_parallel,
+            on_outcome=on_outcome,
+            on_notice=on_notice,
+        )
+
+    outcomes = execute(run_plan)
+    streams = {name for name, a in session.graph.assets.items() if a.stream == "available_now"}
+    latest = outcomes
+    for _ in range(STREAM_ROUNDS):
+        if not any(o.asset in streams and o.status == "ok" and o.rows for o in latest):
+            break
+        result = session.plan(select=select, dynamic_partitions_store=instance)
+        if not result.plan:
+            break
+        runs = session.runs(result)
+        on_notice(
+            f"New data from stream(s): {len(result.plan.items)} more stale asset partition(s) in "
+            f"{len(runs.runs)} run(s)..."
+        )
+        latest = execute(runs)
+        outcomes.extend(latest)
+    return outcomes
 
 
 def execute_runs(
@@ -397,6 +449,9 @@ def _written(
     already: dict[str, str] = {}
     for name in assets:
         path = graph.assets[name].path
+        if graph.assets[name].stream is not None:
+            rows[(name, None)] = _stream_rows(path, before[name] + 1, run_id)
+            continue
         record = find_record(path, since=before[name] + 1, run_id=run_id)
         if record is None:
             keys = [k if k is not None else WHOLE_TABLE_ID for k in run.keys]
@@ -409,6 +464,17 @@ def _written(
         if record.metrics and record.kind not in (None, "partition", "table"):
             metrics[name] = record.metrics
     return rows, metrics, already
+
+
+def _stream_rows(root: str, since: int, run_id: str) -> int:
+    """Rows the micro-batches of a streaming run committed (one commit per batch)."""
+    total = 0
+    for version in log_versions(root):
+        if version >= since:
+            record = read_record(root, version)
+            if record is not None and record.run_id == run_id and record.stream_batch is not None:
+                total += sum((record.rows_by_partition or {}).values())
+    return total
 
 
 class _PoolWatch:

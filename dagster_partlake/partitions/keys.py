@@ -7,6 +7,14 @@ Static and dynamic dimensions store the key itself. A time-window dimension stor
 column covers the dates inside its window (a monthly key covers its first day..last day, so a
 monthly table holds the month's first day and a daily table each day); stored in a `string`
 column it holds the key itself (e.g. '2024-01-02').
+
+A combined dimension (`partitions.dimensions.partlake_partitions`: Dagster stops at two
+dimensions, so static dimensions beyond that share one) is named by its parts joined with "/"
+(`region/product`), and each of its keys joins one value per part the same way (`eu/shoes`).
+Each part is a table column of its own (named like the part, or as `partition_expr` says for
+that part), so a date x region x product asset has the three partition columns date, region and
+product, and its key `2024-01-02|eu/shoes` holds the partition (date=2024-01-02, region=eu,
+product=shoes).
 """
 
 from __future__ import annotations
@@ -43,6 +51,24 @@ if TYPE_CHECKING:
 # Dagster joins a multi-partition key's values with "|", in alphabetical order of the dimension
 # names (not definition order): date x region -> '2024-01-02|eu'.
 _SEPARATOR = "|"
+# A combined dimension joins its parts' names and values with "/": 'region/product', 'eu/shoes'.
+COMBINED = "/"
+
+
+def combined_parts(name: str, partitions_def: PartitionsDefinition) -> tuple[str, ...] | None:
+    """The parts of a combined static dimension ('region/product' -> ('region', 'product')), or
+    None for a dimension of its own. A static dimension is combined when its name and every key
+    have the same number (two or more) of non-empty '/'-separated parts."""
+    if COMBINED not in name or not isinstance(partitions_def, StaticPartitionsDefinition):
+        return None
+    parts = tuple(name.split(COMBINED))
+    if not all(parts):
+        return None
+    for key in partitions_def.get_partition_keys():
+        values = key.split(COMBINED)
+        if len(values) != len(parts) or not all(values):
+            return None
+    return parts
 
 
 def key_dimensions(partitions_def: MultiPartitionsDefinition) -> list[str]:
@@ -104,15 +130,29 @@ def partitions_horizon(
 
 @dataclass(frozen=True)
 class DimensionColumn:
-    """One partition dimension and the table column that stores it."""
+    """One partition dimension (or one part of a combined dimension) and the table column that
+    stores it."""
 
-    dimension: str  # dimension name; for a single-dimension asset, the column name
+    dimension: str  # Dagster dimension name; for a single-dimension asset, the column name
     column: str
     partitions_def: PartitionsDefinition
+    # A part of a combined dimension ('region/product'): its position and its name ('product').
+    part: int | None = None
+    part_name: str | None = None
 
     @property
     def is_time(self) -> bool:
         return isinstance(self.partitions_def, TimeWindowPartitionsDefinition)
+
+    @property
+    def name(self) -> str:
+        """The dimension this column stores, as a user names it ('product', not
+        'region/product')."""
+        return self.part_name or self.dimension
+
+    def value_of(self, dimension_key: str) -> str:
+        """This column's value in its dimension's key ('shoes' of 'eu/shoes')."""
+        return dimension_key if self.part is None else dimension_key.split(COMBINED)[self.part]
 
 
 def dimension_columns(
@@ -130,23 +170,7 @@ def dimension_columns(
         return []
     expr = (metadata or {}).get(PARTITION_EXPR_KEY)
     if isinstance(partitions_def, MultiPartitionsDefinition):
-        names = [d.name for d in partitions_def.partitions_defs]
-        if expr is not None and not isinstance(expr, Mapping):
-            raise PartlakeConfigError(
-                f"metadata partition_expr of asset {asset_name} is {expr!r}; a multi-partitioned "
-                f"asset needs a dict from dimension to column, e.g. {{'{names[0]}': 'my_column'}}."
-            )
-        expr = dict(expr or {})
-        unknown = sorted(set(expr) - set(names))
-        if unknown:
-            raise PartlakeConfigError(
-                f"metadata partition_expr of asset {asset_name} names unknown dimension(s) "
-                f"{', '.join(unknown)}; its dimensions are {', '.join(names)}."
-            )
-        return [
-            DimensionColumn(d.name, str(expr.get(d.name, d.name)), d.partitions_def)
-            for d in partitions_def.partitions_defs
-        ]
+        return _multi_columns(partitions_def, expr, asset_name)
     if expr is not None and not isinstance(expr, str):
         raise PartlakeConfigError(
             f"metadata partition_expr of asset {asset_name} is {expr!r}; a single-dimension "
@@ -154,6 +178,44 @@ def dimension_columns(
         )
     column = expr or _default_column(partitions_def)
     return [DimensionColumn(column, column, partitions_def)]
+
+
+def _multi_columns(
+    partitions_def: MultiPartitionsDefinition, expr: object, asset_name: str
+) -> list[DimensionColumn]:
+    """One column per dimension, and per part of a combined dimension."""
+    dims = [(d.name, d.partitions_def) for d in partitions_def.partitions_defs]
+    parts = {name: combined_parts(name, dim) for name, dim in dims}
+    names = [p for name, _ in dims for p in (parts[name] or (name,))]
+    if expr is not None and not isinstance(expr, Mapping):
+        raise PartlakeConfigError(
+            f"metadata partition_expr of asset {asset_name} is {expr!r}; a multi-partitioned "
+            f"asset needs a dict from dimension to column, e.g. {{'{names[0]}': 'my_column'}}."
+        )
+    columns = dict(expr or {})
+    unknown = sorted(set(columns) - set(names))
+    if unknown:
+        raise PartlakeConfigError(
+            f"metadata partition_expr of asset {asset_name} names unknown dimension(s) "
+            f"{', '.join(unknown)}; its dimensions are {', '.join(names)}."
+        )
+    found = []
+    for name, dim in dims:
+        own = parts[name]
+        if own is None:
+            found.append(DimensionColumn(name, str(columns.get(name, name)), dim))
+            continue
+        found.extend(
+            DimensionColumn(name, str(columns.get(part, part)), dim, part=i, part_name=part)
+            for i, part in enumerate(own)
+        )
+    clashing = sorted({c.column for c in found if [x.column for x in found].count(c.column) > 1})
+    if clashing:
+        raise PartlakeConfigError(
+            f"asset {asset_name} stores several partition dimensions in column(s) "
+            f"{', '.join(clashing)}; give each dimension its own column in partition_expr."
+        )
+    return found
 
 
 def _default_column(partitions_def: PartitionsDefinition) -> str:
@@ -229,9 +291,15 @@ def selection_for_keys(
 def _split_key(columns: Sequence[DimensionColumn], key: str) -> tuple[str, ...]:
     if len(columns) == 1:
         return (key,)
-    names = sorted(c.dimension for c in columns)
+    names = sorted({c.dimension for c in columns})
     by_dimension = dict(zip(names, key_values(key), strict=True))
-    return tuple(by_dimension[c.dimension] for c in columns)
+    return tuple(c.value_of(by_dimension[c.dimension]) for c in columns)
+
+
+def key_dimension_values(columns: Sequence[DimensionColumn], key: str) -> dict[str, str]:
+    """Every dimension's value in a partition key, parts of combined dimensions apart:
+    '2024-01-02|eu/shoes' -> {'date': '2024-01-02', 'region': 'eu', 'product': 'shoes'}."""
+    return {c.name: value for c, value in zip(columns, _split_key(columns, key), strict=True)}
 
 
 def _constraint(
@@ -329,12 +397,27 @@ class KeyCodec:
         self.columns = list(columns)
         self._is_date = [column_types.get(c.column) == "date" for c in columns]
         self._static = [
-            frozenset(c.partitions_def.get_partition_keys())
+            frozenset(c.value_of(k) for k in c.partitions_def.get_partition_keys())
             if isinstance(c.partitions_def, StaticPartitionsDefinition)
             else None
             for c in columns
         ]
-        self._order = sorted(range(len(columns)), key=lambda i: columns[i].dimension)
+        # Per dimension (alphabetical, as in multi keys), its columns in part order.
+        names = sorted({c.dimension for c in columns})
+        self._groups = [
+            sorted(
+                (i for i, c in enumerate(columns) if c.dimension == name),
+                key=lambda i: columns[i].part or 0,
+            )
+            for name in names
+        ]
+        # A combined dimension's keys: not every combination of its parts' values need be one.
+        self._combined = [
+            frozenset(columns[group[0]].partitions_def.get_partition_keys())
+            if columns[group[0]].part is not None
+            else None
+            for group in self._groups
+        ]
         self._cache: list[dict[str | None, str | None]] = [{} for _ in columns]
 
     def key(self, values: Sequence[str | None]) -> str | None:
@@ -348,7 +431,13 @@ class KeyCodec:
             parts.append(part)
         if len(parts) == 1:
             return parts[0]
-        return multi_key([parts[i] for i in self._order])
+        keys = []
+        for group, combined in zip(self._groups, self._combined, strict=True):
+            key = COMBINED.join(parts[i] for i in group)
+            if combined is not None and key not in combined:
+                return None
+            keys.append(key)
+        return multi_key(keys)
 
     def _dimension_key(self, index: int, value: str | None) -> str | None:
         cache = self._cache[index]

@@ -1,10 +1,10 @@
 """Partition mappings as plain functions: for one edge of the asset graph, downstream key ->
 upstream keys it reads, and upstream key -> downstream keys that read it.
 
-Identity, time-window (e.g. daily -> monthly, offsets 0) and multi-dimensional mappings built
-from those are computed directly and memoized per key; any other mapping goes through Dagster's
-own `PartitionMapping` API, memoized per key too. An unpartitioned side maps to every key of the
-other side.
+Identity, time-window (e.g. daily -> monthly, offsets 0), static and multi-dimensional mappings
+built from those are computed directly and memoized per key; any other mapping goes through
+Dagster's own `PartitionMapping` API, memoized per key too. An unpartitioned side maps to every
+key of the other side.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dagster import (
     MultiPartitionsDefinition,
     PartitionMapping,
     PartitionsDefinition,
+    StaticPartitionMapping,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
 )
@@ -86,7 +87,21 @@ def _dimension_maps(
         and isinstance(downstream, TimeWindowPartitionsDefinition)
     ):
         return _time_maps(upstream, downstream)
+    if isinstance(mapping, StaticPartitionMapping):
+        return _static_maps(mapping)
     return None
+
+
+def _static_maps(mapping: StaticPartitionMapping) -> tuple[OneToMany, OneToMany]:
+    """A static mapping's dict and its inverse (e.g. 'eu/shoes' -> 'eu' of a combined
+    dimension mapped to one of its parts, `partitions.dimensions.partlake_mapping`)."""
+    down: dict[str, list[str]] = {}
+    up: dict[str, list[str]] = {}
+    for key, targets in mapping.downstream_partition_keys_by_upstream_partition_key.items():
+        down[key] = sorted({targets} if isinstance(targets, str) else set(targets))
+        for target in down[key]:
+            up.setdefault(target, []).append(key)
+    return (lambda k: up.get(k, [])), (lambda k: down.get(k, []))
 
 
 def _time_maps(

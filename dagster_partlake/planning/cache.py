@@ -72,6 +72,7 @@ def signature(graph: LakeGraph, partition_keys: Mapping[str, Sequence[Key]]) -> 
                     asset.code_version,
                     asset.kind,
                     asset.decoupled,
+                    asset.stream,
                     [(c.column, c.dimension) for c in asset.columns],
                     described,
                 )

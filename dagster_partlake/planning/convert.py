@@ -90,7 +90,10 @@ def convert(
         previous_records = previous.records if previous is not None else None
         records, record_keys = _follow_records(asset, before, state, previous_records)
     if asset.decoupled:
-        states, state_keys = states_from_records(records or RecordMap.empty()), record_keys
+        states = decoupled_states(records or RecordMap.empty(), state)
+        state_keys = record_keys
+        if changed_after_writes(state) is not None or changed_after_writes(before) is not None:
+            state_keys = None  # every run partition may have moved: compare them all
     else:
         previous_states = previous.states if previous is not None else None
         states, state_keys = _follow_states(asset, before, state, previous_states, keys)
@@ -191,9 +194,12 @@ def to_partition_states(
 
 
 def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
-    """The last partlake write of each partition, from the table's commit records."""
+    """The last partlake write of each partition, from the table's commit records (a streaming
+    asset's: its newest commit, under the key None: it is planned as a whole)."""
     if state is None:
         return RecordMap.empty()
+    if asset.stream is not None:
+        return _stream_record(state)
     sources: list[Record] = []
     written: list[tuple[list[int], list[int]]] = []
     for commit in state.commits:  # oldest first: later writes replace earlier ones
@@ -230,6 +236,24 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
     )
 
 
+def _stream_record(state: TableState) -> RecordMap:
+    newest = next((c for c in reversed(state.commits) if c.commit_time_ms is not None), None)
+    if newest is None:
+        return RecordMap.empty()
+    consumed = {
+        upstream: {_key(k): v for k, v in partitions.items()}
+        for upstream, partitions in newest.consumed.items()
+    }
+    record = Record(newest.code_version, None, consumed, newest.run_id)
+    assert newest.commit_time_ms is not None
+    ids = KEYS.ids_of([None])
+    return RecordMap(
+        (record,),
+        IntMap.from_ids(KEYS, ids, [0]),
+        IntMap.from_ids(KEYS, ids, [newest.commit_time_ms]),
+    )
+
+
 def _unbox(value: int | None) -> int:
     return NONE if value is None else value
 
@@ -243,7 +267,9 @@ def _check_followed(
     """Under CHECK_REPLAN_ENV: the followed conversion equals the conversion from scratch."""
     full_records = RecordMap.empty() if asset.is_source else to_records(asset, state)
     full_states = (
-        states_from_records(full_records) if asset.decoupled else to_partition_states(asset, state)
+        decoupled_states(full_records, state)
+        if asset.decoupled
+        else to_partition_states(asset, state)
     )
     if (states, records) != (full_states, full_records):
         raise AssertionError(f"the followed state of {asset.name} differs from a full conversion")
@@ -315,6 +341,31 @@ def _follow_records(
         return to_records(asset, state), None
     tail = to_records(asset, replace(state, commits=state.commits[known:]))
     return converted.then(tail), set(tail)
+
+
+def decoupled_states(records: RecordMap, state: TableState | None) -> StateMap:
+    """lastUpdated per Dagster partition of a decoupled table: what partlake's last write of
+    each gave it (`states_from_records`), unless the table's files changed after partlake's
+    last write (a row delete, a restore, another writer): that change may touch any run
+    partition, so each one written gets the time of that change, and the planner sees it
+    `out_of_band`."""
+    states = states_from_records(records)
+    changed = changed_after_writes(state)
+    if changed is None:
+        return states
+    return StateMap.build((key, PartitionState(changed)) for key in states)
+
+
+def changed_after_writes(state: TableState | None) -> int | None:
+    """The newest file time of a table, if it is newer than its newest partlake commit (its
+    files changed after partlake last wrote it); None otherwise."""
+    if state is None or not state.commits:
+        return None
+    newest_file = max((t for t in state.last_updated.values() if t is not None), default=None)
+    newest_write = max((c.commit_time_ms or 0 for c in state.commits), default=0)
+    if newest_file is None or newest_file <= newest_write:
+        return None
+    return newest_file
 
 
 def states_from_records(records: Mapping[Key, Record]) -> StateMap:

@@ -24,8 +24,10 @@ from dagster import (
     PartitionsDefinition,
 )
 
+from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gates.spec import gates_of
 from dagster_partlake.incremental.spec import Incremental, incremental_of
+from dagster_partlake.incremental.streams import stream_of
 from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
 from dagster_partlake.kinds.spec import ORDERED_KINDS, model_kind
 from dagster_partlake.layout import resolve_root, table_path
@@ -64,6 +66,9 @@ class LakeAsset:
     # The table's partitions are not the Dagster partitions (`ModelKind.decoupled`).
     decoupled: bool = False
     gates: tuple[str, ...] = ()  # names of its quality gates (`dagster_partlake.gates.spec`)
+    # A streaming asset's mode (`incremental.streams`): "available_now" runs are planned as one
+    # unit, "continuous" ones never (their table is planned as a source); None: no stream.
+    stream: str | None = None
 
     @property
     def is_root(self) -> bool:
@@ -128,7 +133,10 @@ class LakeGraph:
                 gates=tuple(g.name for g in gates_of(metadata, asset_name=name, kind=kind.kind).all)
                 if node.is_materializable
                 else (),
+                stream=_stream_mode(metadata, name) if node.is_materializable else None,
             )
+        for asset in self.assets.values():
+            _check_stream_inputs(asset, self.assets)
         # Dynamic partition keys live in the Dagster instance, so planning needs it only then.
         self.has_dynamic_partitions = any(
             is_dynamic(a.partitions_def) for a in self.assets.values()
@@ -194,8 +202,11 @@ class LakeGraph:
                     name=asset.name,
                     deps=deps,
                     code_version=asset.code_version,
-                    is_source=asset.is_source,
+                    # A continuous stream keeps running: it is never requested, and what it
+                    # wrote feeds its readers as a source's data does.
+                    is_source=asset.is_source or asset.stream == "continuous",
                     partitioned=asset.partitions_def is not None,
+                    stream=asset.stream == "available_now",
                 )
             )
         if not self.has_dynamic_partitions:
@@ -271,6 +282,32 @@ class LakeGraph:
             and isinstance(mapping, IdentityPartitionMapping)
         )
         return Dependency(parent.name, up, down, identity=identity)
+
+
+def _check_stream_inputs(asset: LakeAsset, assets: Mapping[str, LakeAsset]) -> None:
+    """A partitioned streaming asset runs without a partition key (its batches write whatever
+    partitions their rows are in), and Dagster cannot start such a run of an asset whose input
+    is partitioned: refuse it here, where the fix can be named.
+
+    Raises:
+        PartlakeConfigError: naming the asset, its partitioned input and the fix.
+    """
+    if asset.stream is None or asset.partitions_def is None:
+        return
+    for parent in asset.parents:
+        if parent in assets and assets[parent].partitions_def is not None:
+            raise PartlakeConfigError(
+                f"streaming asset {asset.name} is partitioned and reads the partitioned asset "
+                f"{parent}; Dagster runs a partitioned asset without a partition key only when "
+                f"its inputs are unpartitioned. Drop {asset.name}'s partitions_def and keep its "
+                f"table partitioned with metadata 'partlake/partition_by', or read {parent}'s "
+                "table through an unpartitioned partlake_source(..., path=...)."
+            )
+
+
+def _stream_mode(metadata: Mapping[str, Any], name: str) -> str | None:
+    spec = stream_of(metadata, asset_name=name)
+    return spec.mode if spec is not None else None
 
 
 def _pins(metadata: dict[str, Any]) -> bool:

@@ -38,6 +38,15 @@ being due; a partition with a record is `upstream_changed` because of its previo
 that one is stale, or was written after it (its lastUpdated is newer than this partition's
 written lastUpdated). Staleness thus runs forward in time: when day D is stale, so is every later
 day with a record.
+A streaming asset (`partlake/stream`, mode `available_now`) is judged as a whole, as one item
+with partition None: a run processes whatever its input holds that it has not processed yet, and
+its micro-batches write whichever partitions their rows are in. Its record is the newest commit
+of its table (a run closes with a commit saying what it consumed of its input): it is `missing`
+without one while an upstream has data, `code_changed` as for any asset, and `upstream_changed`
+when an upstream partition's lastUpdated differs from the one recorded as consumed (appeared,
+moved or vanished) or is stale. It is never `out_of_band` (its table is where data enters: a
+change there by others stands), and its staleness is not propagated as partitions: what reads it
+is judged by the partitions its runs actually wrote.
 Sources (assets written by other systems) are never stale; their states feed their dependents.
 Nothing fresh is ever listed. An asset whose table could not be read (`unreadable`) and every
 asset downstream of it are not judged at all: the plan lists them in `Plan.unreadable` instead.
@@ -77,6 +86,7 @@ class PlanAsset:
     code_version: str | None = None
     is_source: bool = False
     partitioned: bool = True
+    stream: bool = False  # judged as a whole (`judge_stream`); see the module docstring
 
 
 @dataclass(frozen=True)
@@ -203,6 +213,11 @@ def plan(inputs: PlanInput) -> Plan:
             continue
         if asset.is_source:
             continue
+        if asset.stream:
+            verdict = judge_stream(asset, inputs, stale)
+            if verdict is not None:
+                items.append(verdict)
+            continue
         states = inputs.states.get(asset.name, {})
         records = inputs.records.get(asset.name, {})
         own = [d for d in asset.deps if d.upstream == asset.name]
@@ -292,6 +307,36 @@ def candidates_of(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[K
         for upstream_key in upstream_with_data:
             keys.update(dep.downstream_keys(upstream_key))
     return keys
+
+
+def judge_stream(
+    asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]
+) -> StalePartition | None:
+    """The verdict on a streaming asset as a whole (partition None): see the module docstring.
+    Its record is under the key None."""
+    record = inputs.records.get(asset.name, {}).get(None)
+    changed: list[str] = []
+    with_data = False
+    for dep in asset.deps:
+        if dep.upstream == asset.name:
+            continue
+        states = inputs.states.get(dep.upstream, {})
+        upstream_stale = stale.get(dep.upstream, set())
+        consumed = record.consumed.get(dep.upstream, {}) if record is not None else {}
+        with_data = with_data or bool(states) or bool(upstream_stale)
+        for key in {*states, *consumed, *upstream_stale}:
+            current = states.get(key)
+            now = current.last_updated if current is not None else None
+            if key in upstream_stale or now != consumed.get(key):
+                changed.append(render_partition(dep.upstream, key))
+    because = tuple(sorted(changed))
+    if record is None:
+        return StalePartition(asset.name, None, "missing", because) if with_data else None
+    if record.code_version != asset.code_version:
+        return StalePartition(asset.name, None, "code_changed", because)
+    if changed:
+        return StalePartition(asset.name, None, "upstream_changed", because)
+    return None
 
 
 def judge(

@@ -14,6 +14,7 @@ re-judges, asset by asset upstream first:
   as `plan` does;
 - every candidate of an asset whose code version changed, and the partitions that appeared in or
   left the partition keys of an asset without upstream assets;
+- a streaming asset (judged as a whole) when its record, its code or any upstream moved;
 
 and keeps every other verdict of the previous plan. Anything else (the assets or their
 dependencies changed, an unreadable table before or now) plans in full. The result equals
@@ -36,6 +37,7 @@ from dagster_partlake.planning.planner import (
     StalePartition,
     candidates_of,
     judge,
+    judge_stream,
     plan,
     topological_order,
 )
@@ -103,6 +105,9 @@ def replan(memo: PlanMemo, inputs: PlanInput, changed: Mapping[str, Iterable[Key
         if asset.is_source:
             stale[asset.name] = set()
             continue
+        if asset.stream:
+            _rejudge_stream(asset, memo, inputs, changed, flipped, stale, verdicts, old_code)
+            continue
         own_changed = set(changed.get(asset.name, ()))
         dirty = own_changed | _downstream_of_changes(asset, changed, flipped)
         is_root = not any(d.upstream != asset.name for d in asset.deps)
@@ -143,12 +148,39 @@ def replan(memo: PlanMemo, inputs: PlanInput, changed: Mapping[str, Iterable[Key
     return PlanMemo(inputs, result, verdicts, incremental=True)
 
 
+def _rejudge_stream(
+    asset: PlanAsset,
+    memo: PlanMemo,
+    inputs: PlanInput,
+    changed: Mapping[str, Iterable[Key]],
+    flipped: dict[str, set[Key]],
+    stale: dict[str, set[Key]],
+    verdicts: dict[str, Mapping[Key, StalePartition]],
+    old_code: Mapping[str, str | None],
+) -> None:
+    """A streaming asset is judged as a whole: again when its record, its code version, or
+    anything of an upstream moved; it never makes partitions stale downstream."""
+    previous = memo.verdicts.get(asset.name, {})
+    moved = asset.code_version != old_code.get(asset.name) or bool(set(changed.get(asset.name, ())))
+    for dep in asset.deps:
+        if dep.upstream != asset.name:
+            moved = moved or bool(set(changed.get(dep.upstream, ())) or flipped.get(dep.upstream))
+    stale[asset.name] = set()
+    flipped[asset.name] = set()
+    if not moved:
+        verdicts[asset.name] = previous
+        return
+    verdict = judge_stream(asset, inputs, stale)
+    verdicts[asset.name] = {} if verdict is None else {None: verdict}
+
+
 def _shape(assets: Iterable[PlanAsset]) -> list[tuple[object, ...]]:
     """What must not change for a plan to be incremental: the assets and their edges."""
     return sorted(
         (
             a.name,
             a.is_source,
+            a.stream,
             a.partitioned,
             tuple((d.upstream, d.identity, d.order_only) for d in a.deps),
         )

@@ -112,6 +112,10 @@ class SparkResource(LazyPySparkResource):
             conf = {k: v for k, v in self.effective_conf().items() if k.startswith("spark.sql.")}
         else:
             _check_java()
+            # Python workers (a streaming source reading a Delta table's new commits,
+            # `dagster_partlake.delta.stream_source`) run this interpreter, with its packages,
+            # not the first `python3` on the PATH; the JVM reads it from its environment.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = SparkSession.builder.master(self.master)
             conf = self.effective_conf()
         builder = builder.appName(self.app_name)

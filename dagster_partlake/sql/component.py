@@ -39,7 +39,7 @@ from dagster.components import Component, ComponentLoadContext, Model, Resolvabl
 from pydantic import Field
 
 from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.gates.checks import partlake_asset_checks
+from dagster_partlake.freshness.check import partlake_asset_checks
 from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
 from dagster_partlake.orchestration.sensor import build_invalidation_sensor
 from dagster_partlake.spark.resource import SparkResource

@@ -1,0 +1,54 @@
+"""A run of tests/stream_defs.py's streaming asset `events` that is SIGKILLed around the commit of
+one micro-batch, for tests/test_streams.py:
+
+    python -m tests.stream_process LAKE before_commit|after_commit BATCH
+
+`before_commit`: the batch's Parquet files are written (staged) and the process dies before its
+Delta commit. `after_commit`: the commit landed and the process dies before Spark records the
+batch as done, so the next run replays it. Writes the pid of its JVM to LAKE/jvm.pid first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from dagster import DagsterInstance, materialize
+
+import dagster_partlake.delta.stream_sink as sink
+
+
+def main() -> None:
+    lake, when, batch = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    os.environ["PARTLAKE_HOME"] = str(lake)
+    real_commit = sink.commit_staged
+
+    def commit_and_die(staged: Any, **kwargs: Any) -> Any:
+        record = kwargs.get("record")
+        dies = record is not None and record.stream_batch == batch
+        if dies and when == "before_commit":
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = real_commit(staged, **kwargs)
+        if dies and when == "after_commit":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    sink.commit_staged = commit_and_die  # type: ignore[assignment]
+    from tests.stream_defs import defs, events, landing
+
+    spark = defs.resources["spark"].spark_session
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    (lake / "jvm.pid").write_text(str(gateway.proc.pid))
+    materialize(
+        [landing, events],
+        selection=[events.key],
+        resources=defs.resources,
+        instance=DagsterInstance.ephemeral(),
+    )
+
+
+if __name__ == "__main__":
+    main()
