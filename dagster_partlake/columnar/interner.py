@@ -36,7 +36,12 @@ class Interner(Generic[K]):
         return found
 
     def ids_of(self, keys: Iterable[K]) -> list[int]:
-        return [self.id(k) for k in keys]
+        get = self.ids.get
+        keys = list(keys)
+        found = [get(k) for k in keys]
+        if None in found:  # some are new: intern them in order
+            found = [i if i is not None else self.id(k) for k, i in zip(keys, found, strict=True)]
+        return found  # type: ignore[return-value]
 
     def canonical(self, key: K) -> K:
         """The interned object equal to `key` (so equal keys share one object)."""

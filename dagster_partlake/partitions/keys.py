@@ -350,6 +350,21 @@ class KeyCodec:
             return parts[0]
         return multi_key([parts[i] for i in self._order])
 
+    def keys(self, rows: Sequence[Sequence[str | None]]) -> list[str | None]:
+        """`key(values)` of every row, a dimension value at a time: each distinct value of a
+        column is mapped once, not once per row (a million partitions have ten thousand days)."""
+        if not self.columns:
+            return [None] * len(rows)
+        parts: list[list[str | None]] = []
+        for index in self._order:
+            column = [row[index] for row in rows]
+            mapped = {v: self._dimension_key(index, v) for v in dict.fromkeys(column)}
+            parts.append([mapped[v] for v in column])
+        if len(parts) == 1:
+            return parts[0]
+        join = _SEPARATOR.join
+        return [None if None in row else join(row) for row in zip(*parts, strict=True)]
+
     def _dimension_key(self, index: int, value: str | None) -> str | None:
         cache = self._cache[index]
         if value in cache:

@@ -130,6 +130,20 @@ class KeyIds:
             self._memo.extend(array("q", [self.UNKNOWN]) * (len(VALUES.keys) - len(self._memo)))
         return self._memo
 
+    def bulk(self, values_ids: Sequence[int]) -> array:
+        """The key id of each values id (`OUTSIDE` for values outside the partitions), looking
+        up the ones not memoized yet together (`KeyCodec.keys`)."""
+        memo = self.memo()
+        unknown = sorted({v for v in values_ids if memo[v] == self.UNKNOWN})
+        if unknown:
+            rows = [VALUES.keys[v] for v in unknown]
+            order = self.order
+            keys = self.codec.keys([[row[i] for i in order] for row in rows])
+            intern = KEYS.id
+            for values_id, key in zip(unknown, keys, strict=True):
+                memo[values_id] = self.OUTSIDE if key is None else intern(key)
+        return array("q", [memo[v] for v in values_ids])
+
     def __call__(self, values_id: int) -> int:
         """The key's id, or `OUTSIDE` for values outside the asset's partitions."""
         memo = self.memo()
@@ -168,26 +182,48 @@ def to_partition_states(
         )
     order = _column_order(asset, state)
     keys = keys or KeyIds(KeyCodec(asset.columns, state.column_types), order)
-    memo = keys.memo()
-    found = [
-        (k if (k := memo[v]) != KeyIds.UNKNOWN else keys(v), t, v)
-        for v, t in state.last_updated.raw_items()
-    ]
-    found = [f for f in found if f[0] >= 0]
-    if not found:
+    return _newest_per_key(state, keys)
+
+
+def _newest_per_key(state: TableState, keys: KeyIds) -> StateMap:
+    """Per Dagster key, the newest lastUpdated of the table partitions holding it (several may:
+    the days of a month) and the version that touched that one, on whole columns."""
+    import numpy as np
+
+    column = np.frombuffer(state.last_updated.column, np.int64)
+    positions = np.flatnonzero(column != ABSENT)
+    if not len(positions):
         return StateMap.build(())
-    base = min(f[0] for f in found)
-    newest = array("q", [ABSENT]) * (max(f[0] for f in found) - base + 1)
-    versions = array("q", newest)
-    touched_in = state.touched_in
-    for key_id, last_updated, values_id in found:
-        # Several table partitions may hold one Dagster partition (the days of a month).
-        if newest[key_id - base] == ABSENT or last_updated > newest[key_id - base]:
-            newest[key_id - base] = last_updated
-            version = touched_in.get(VALUES.keys[values_id])
-            versions[key_id - base] = NONE if version is None else version
-    size = len(newest) - newest.count(ABSENT)
-    return StateMap(IntMap(KEYS, base, newest, size), IntMap(KEYS, base, versions, size))
+    values_ids = positions + state.last_updated.base
+    key_ids = np.frombuffer(keys.bulk(values_ids.tolist()), np.int64)
+    inside = key_ids >= 0
+    values_ids, key_ids, times = values_ids[inside], key_ids[inside], column[positions[inside]]
+    if not len(key_ids):
+        return StateMap.build(())
+    # The newest per key; of equal times the first values id, as a loop in id order would keep.
+    sort = np.lexsort((values_ids, -times, key_ids))
+    key_ids, values_ids, times = key_ids[sort], values_ids[sort], times[sort]
+    first = np.ones(len(key_ids), bool)
+    first[1:] = key_ids[1:] != key_ids[:-1]
+    key_ids, values_ids, times = key_ids[first], values_ids[first], times[first]
+    touched = state.touched_in
+    versions = np.full(len(values_ids), NONE, np.int64)
+    if len(touched.column):
+        touched_column = np.frombuffer(touched.column, np.int64)
+        at = values_ids - touched.base
+        found = (at >= 0) & (at < len(touched_column))
+        versions[found] = touched_column[at[found]]
+        versions[versions == ABSENT] = NONE
+    base = int(key_ids[0])
+    newest = np.full(int(key_ids[-1]) - base + 1, ABSENT, np.int64)
+    version_column = newest.copy()
+    newest[key_ids - base] = times
+    version_column[key_ids - base] = versions
+    size = len(key_ids)
+    return StateMap(
+        IntMap(KEYS, base, array("q", newest.tobytes()), size),
+        IntMap(KEYS, base, array("q", version_column.tobytes()), size),
+    )
 
 
 def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
