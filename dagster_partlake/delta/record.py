@@ -163,7 +163,7 @@ class CommitRecord:
         keys = (str(k) for k in body["partition_keys"] or ())
         return cls(
             asset_key=str(body["asset_key"]),
-            partition_keys=tuple(_canonical(k) for k in keys) if compact else tuple(keys),
+            partition_keys=_canonical(list(keys)) if compact else tuple(keys),
             code_version=body.get("code_version"),
             run_id=body.get("run_id"),
             consumed={
@@ -202,9 +202,10 @@ def _per_partition(values: Mapping[Any, Any]) -> Mapping[str, int]:
     return cast("Mapping[str, int]", built)
 
 
-def _canonical(partition_id: str) -> str:
-    """The interned object equal to `partition_id` (equal ids share one object)."""
-    return cast(str, KEYS.canonical(partition_id))
+def _canonical(partition_ids: list[str]) -> tuple[str, ...]:
+    """The interned objects equal to `partition_ids` (equal ids share one object)."""
+    keys = KEYS.keys
+    return tuple(cast(str, keys[i]) for i in KEYS.ids_of(partition_ids))
 
 
 def compact_pairs(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:

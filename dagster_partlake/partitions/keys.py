@@ -350,14 +350,15 @@ class KeyCodec:
             return parts[0]
         return multi_key([parts[i] for i in self._order])
 
-    def keys(self, rows: Sequence[Sequence[str | None]]) -> list[str | None]:
-        """`key(values)` of every row, a dimension value at a time: each distinct value of a
-        column is mapped once, not once per row (a million partitions have ten thousand days)."""
+    def keys(self, columns: Sequence[Sequence[str | None]]) -> list[str | None]:
+        """`key(values)` of every row of `columns` (one sequence of values per column, in
+        column order), a dimension value at a time: each distinct value of a column is mapped
+        once, not once per row (a million partitions have ten thousand days)."""
         if not self.columns:
-            return [None] * len(rows)
+            return []
         parts: list[list[str | None]] = []
         for index in self._order:
-            column = [row[index] for row in rows]
+            column = columns[index]
             mapped = {v: self._dimension_key(index, v) for v in dict.fromkeys(column)}
             parts.append([mapped[v] for v in column])
         if len(parts) == 1:

@@ -136,9 +136,8 @@ class KeyIds:
         memo = self.memo()
         unknown = sorted({v for v in values_ids if memo[v] == self.UNKNOWN})
         if unknown:
-            rows = [VALUES.keys[v] for v in unknown]
-            order = self.order
-            keys = self.codec.keys([[row[i] for i in order] for row in rows])
+            table = list(zip(*(VALUES.keys[v] for v in unknown), strict=True))  # by column
+            keys = self.codec.keys([table[i] for i in self.order])
             intern = KEYS.id
             for values_id, key in zip(unknown, keys, strict=True):
                 memo[values_id] = self.OUTSIDE if key is None else intern(key)
@@ -231,7 +230,7 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
     if state is None:
         return RecordMap.empty()
     sources: list[Record] = []
-    written: list[tuple[list[int], list[int]]] = []
+    written: list[tuple[list[int], list[int] | int]] = []
     for commit in state.commits:  # oldest first: later writes replace earlier ones
         if commit.commit_time_ms is None:
             continue  # written before partlake recorded what it consumed: treat as unknown
@@ -245,24 +244,37 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
             for upstream, partitions in commit.consumed.items()
         }
         sources.append(Record(commit.code_version, None, consumed, commit.run_id))
-        ids = KEYS.ids_of(_key(raw) for raw in commit.partition_ids)
-        values = [commit.commit_time_ms] * len(ids)
+        raw_ids = commit.partition_ids
+        ids = KEYS.ids_of(raw_ids if WHOLE_TABLE_ID not in raw_ids else map(_key, raw_ids))
+        values: list[int] | int = commit.commit_time_ms
         if commit.kept or commit.empty_partition_ids:
             values = [_unbox(commit.written_last_updated(raw)) for raw in commit.partition_ids]
         written.append((ids, values))
-    every = [i for ids, _ in written for i in ids]
-    if not every:
+    if not any(ids for ids, _ in written):
         return RecordMap.empty()
-    base = min(every)
-    which = array("q", [ABSENT]) * (max(every) - base + 1)
-    last_updated = array("q", which)
-    for source, (ids, values) in enumerate(written):
-        for key_id, value in zip(ids, values, strict=True):
-            which[key_id - base] = source
-            last_updated[key_id - base] = value
-    size = len(which) - which.count(ABSENT)
+    return _record_columns(tuple(sources), written)
+
+
+def _record_columns(
+    sources: tuple[Record, ...], written: list[tuple[list[int], list[int] | int]]
+) -> RecordMap:
+    """The records of `sources` (oldest first), each written for its key ids with its written
+    lastUpdated (one for all, or one per key), as `RecordMap` columns: later writes win."""
+    import numpy as np
+
+    every = [np.asarray(ids, np.int64) for ids, _ in written]
+    base = min(int(ids.min()) for ids in every if len(ids))
+    end = max(int(ids.max()) for ids in every if len(ids)) + 1
+    which = np.full(end - base, ABSENT, np.int64)
+    last_updated = which.copy()
+    for source, (ids, (_, values)) in enumerate(zip(every, written, strict=True)):
+        which[ids - base] = source
+        last_updated[ids - base] = np.asarray(values, np.int64)
+    size = int(np.count_nonzero(which != ABSENT))
     return RecordMap(
-        tuple(sources), IntMap(KEYS, base, which, size), IntMap(KEYS, base, last_updated, size)
+        sources,
+        IntMap(KEYS, base, array("q", which.tobytes()), size),
+        IntMap(KEYS, base, array("q", last_updated.tobytes()), size),
     )
 
 
