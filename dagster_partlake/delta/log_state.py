@@ -43,7 +43,7 @@ TEXT_TYPES = frozenset({"string", "date", "byte", "short", "integer", "long"})
 # Reader features this replay handles (neither changes which files are live or when).
 _READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
 # Bytes of JSON lines handed to Arrow at a time: bounds the memory of a commit of any size.
-_BLOCK = 1 << 24
+_BLOCK = 1 << 22
 _COMMIT_INFO, _META, _PROTOCOL = b'{"commitInfo"', b'{"metaData"', b'{"protocol"'
 
 
