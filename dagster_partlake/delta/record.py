@@ -123,6 +123,67 @@ class CommitRecord:
             body["consumed_files"] = {k: list(v) for k, v in self.consumed_files.items()}
         return {RECORD_KEY: body}
 
+    def small_fields(self) -> dict[str, Any]:
+        """The record's fields but those holding a value per written partition (the written
+        keys, what was consumed, rows, kept partitions): see `from_columns`."""
+        body = {
+            "format": FORMAT,
+            "run_id": self.run_id,
+            "asset_key": self.asset_key,
+            "code_version": self.code_version,
+            "upstream_versions": dict(self.upstream_versions),
+            "write_id": self.write_id,
+        }
+        full = CommitRecord(
+            self.asset_key,
+            (),
+            self.code_version,
+            self.run_id,
+            commit_time_ms=self.commit_time_ms,
+            kind=self.kind,
+            content_hashes=self.content_hashes,
+            metrics=self.metrics,
+            snapshot_ms=self.snapshot_ms,
+            watermarks=self.watermarks,
+            consumed_files=self.consumed_files,
+        ).to_commit_info()[RECORD_KEY]
+        skipped = {"partition_keys", "consumed", "rows_by_partition", "empty_partition_keys"}
+        body.update({k: v for k, v in full.items() if k not in skipped and k not in body})
+        return body
+
+    @classmethod
+    def from_columns(
+        cls,
+        small: Mapping[str, Any],
+        partition_keys: tuple[str, ...],
+        per_partition: Mapping[str, IntMap[Key]],
+        table_version: int | None,
+    ) -> CommitRecord:
+        """The compact record of `small_fields()` and its per-partition fields (`consumed/<asset>`,
+        `rows_by_partition`, `kept`) as `IntMap`s over interned keys.
+
+        Raises:
+            PartlakeError: the small fields are malformed or from a newer format.
+        """
+        body = {**small, "partition_keys": [], "consumed": {}}
+        record = cls.from_commit_info({RECORD_KEY: body}, table_version=table_version, compact=True)
+        assert record is not None
+        prefix = "consumed/"
+        consumed = {
+            name[len(prefix) :]: cast("Mapping[str, int]", values)
+            for name, values in per_partition.items()
+            if name.startswith(prefix)
+        }
+        rows = per_partition.get("rows_by_partition")
+        kept = per_partition.get("kept")
+        return replace(
+            record,
+            partition_keys=partition_keys,
+            consumed=consumed,
+            rows_by_partition=None if rows is None else cast("Mapping[str, int]", rows),
+            kept=record.kept if kept is None else cast("Mapping[str, int]", kept),
+        )
+
     @classmethod
     def from_commit_info(
         cls, info: Mapping[str, Any], *, table_version: int | None = None, compact: bool = False
