@@ -36,11 +36,12 @@ class Interner(Generic[K]):
         return found
 
     def ids_of(self, keys: Iterable[K]) -> list[int]:
-        get = self.ids.get
+        """The id of each key, interning the new ones in order."""
         keys = list(keys)
-        found = [get(k) for k in keys]
-        if None in found:  # some are new: intern them in order
-            found = [i if i is not None else self.id(k) for k, i in zip(keys, found, strict=True)]
+        found = list(map(self.ids.get, keys))
+        if None in found:  # some are new
+            new = self.id
+            found = [new(k) if i is None else i for k, i in zip(keys, found, strict=True)]
         return found  # type: ignore[return-value]
 
     def canonical(self, key: K) -> K:
