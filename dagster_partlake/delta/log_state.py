@@ -241,8 +241,6 @@ def _per_partition(
     pa: Any, live: pa.Table, partition_by: tuple[str, ...]
 ) -> tuple[IntMap[tuple[str | None, ...]], IntMap[tuple[str | None, ...]]]:
     """Per partition, the newest modification time and the number of live files."""
-    from array import array
-
     if not live.num_rows:
         return IntMap(VALUES), IntMap(VALUES)
     if not partition_by:
@@ -253,12 +251,16 @@ def _per_partition(
             IntMap.newest(VALUES, ids, [live.num_rows]),
         )
     grouped = live.group_by(list(partition_by)).aggregate([("t", "max"), ("t", "count")])
+    del live
+    times = grouped.column("t_max").to_numpy()
+    counts = grouped.column("t_count").to_numpy().astype("int64")
     # One string object per distinct value (a million partitions have ten thousand days); an
     # empty value is no value, as Delta writes a null partition.
     columns = [_shared(pa, grouped.column(c)) for c in partition_by]
+    del grouped
     ids = VALUES.ids_of(zip(*columns, strict=True))
-    times = array("q", grouped.column("t_max").to_pylist())
-    counts = array("q", grouped.column("t_count").to_pylist())
+    del columns
+    pa.default_memory_pool().release_unused()  # what Arrow's allocator kept of the parse
     return IntMap.newest(VALUES, ids, times), IntMap.newest(VALUES, ids, counts, add=True)
 
 
