@@ -76,6 +76,7 @@ class RssSampler:
             self._stop.wait(self._interval)
 
     def __enter__(self) -> RssSampler:
+        self.cpu = time.process_time()
         self.before = self.peak = self._process.memory_info().rss
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -86,12 +87,17 @@ class RssSampler:
         self._thread.join()
         self.after = self._process.memory_info().rss
         self.peak = max(self.peak, self.after)
+        self.cpu = time.process_time() - self.cpu
 
     def report(self) -> dict[str, float]:
         return {
             "rss_before_mb": _mb(self.before),
             "rss_peak_during_mb": _mb(self.peak),
             "rss_after_mb": _mb(self.after),
+            # CPU seconds of the process (all its threads, the sampler's too) during the call:
+            # steadier than wall time on a shared machine.
+            "cpu_s": round(self.cpu, 3),
+            "load_average_1m": round(os.getloadavg()[0], 2),
         }
 
 

@@ -128,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "before any profiling (imports + cold sync + the scenario; source commits run in a "
             "grandchild process and are not counted); peak_rss_at_exit_mb includes profiling",
             "rss_peak_during_mb": "psutil RSS sampled every 5 ms by a thread during the timed call",
+            "cpu_s": "time.process_time of the process during the timed call (all threads, the "
+            "RSS sampler's too), next to the 1-minute load average right after it: on a shared "
+            "machine the wall time of a call grows with the load, its CPU time much less",
             "timing": "time.perf_counter around make_plan / the sensor call / "
             "evaluate_automation_conditions; no_change = median of repeats",
             "quick_check_s": "mean of dagster_partlake.gather.moved (per table, an "

@@ -25,6 +25,7 @@ def replay(world: World, events: list[Event]) -> tuple[int, int]:
         memo = replan(memo, inputs, changed_partitions(memo.inputs, inputs))
         incremental += memo.incremental
         assert memo.plan.items == plan(inputs).items, event
+        assert plan(world.columnar_input()).items == memo.plan.items, event
         check_shape(memo.plan, world)
         compare(memo.plan, world)
     return len(events), incremental

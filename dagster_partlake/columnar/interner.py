@@ -36,7 +36,13 @@ class Interner(Generic[K]):
         return found
 
     def ids_of(self, keys: Iterable[K]) -> list[int]:
-        return [self.id(k) for k in keys]
+        """The id of each key, interning the new ones in order."""
+        keys = list(keys)
+        found = list(map(self.ids.get, keys))
+        if None in found:  # some are new
+            new = self.id
+            found = [new(k) if i is None else i for k, i in zip(keys, found, strict=True)]
+        return found  # type: ignore[return-value]
 
     def canonical(self, key: K) -> K:
         """The interned object equal to `key` (so equal keys share one object)."""

@@ -47,33 +47,44 @@ class IntMap(Mapping[K, "int | None"]):
     def from_ids(
         cls, interner: Interner[K], ids: Sequence[int], values: Iterable[int | None]
     ) -> IntMap[K]:
-        if not ids:
+        if not len(ids):
             return cls(interner)
-        base = min(ids)
-        slots = array("q", [ABSENT]) * (max(ids) - base + 1)
-        for i, value in zip(ids, values, strict=True):
-            slots[i - base] = _unbox(value)
-        size = len(slots) - slots.count(ABSENT)
-        return cls(interner, base, slots, size)
+        import numpy as np
+
+        keys = np.asarray(ids, np.int64)
+        numbers = np.array([NONE if v is None else v for v in values], np.int64)
+        if len(keys) != len(numbers):
+            raise ValueError(f"{len(keys)} ids but {len(numbers)} values")
+        base = int(keys.min())
+        slots = np.full(int(keys.max()) - base + 1, ABSENT, np.int64)
+        slots[keys - base] = numbers
+        size = int(np.count_nonzero(slots != ABSENT))
+        if size != len(keys):  # an id given twice: its last value, as a loop would leave it
+            last = len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]
+            slots[keys[last] - base] = numbers[last]
+        return cls(interner, base, array("q", slots.tobytes()), size)
 
     @classmethod
     def newest(
         cls, interner: Interner[K], ids: Sequence[int], values: Sequence[int], *, add: bool = False
     ) -> IntMap[K]:
         """Per id, the largest of its `values` (`add`: their sum)."""
-        if not ids:
+        if not len(ids):
             return cls(interner)
-        base = min(ids)
-        slots = array("q", [ABSENT]) * (max(ids) - base + 1)
-        for i, value in zip(ids, values, strict=True):
-            now = slots[i - base]
-            if now == ABSENT:
-                slots[i - base] = value
-            elif add:
-                slots[i - base] = now + value
-            elif value > now:
-                slots[i - base] = value
-        return cls(interner, base, slots, len(slots) - slots.count(ABSENT))
+        import numpy as np
+
+        keys = np.asarray(ids, np.int64)
+        numbers = np.asarray(values, np.int64)
+        if len(keys) != len(numbers):
+            raise ValueError(f"{len(keys)} ids but {len(numbers)} values")
+        order = np.argsort(keys, kind="stable")
+        keys, numbers = keys[order], numbers[order]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        reduce = np.add if add else np.maximum
+        base = int(keys[0])
+        slots = np.full(int(keys[-1]) - base + 1, ABSENT, np.int64)
+        slots[keys[starts] - base] = reduce.reduceat(numbers, starts)
+        return cls(interner, base, array("q", slots.tobytes()), len(starts))
 
     @classmethod
     def build(cls, interner: Interner[K], items: Iterable[tuple[K, int | None]]) -> IntMap[K]:

@@ -143,6 +143,67 @@ class CommitRecord:
             body["stream"] = {"query": self.stream_query, "batch_id": self.stream_batch}
         return {RECORD_KEY: body}
 
+    def small_fields(self) -> dict[str, Any]:
+        """The record's fields but those holding a value per written partition (the written
+        keys, what was consumed, rows, kept partitions): see `from_columns`."""
+        body = {
+            "format": FORMAT,
+            "run_id": self.run_id,
+            "asset_key": self.asset_key,
+            "code_version": self.code_version,
+            "upstream_versions": dict(self.upstream_versions),
+            "write_id": self.write_id,
+        }
+        full = CommitRecord(
+            self.asset_key,
+            (),
+            self.code_version,
+            self.run_id,
+            commit_time_ms=self.commit_time_ms,
+            kind=self.kind,
+            content_hashes=self.content_hashes,
+            metrics=self.metrics,
+            snapshot_ms=self.snapshot_ms,
+            watermarks=self.watermarks,
+            consumed_files=self.consumed_files,
+        ).to_commit_info()[RECORD_KEY]
+        skipped = {"partition_keys", "consumed", "rows_by_partition", "empty_partition_keys"}
+        body.update({k: v for k, v in full.items() if k not in skipped and k not in body})
+        return body
+
+    @classmethod
+    def from_columns(
+        cls,
+        small: Mapping[str, Any],
+        partition_keys: tuple[str, ...],
+        per_partition: Mapping[str, IntMap[Key]],
+        table_version: int | None,
+    ) -> CommitRecord:
+        """The compact record of `small_fields()` and its per-partition fields (`consumed/<asset>`,
+        `rows_by_partition`, `kept`) as `IntMap`s over interned keys.
+
+        Raises:
+            PartlakeError: the small fields are malformed or from a newer format.
+        """
+        body = {**small, "partition_keys": [], "consumed": {}}
+        record = cls.from_commit_info({RECORD_KEY: body}, table_version=table_version, compact=True)
+        assert record is not None
+        prefix = "consumed/"
+        consumed = {
+            name[len(prefix) :]: cast("Mapping[str, int]", values)
+            for name, values in per_partition.items()
+            if name.startswith(prefix)
+        }
+        rows = per_partition.get("rows_by_partition")
+        kept = per_partition.get("kept")
+        return replace(
+            record,
+            partition_keys=partition_keys,
+            consumed=consumed,
+            rows_by_partition=None if rows is None else cast("Mapping[str, int]", rows),
+            kept=record.kept if kept is None else cast("Mapping[str, int]", kept),
+        )
+
     @classmethod
     def from_commit_info(
         cls, info: Mapping[str, Any], *, table_version: int | None = None, compact: bool = False
@@ -183,7 +244,7 @@ class CommitRecord:
         keys = (str(k) for k in body["partition_keys"] or ())
         return cls(
             asset_key=str(body["asset_key"]),
-            partition_keys=tuple(_canonical(k) for k in keys) if compact else tuple(keys),
+            partition_keys=_canonical(list(keys)) if compact else tuple(keys),
             code_version=body.get("code_version"),
             run_id=body.get("run_id"),
             consumed={
@@ -233,9 +294,10 @@ def _per_partition(values: Mapping[Any, Any]) -> Mapping[str, int]:
     return cast("Mapping[str, int]", built)
 
 
-def _canonical(partition_id: str) -> str:
-    """The interned object equal to `partition_id` (equal ids share one object)."""
-    return cast(str, KEYS.canonical(partition_id))
+def _canonical(partition_ids: list[str]) -> tuple[str, ...]:
+    """The interned objects equal to `partition_ids` (equal ids share one object)."""
+    keys = KEYS.keys
+    return tuple(cast(str, keys[i]) for i in KEYS.ids_of(partition_ids))
 
 
 def compact_pairs(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:

@@ -27,18 +27,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import marshal
 import os
-import sys
+import struct
 import tempfile
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.columnar.interner import VALUES
-from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
+from dagster_partlake.columnar.intmap import IntMap
+from dagster_partlake.delta import state_file
 from dagster_partlake.delta.log_state import TEXT_TYPES, LogState, read_log_state
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
@@ -50,7 +49,7 @@ from dagster_partlake.delta.table import (
     table_exists,
     unreadable,
 )
-from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.errors import PartlakeError, TableUnreadableError
 from dagster_partlake.layout import commit_file
 
 if TYPE_CHECKING:
@@ -206,95 +205,59 @@ def _state_file(persist_dir: str, root: str) -> str:
     return os.path.join(persist_dir, hashlib.sha1(root.encode()).hexdigest() + ".state")
 
 
-# The on-disk form: `marshal` (fast to load, no code runs) of the state's columns as raw int64
-# arrays aligned with one list of partition values. marshal's format is tied to the Python
-# version, which is stamped in and checked.
-_CACHE_FORMAT = (1, marshal.version, *sys.version_info[:2])
-
-
 def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableState | None:
-    """The persisted state of `root`, if the commit it was read at is still in the log as it was
-    (`sync` then reads only the commits after it)."""
+    """The persisted state of `root` (`dagster_partlake.delta.state_file`), if the commit it was
+    read at is still in the log as it was (`sync` then reads only the commits after it)."""
     try:
-        with open(_state_file(persist_dir, root), "rb") as state_file:
-            data = marshal.load(state_file)
+        found = state_file.load(_state_file(persist_dir, root))
+    except (OSError, ValueError, EOFError, TypeError, KeyError, struct.error):
+        return None  # no cache, or a damaged one: read the table
+    if found is None:
+        return None
+    header, reader = found
+    try:
         if (
-            not isinstance(data, dict)
-            or data.get("format") != _CACHE_FORMAT
-            or data.get("root") != root
-            or data.get("stamp") != _stamp(root, int(data.get("version", -1)))
-            or (with_commits and not data.get("with_commits"))
+            header.get("root") != root
+            or header.get("stamp") != _stamp(root, int(header.get("version", -1)))
+            or (with_commits and not header.get("with_commits"))
         ):
             return None
-        ids = VALUES.ids_of(data["values"])
-        counts = data["file_counts"]
+        ids = state_file.values_of(header, reader)
+        columns = header["columns"]
         return TableState(
             root=root,
-            version=int(data["version"]),
-            partition_by=tuple(data["partition_by"]),
-            column_types=data["column_types"],
-            last_updated=_column(ids, data["last_updated"]),
-            touched_in=_column(ids, data["touched_in"]),
-            commits=tuple(
-                record
-                for version, info in data["commits"]
-                if (
-                    record := CommitRecord.from_commit_info(
-                        info, table_version=version, compact=True
-                    )
-                )
+            version=int(header["version"]),
+            partition_by=tuple(header["partition_by"]),
+            column_types=header["column_types"],
+            last_updated=state_file.state_column(reader, columns["last_updated"], ids),
+            touched_in=state_file.state_column(reader, columns["touched_in"], ids),
+            commits=state_file.records_of(header, reader),
+            file_counts=(
+                None
+                if columns["file_counts"] is None
+                else state_file.state_column(reader, columns["file_counts"], ids)
             ),
-            file_counts=None if counts is None else _column(ids, counts),
         )
-    except (OSError, ValueError, EOFError, TypeError, KeyError):
-        return None  # no cache, or a damaged one: read the table
-
-
-def _column(ids: list[int], raw: bytes) -> IntMap[Values]:
-    values = array("q")
-    values.frombytes(raw)
-    if len(values) != len(ids):
-        raise ValueError("a damaged state cache")
-    return IntMap.from_ids(VALUES, ids, (None if v == NONE else v for v in values))
+    except (ValueError, EOFError, TypeError, KeyError, IndexError, PartlakeError):
+        return None  # a damaged cache: read the table
+    finally:
+        reader.close()
 
 
 def _save_state(persist_dir: str, state: TableState, *, with_commits: bool) -> None:
     stamp = _stamp(state.root, state.version)
     if stamp is None:
         return
-    values = list(state.last_updated)
-
-    def aligned(column: IntMap[Values]) -> bytes:
-        return array("q", [_raw(column, v) for v in values]).tobytes()
-
-    data = {
-        "format": _CACHE_FORMAT,
-        "root": state.root,
-        "stamp": stamp,
-        "with_commits": with_commits,
-        "version": state.version,
-        "partition_by": list(state.partition_by),
-        "column_types": state.column_types,
-        "values": values,
-        "last_updated": aligned(state.last_updated),
-        "touched_in": aligned(state.touched_in),
-        "file_counts": None if state.file_counts is None else aligned(state.file_counts),
-        "commits": [(r.table_version, r.to_commit_info()) for r in state.commits],
-    }
+    data = state_file.dump({"root": state.root, "stamp": stamp}, state, with_commits=with_commits)
     try:
         os.makedirs(persist_dir, exist_ok=True)
         # Write then rename: a concurrent reader sees the old file or the new one, never half.
         handle, temp = tempfile.mkstemp(dir=persist_dir, suffix=".tmp")
-        with os.fdopen(handle, "wb") as state_file:
-            marshal.dump(data, state_file)
+        with os.fdopen(handle, "wb") as saved:
+            saved.write(data)
         os.replace(temp, _state_file(persist_dir, state.root))
     except (OSError, ValueError):
         pass  # the cache is an optimization: a read-only home only costs the next process time
-
-
-def _raw(column: IntMap[Values], values: Values) -> int:
-    found = column.get(values, ABSENT)
-    return NONE if found is None else found
 
 
 def _has_commit(root: str, version: int) -> bool:

@@ -80,6 +80,7 @@ from dagster_partlake.errors import (
     SchemaMismatchError,
 )
 from dagster_partlake.faults import fault_point
+from dagster_partlake.layout import commit_name, commit_version, log_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -89,6 +90,12 @@ if TYPE_CHECKING:
 # deletes JSON commits older than delta.logRetentionDuration (30 days) whatever partlake records
 # they hold; `dagster_partlake.delta.maintenance.checkpoint_table` trims the log keeping those.
 POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+# That hook checkpoints every `delta.checkpointInterval` commits (100 unless the table says
+# otherwise), as Delta writers do. What a cold read of the log costs is the size of the JSON
+# commits after the newest checkpoint, not their number: one commit that rewrote a million
+# partitions is 300 MB of JSON. So after a commit partlake also checkpoints when those commits
+# hold more than this many bytes (`checkpoint_when_due`).
+CHECKPOINT_LOG_BYTES = 64 * 2**20
 
 
 class InputsMovedError(CommitConflictError):
@@ -296,6 +303,7 @@ def commit_staged(
             continue
         landed = _landed(staged, write_id, before, old, attempt=attempt, now_ms=now_ms)
         fault_point("after_commit")
+        checkpoint_when_due(staged.root)
         return landed
     raise CommitConflictError(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
@@ -306,6 +314,32 @@ def commit_staged(
 
 def _same_inputs(root: str, record: CommitRecord) -> CommitRecord | None:
     return same_inputs_commit(root, record) if table_exists(root) else None
+
+
+def checkpoint_when_due(root: str, *, log_bytes: int = CHECKPOINT_LOG_BYTES) -> bool:
+    """Write a checkpoint of the table at `root` when the JSON commits after its newest
+    checkpoint hold more than `log_bytes` bytes (see `CHECKPOINT_LOG_BYTES`); whether it wrote
+    one. A failure only leaves the log as it was: the next commit tries again."""
+    try:
+        names = os.listdir(log_dir(root))
+    except OSError:
+        return False
+    checkpoints = [int(n[:20]) for n in names if n[:20].isdigit() and ".checkpoint." in n]
+    newest = max(checkpoints, default=-1)
+    versions = [v for v in map(commit_version, names) if v is not None and v > newest]
+    size = 0
+    for version in versions:
+        try:
+            size += os.path.getsize(os.path.join(log_dir(root), commit_name(version)))
+        except OSError:
+            continue  # cleaned up meanwhile
+    if size <= log_bytes:
+        return False
+    try:
+        DeltaTable(root).create_checkpoint()
+    except DeltaError:
+        return False  # another writer's commit or checkpoint raced it: nothing is lost
+    return True
 
 
 def _commit_once(

@@ -1,11 +1,13 @@
 """The planning core: which asset partitions are stale, why, and the runs that refresh them.
 
-`planner` is the pure rule over plain data and `replan` its incremental form; `state_maps` are
+`planner` is the pure rule over plain data (`bulk` its pass over whole columns) and `replan` its
+incremental form; `state_maps` are
 the planner's input maps on column-wise storage; `batches` and `runs` turn a plan into Dagster
 runs; `graph` reads a code location's assets (`LakeGraph`); `convert` turns table states into
 planner input; `session` keeps what one process planned (`PlanningSession`) and is the entry
 point, `make_plan`; `cache` keeps the last plan on disk. May import every layer below it;
-`planner`, `replan` and `state_maps` import nothing but `columnar` (an import contract says so).
+`planner`, `bulk`, `replan` and `state_maps` import nothing but `columnar` and numpy (an import
+contract says so).
 """
 
 from __future__ import annotations

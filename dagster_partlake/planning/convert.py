@@ -133,6 +133,19 @@ class KeyIds:
             self._memo.extend(array("q", [self.UNKNOWN]) * (len(VALUES.keys) - len(self._memo)))
         return self._memo
 
+    def bulk(self, values_ids: Sequence[int]) -> array:
+        """The key id of each values id (`OUTSIDE` for values outside the partitions), looking
+        up the ones not memoized yet together (`KeyCodec.keys`)."""
+        memo = self.memo()
+        unknown = sorted({v for v in values_ids if memo[v] == self.UNKNOWN})
+        if unknown:
+            table = list(zip(*(VALUES.keys[v] for v in unknown), strict=True))  # by column
+            keys = self.codec.keys([table[i] for i in self.order])
+            intern = KEYS.id
+            for values_id, key in zip(unknown, keys, strict=True):
+                memo[values_id] = self.OUTSIDE if key is None else intern(key)
+        return array("q", [memo[v] for v in values_ids])
+
     def __call__(self, values_id: int) -> int:
         """The key's id, or `OUTSIDE` for values outside the asset's partitions."""
         memo = self.memo()
@@ -171,26 +184,48 @@ def to_partition_states(
         )
     order = _column_order(asset, state)
     keys = keys or KeyIds(KeyCodec(asset.columns, state.column_types), order)
-    memo = keys.memo()
-    found = [
-        (k if (k := memo[v]) != KeyIds.UNKNOWN else keys(v), t, v)
-        for v, t in state.last_updated.raw_items()
-    ]
-    found = [f for f in found if f[0] >= 0]
-    if not found:
+    return _newest_per_key(state, keys)
+
+
+def _newest_per_key(state: TableState, keys: KeyIds) -> StateMap:
+    """Per Dagster key, the newest lastUpdated of the table partitions holding it (several may:
+    the days of a month) and the version that touched that one, on whole columns."""
+    import numpy as np
+
+    column = np.frombuffer(state.last_updated.column, np.int64)
+    positions = np.flatnonzero(column != ABSENT)
+    if not len(positions):
         return StateMap.build(())
-    base = min(f[0] for f in found)
-    newest = array("q", [ABSENT]) * (max(f[0] for f in found) - base + 1)
-    versions = array("q", newest)
-    touched_in = state.touched_in
-    for key_id, last_updated, values_id in found:
-        # Several table partitions may hold one Dagster partition (the days of a month).
-        if newest[key_id - base] == ABSENT or last_updated > newest[key_id - base]:
-            newest[key_id - base] = last_updated
-            version = touched_in.get(VALUES.keys[values_id])
-            versions[key_id - base] = NONE if version is None else version
-    size = len(newest) - newest.count(ABSENT)
-    return StateMap(IntMap(KEYS, base, newest, size), IntMap(KEYS, base, versions, size))
+    values_ids = positions + state.last_updated.base
+    key_ids = np.frombuffer(keys.bulk(values_ids.tolist()), np.int64)
+    inside = key_ids >= 0
+    values_ids, key_ids, times = values_ids[inside], key_ids[inside], column[positions[inside]]
+    if not len(key_ids):
+        return StateMap.build(())
+    # The newest per key; of equal times the first values id, as a loop in id order would keep.
+    sort = np.lexsort((values_ids, -times, key_ids))
+    key_ids, values_ids, times = key_ids[sort], values_ids[sort], times[sort]
+    first = np.ones(len(key_ids), bool)
+    first[1:] = key_ids[1:] != key_ids[:-1]
+    key_ids, values_ids, times = key_ids[first], values_ids[first], times[first]
+    touched = state.touched_in
+    versions = np.full(len(values_ids), NONE, np.int64)
+    if len(touched.column):
+        touched_column = np.frombuffer(touched.column, np.int64)
+        at = values_ids - touched.base
+        found = (at >= 0) & (at < len(touched_column))
+        versions[found] = touched_column[at[found]]
+        versions[versions == ABSENT] = NONE
+    base = int(key_ids[0])
+    newest = np.full(int(key_ids[-1]) - base + 1, ABSENT, np.int64)
+    version_column = newest.copy()
+    newest[key_ids - base] = times
+    version_column[key_ids - base] = versions
+    size = len(key_ids)
+    return StateMap(
+        IntMap(KEYS, base, array("q", newest.tobytes()), size),
+        IntMap(KEYS, base, array("q", version_column.tobytes()), size),
+    )
 
 
 def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
@@ -201,7 +236,7 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
     if asset.stream is not None:
         return _stream_record(state)
     sources: list[Record] = []
-    written: list[tuple[list[int], list[int]]] = []
+    written: list[tuple[list[int], list[int] | int]] = []
     for commit in state.commits:  # oldest first: later writes replace earlier ones
         if commit.commit_time_ms is None:
             continue  # written before partlake recorded what it consumed: treat as unknown
@@ -215,24 +250,37 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
             for upstream, partitions in commit.consumed.items()
         }
         sources.append(Record(commit.code_version, None, consumed, commit.run_id))
-        ids = KEYS.ids_of(_key(raw) for raw in commit.partition_ids)
-        values = [commit.commit_time_ms] * len(ids)
+        raw_ids = commit.partition_ids
+        ids = KEYS.ids_of(raw_ids if WHOLE_TABLE_ID not in raw_ids else map(_key, raw_ids))
+        values: list[int] | int = commit.commit_time_ms
         if commit.kept or commit.empty_partition_ids:
             values = [_unbox(commit.written_last_updated(raw)) for raw in commit.partition_ids]
         written.append((ids, values))
-    every = [i for ids, _ in written for i in ids]
-    if not every:
+    if not any(ids for ids, _ in written):
         return RecordMap.empty()
-    base = min(every)
-    which = array("q", [ABSENT]) * (max(every) - base + 1)
-    last_updated = array("q", which)
-    for source, (ids, values) in enumerate(written):
-        for key_id, value in zip(ids, values, strict=True):
-            which[key_id - base] = source
-            last_updated[key_id - base] = value
-    size = len(which) - which.count(ABSENT)
+    return _record_columns(tuple(sources), written)
+
+
+def _record_columns(
+    sources: tuple[Record, ...], written: list[tuple[list[int], list[int] | int]]
+) -> RecordMap:
+    """The records of `sources` (oldest first), each written for its key ids with its written
+    lastUpdated (one for all, or one per key), as `RecordMap` columns: later writes win."""
+    import numpy as np
+
+    every = [np.asarray(ids, np.int64) for ids, _ in written]
+    base = min(int(ids.min()) for ids in every if len(ids))
+    end = max(int(ids.max()) for ids in every if len(ids)) + 1
+    which = np.full(end - base, ABSENT, np.int64)
+    last_updated = which.copy()
+    for source, (ids, (_, values)) in enumerate(zip(every, written, strict=True)):
+        which[ids - base] = source
+        last_updated[ids - base] = np.asarray(values, np.int64)
+    size = int(np.count_nonzero(which != ABSENT))
     return RecordMap(
-        tuple(sources), IntMap(KEYS, base, which, size), IntMap(KEYS, base, last_updated, size)
+        sources,
+        IntMap(KEYS, base, array("q", which.tobytes()), size),
+        IntMap(KEYS, base, array("q", last_updated.tobytes()), size),
     )
 
 

@@ -221,7 +221,9 @@ def plan(inputs: PlanInput) -> Plan:
         states = inputs.states.get(asset.name, {})
         records = inputs.records.get(asset.name, {})
         own = [d for d in asset.deps if d.upstream == asset.name]
-        candidates = sorted(candidates_of(asset, inputs, stale), key=lambda k: k or "")
+        candidates = None if own else _unsettled(asset, inputs, stale)
+        if candidates is None:
+            candidates = sorted(candidates_of(asset, inputs, stale), key=lambda k: k or "")
         if own:
             items.extend(_judge_in_order(asset, own, candidates, inputs, stale))
             continue
@@ -242,6 +244,16 @@ def plan(inputs: PlanInput) -> Plan:
         for name in sorted(inputs.unreadable)
     )
     return Plan(tuple(items), tuple(a.name for a in order), unreadable)
+
+
+def _unsettled(
+    asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]
+) -> list[Key] | None:
+    """The candidates the bulk pass cannot show fresh (`dagster_partlake.planning.bulk`)."""
+    # Imported here: it builds on the column-wise maps, which build on this module.
+    from dagster_partlake.planning.bulk import unsettled
+
+    return unsettled(asset, inputs, stale)
 
 
 def _judge_in_order(

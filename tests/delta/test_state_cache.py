@@ -221,3 +221,34 @@ def test_a_state_followed_commit_by_commit_equals_a_fresh_read(tmp_path: Path, m
     # Appends and whole-partition replacements were followed from the JSON commits alone;
     # partial rewrites (deletes of some rows) needed delta-rs.
     assert paths.count("log") >= 10 and paths.count("delta-rs") >= 2, paths
+
+
+def test_a_large_log_gets_a_checkpoint_and_a_cold_read_starts_from_it(tmp_path: Path) -> None:
+    """partlake's writer checkpoints when the JSON commits since the last checkpoint are large;
+    a cold read then replays the checkpoint (Arrow columns) and the commits after it, and still
+    equals delta-rs' reading of the table."""
+    import os
+
+    from deltalake import DeltaTable
+
+    from dagster_partlake.delta import state as state_module
+    from dagster_partlake.delta.log_state import read_log_state
+    from dagster_partlake.delta.writer import checkpoint_when_due
+
+    table = tmp_path / "t"
+    for day in range(1, 4):
+        write(table, f"2024-01-0{day}", 3)
+    log = table / "_delta_log"
+    assert not checkpoint_when_due(str(table))  # three small commits: far below the default
+    assert not any(".checkpoint." in name for name in os.listdir(log))
+    assert checkpoint_when_due(str(table), log_bytes=100)
+    assert "00000000000000000002.checkpoint.parquet" in os.listdir(log)
+    write(table, "2024-01-01", 2, mode="overwrite")  # after the checkpoint: a replacement
+    write(table, "2024-01-04", 2)
+    assert not checkpoint_when_due(str(table), log_bytes=10**6)  # two small commits since
+    replayed = read_log_state(str(table))
+    assert replayed is not None and replayed.version == 4
+    by_delta_rs = state_module._read_state(
+        str(table), DeltaTable(str(table)), None, with_commits=True
+    )
+    same(fresh(table), by_delta_rs)
