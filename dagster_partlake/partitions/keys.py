@@ -445,6 +445,10 @@ class KeyCodec:
             if part is None:
                 return None
             parts.append(part)
+        return self._joined(parts)
+
+    def _joined(self, parts: Sequence[str]) -> str | None:
+        """The key of the dimension keys of one partition's columns (column order)."""
         if len(parts) == 1:
             return parts[0]
         keys = []
@@ -462,16 +466,20 @@ class KeyCodec:
         if not self.columns:
             return []
         parts: list[list[str | None]] = []
-        for index in self._order:
-            column = columns[index]
+        for index, column in enumerate(columns):
             distinct = list(dict.fromkeys(column))
             self._know_windows(index, len(distinct))
             mapped = {v: self._dimension_key(index, v) for v in distinct}
             parts.append([mapped[v] for v in column])
         if len(parts) == 1:
             return parts[0]
-        join = _SEPARATOR.join
-        return [None if None in row else join(row) for row in zip(*parts, strict=True)]
+        if all(len(g) == 1 for g in self._groups) and all(c is None for c in self._combined):
+            # One column per dimension: the key joins them in dimension order.
+            ordered = [parts[g[0]] for g in self._groups]
+            join = _SEPARATOR.join
+            return [None if None in row else join(row) for row in zip(*ordered, strict=True)]
+        joined = self._joined
+        return [None if None in row else joined(row) for row in zip(*parts, strict=True)]
 
     def _know_windows(self, index: int, distinct: int) -> None:
         """Before mapping many values of a time dimension, learn its partition keys at once:
