@@ -103,6 +103,15 @@ def step_context_of(context: AssetCheckExecutionContext) -> Any:
     return context.op_execution_context._step_execution_context  # noqa: SLF001
 
 
+def asset_graph_of_step(context: AssetCheckExecutionContext) -> AssetGraph:
+    """The code location's asset graph in a check step; in a job executed outside a code
+    location (`execute_in_process` of a resolved job), which has no repository, the job's."""
+    repository = step_context_of(context)._execution_data.repository_def  # noqa: SLF001
+    if repository is not None:
+        return repository.asset_graph
+    return context.op_execution_context.job_def.asset_layer.asset_graph
+
+
 def record_check_evaluations(
     instance: DagsterInstance, evaluations: Iterable[AssetCheckEvaluation], report_id: str
 ) -> None:

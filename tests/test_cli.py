@@ -241,12 +241,14 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
         assert checks["staging/events"] == [
             "non_negative",
             "not_null_event_id_user_id",
+            "partlake_fresh",
             "unique_event_id",
         ]
-        assert checks["marts/user_activity"] == ["not_null_user_id_last_seen"]
+        assert checks["marts/user_activity"] == ["not_null_user_id_last_seen", "partlake_fresh"]
         assert checks["marts/monthly_region_summary"] == [
             "column_sum_revenue",
             "no_partition_emptied",
+            "partlake_fresh",
         ]
         # The nightly maintenance schedule and its job, as the UI lists them.
         repositories = requests.post(

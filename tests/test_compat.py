@@ -228,3 +228,31 @@ def test_results_count_for_a_partition_only_while_they_target_its_latest_materia
     }
     assert infos["2024-01-02"].is_current and infos["2024-01-03"].is_current
     assert infos["2024-01-02"].latest_execution_status.value == "FAILED"
+
+
+def test_asset_graph_of_step_inside_and_outside_a_code_location(instance: DagsterInstance) -> None:
+    from dagster import AssetCheckResult, AssetSelection, Definitions, asset_check, define_asset_job
+
+    seen: list[set[str]] = []
+
+    @asset
+    def upstream() -> None:
+        return None
+
+    @asset(deps=[upstream])
+    def checked() -> None:
+        return None
+
+    @asset_check(asset=checked)
+    def graph_check(context):  # type: ignore[no-untyped-def]
+        graph = compat.asset_graph_of_step(context)
+        seen.append({k.to_user_string() for k in graph.get_all_asset_keys()})
+        return AssetCheckResult(passed=True)
+
+    job = define_asset_job("checks", selection=AssetSelection.checks_for_assets(checked))
+    defs = Definitions(assets=[upstream, checked], asset_checks=[graph_check], jobs=[job])
+    # Outside a code location: no repository on the step context, the job's graph.
+    assert defs.resolve_job_def("checks").execute_in_process(instance=instance).success
+    # In one (as the UI runs it): the repository's graph.
+    assert materialize([upstream, checked, graph_check], instance=instance).success
+    assert all({"upstream", "checked"} <= keys for keys in seen) and len(seen) == 2

@@ -97,6 +97,10 @@ def test_a_source_delete_then_partlake_run_equals_a_recomputation_from_scratch(
         [("clean_events", k, "upstream_changed") for k in touched]
         + [("daily_region_stats", k, "upstream_changed") for k in touched]
         + [("monthly_region_stats", m, "upstream_changed") for m in months]
+        # The example's SQL models (definitions/sql/) read raw_events and daily_region_stats.
+        + [("staging/events", k, "upstream_changed") for k in touched]
+        + [("marts/user_activity", k, "upstream_changed") for k in touched]
+        + [("marts/monthly_region_summary", m, "upstream_changed") for m in months]
     )
     history = run_partlake("history", "-m", "definitions", "raw_events", "--json", env=env)
     newest = json.loads(history.stdout)[0]

@@ -34,6 +34,10 @@ CLOSURE = {
     ("clean_events", "2024-01-02|eu"),
     ("daily_region_stats", "2024-01-02|eu"),
     ("monthly_region_stats", "2024-01|eu"),
+    # The example's SQL models (definitions/sql/) read the same source.
+    ("staging/events", "2024-01-02|eu"),
+    ("marts/user_activity", "2024-01-02|eu"),
+    ("marts/monthly_region_summary", "2024-01|eu"),
 }
 
 
@@ -76,7 +80,7 @@ def latest(instance, asset: str) -> dict[str, str]:  # type: ignore[no-untyped-d
     """Partition -> status of the newest partlake_fresh result of `asset`, as the UI's check
     partitions count it: only while it targets the partition's latest materialization."""
     infos = instance.event_log_storage.get_asset_check_partition_info(
-        [AssetCheckKey(AssetKey(asset), FRESH_CHECK)]
+        [AssetCheckKey(AssetKey.from_user_string(asset), FRESH_CHECK)]
     )
     return {
         i.partition_key: i.latest_execution_status.value if i.is_current else "NOT CURRENT"
@@ -140,7 +144,8 @@ def test_plan_report_records_verdicts_without_a_daemon(example, tmp_path: Path, 
     out = run_partlake("plan", "-m", "definitions", "--report", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (
-        "Reported 3 partlake_fresh result(s) to the Dagster instance: 3 stale, 0 fresh again."
+        # Its closure: 3 Python assets and the example's SQL models reading the same source.
+        "Reported 7 partlake_fresh result(s) to the Dagster instance: 7 stale, 0 fresh again."
         in out.stderr
     )
     instance = DagsterInstance.from_config(env["DAGSTER_HOME"])
@@ -174,7 +179,9 @@ def test_partlake_stale_requests_the_stale_closure_upstream_first(example, insta
     result = evaluate_automation_conditions(automated, instance, cursor=result.cursor)
     # The stale closure's upstream end only: downstream waits for its stale upstream.
     assert result.get_requested_partitions(AssetKey("clean_events")) == {"2024-01-02|eu"}
-    assert result.total_requested == 1
+    # The SQL model staging/events reads the same source: the other upstream end.
+    assert result.get_requested_partitions(AssetKey(["staging", "events"])) == {"2024-01-02|eu"}
+    assert result.total_requested == 2
     # Its evaluation names the reason: partlake_stale's upstream_changed child holds it.
     (clean,) = [r for r in result.results if r.key == AssetKey("clean_events")]
     labels = _true_labels(clean)

@@ -10,6 +10,7 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, instance_for_test
 
 from dagster_partlake.delta.state import StateCache
+from dagster_partlake.freshness.check import CHECK_OP_SUFFIX as FRESH_OP_SUFFIX
 from dagster_partlake.gates.checks import CHECK_OP_SUFFIX
 from dagster_partlake.orchestration.pools import POOL
 from dagster_partlake.orchestration.runner import Outcome, refresh
@@ -63,14 +64,15 @@ def intervals(
 ) -> list[tuple[float, float]]:
     """(start, end) times of every asset step (or run) of the outcomes' runs, from the event log.
 
-    The gates' check steps are left out: they only read what the asset step logged.
+    The check steps (gates, partlake_fresh) are left out: they only read what the asset step
+    logged.
     """
     result = []
     for run_id in sorted({o.run_id for o in outcomes if o.run_id}):
         times: dict[str | None, dict[DagsterEventType, float]] = {}
         for entry in instance.all_logs(run_id, of_type={start, end}):
             assert entry.dagster_event is not None
-            if (entry.step_key or "").endswith(CHECK_OP_SUFFIX):
+            if (entry.step_key or "").endswith((CHECK_OP_SUFFIX, FRESH_OP_SUFFIX)):
                 continue
             times.setdefault(entry.step_key, {})[entry.dagster_event.event_type] = entry.timestamp
         result.extend((t[start], t[end]) for t in times.values())

@@ -58,7 +58,7 @@ def test_damaged_table_holds_back_its_closure_and_says_what_to_do(
     assert "clean_events: 1 stale (upstream_changed 1)" in text.stdout
     assert text.stdout.rstrip().endswith(
         "Not planned until the table of daily_region_stats can be read: daily_region_stats, "
-        "monthly_region_stats"
+        "marts/monthly_region_summary, monthly_region_stats"
     )
     as_json = run_partlake("plan", "-m", "definitions", "--json", env=env, timeout=120)
     assert as_json.returncode == 1 and as_json.stderr.startswith(expected_error)

@@ -300,7 +300,11 @@ def same_inputs_commit(root: str, record: CommitRecord) -> CommitRecord | None:
     for version in reversed(log_versions(root)):
         found = read_record(root, version)
         if found is None:
-            continue  # not partlake's (maintenance): it wrote no partition's data
+            if _changes_data(root, version):
+                # Another writer changed data since (an out-of-band rewrite): writing again is
+                # the repair, not a second commit of the same.
+                return None
+            continue  # maintenance (compaction, checkpoint): no partition's data changed
         if found.commit_time_ms is not None and found.commit_time_ms < floor:
             return None
         touched = wanted.intersection(found.partition_ids)
@@ -320,6 +324,20 @@ def same_inputs_commit(root: str, record: CommitRecord) -> CommitRecord | None:
         )
         return found if same else None
     return None
+
+
+def _changes_data(root: str, version: int) -> bool:
+    """Whether the commit `version` of `root` adds or removes data (dataChange true)."""
+    try:
+        with open(os.path.join(log_dir(root), commit_name(version)), encoding="utf-8") as commit:
+            for line in commit:
+                action = json.loads(line) if line.strip() else {}
+                for kind in ("add", "remove"):
+                    if kind in action and action[kind].get("dataChange", True):
+                        return True
+    except OSError:
+        return True  # cleaned up or unreadable: not known to be maintenance
+    return False
 
 
 def latest_records(root: str, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:

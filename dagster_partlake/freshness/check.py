@@ -40,6 +40,7 @@ from dagster import (
 )
 
 from dagster_partlake.compat import (
+    asset_graph_of_step,
     log_check_evaluation,
     step_context_of,
     targeting_latest_materializations,
@@ -159,8 +160,9 @@ def _planned(
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import make_plan
 
-    repository = context.op_execution_context.repository_def
-    graph = LakeGraph(asset_graph=repository.asset_graph, root=context.resources.io_manager.root)
+    graph = LakeGraph(
+        asset_graph=asset_graph_of_step(context), root=context.resources.io_manager.root
+    )
     result = make_plan(graph, StateCache(), dynamic_partitions_store=context.instance)
     name = key.to_user_string()
     stale = {i.partition: i for i in result.plan.items if i.asset == name}

@@ -236,7 +236,10 @@ def _merge(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrit
         allow_new_columns=target.allow_new_columns,
         table_name=target.asset_name,
         max_attempts=target.max_attempts,
-        once_per_inputs=target.once_per_inputs,
+        # Not once per inputs: a merge's result depends on the table it merges into, and the
+        # days after a re-merged one are merged again, in order, from unchanged inputs.
+        # Merging the same batch twice leaves the same rows.
+        once_per_inputs=False,
     )
     return KindWrite(
         merged.commit, merged.commit.record, merged.metrics, files_rewritten=merged.files_rewritten
@@ -266,7 +269,9 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
         partition_by=target.partition_by,
         table_name=target.asset_name,
         max_attempts=target.max_attempts,
-        once_per_inputs=target.once_per_inputs,
+        # As for merge: history depends on the table; a snapshot applied twice is refused by
+        # `newest_applied`, not by its inputs.
+        once_per_inputs=False,
     )
     return KindWrite(
         applied.commit,

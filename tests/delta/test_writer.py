@@ -419,3 +419,16 @@ def test_a_planned_write_commits_nothing_another_run_committed_from_the_same_inp
     # Without the rule (a run a user started), the same inputs are committed again.
     third = commit_staged(staged(rows_for([2], ["eu"])), record=record("r4", {"up": {"u|1": 2000}}))
     assert third.version == second.version + 1
+
+    # Compaction changes no data: the same inputs are still those of r4's commit. Another
+    # writer's rewrite of the partition does: writing again is the repair, not a repeat.
+    r5 = record("r5", {"up": {"u|1": 2000}})
+    assert same_inputs_commit(str(root), r5) is not None
+    DeltaTable(str(root)).optimize.compact()
+    found = same_inputs_commit(str(root), r5)
+    assert found is not None and found.run_id == "r4"
+    from deltalake import write_deltalake
+
+    rows = DeltaTable(str(root)).to_pyarrow_table().slice(0, 1)
+    write_deltalake(str(root), rows, mode="append")
+    assert same_inputs_commit(str(root), r5) is None
