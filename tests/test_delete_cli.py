@@ -99,7 +99,8 @@ def test_a_source_delete_then_partlake_run_equals_a_recomputation_from_scratch(
         + [("monthly_region_stats", m, "upstream_changed") for m in months]
         # The example's SQL models (definitions/sql/) read raw_events and daily_region_stats.
         + [("staging/events", k, "upstream_changed") for k in touched]
-        + [("marts/user_activity", k, "upstream_changed") for k in touched]
+        # A merge model applies the days after a changed one again, in order.
+        + [("marts/user_activity", k, "upstream_changed") for k in _merged_again(raw, touched)]
         + [("marts/monthly_region_summary", m, "upstream_changed") for m in months]
     )
     history = run_partlake("history", "-m", "definitions", "raw_events", "--json", env=env)
@@ -158,6 +159,8 @@ def _managed_delete(lake: Path, env: dict[str, str]) -> None:
     assert _plan(env) == [
         ("clean_events", "2024-01-02|eu", "out_of_band"),
         ("daily_region_stats", "2024-01-02|eu", "upstream_changed"),
+        # The example's SQL model over daily_region_stats.
+        ("marts/monthly_region_summary", "2024-01|eu", "upstream_changed"),
         ("monthly_region_stats", "2024-01|eu", "upstream_changed"),
     ]
 
@@ -213,3 +216,9 @@ def test_a_delete_in_a_decoupled_scd2_table_makes_it_and_its_readers_stale(
         ("history", "2024-01-02", "out_of_band"),
         ("plan_users", None, "upstream_changed"),
     ]
+
+
+def _merged_again(raw: str, touched: set[str]) -> set[str]:
+    """The source's partitions on or after a touched day of the same region."""
+    keys = {f"{p['date']}|{p['region']}" for p in DeltaTable(raw).partitions()}
+    return {k for k in keys for t in touched if k.split("|")[1] == t.split("|")[1] and k >= t}

@@ -134,7 +134,6 @@ def test_history_and_restore_of_one_partition_through_the_cli(
         ("daily_region_stats", PARTITION, "upstream_changed"),
         ("monthly_region_stats", "2024-01|eu", "upstream_changed"),
         # The example's SQL models (definitions/sql/) downstream of clean_events' partition.
-        ("marts/user_activity", PARTITION, "upstream_changed"),
         ("marts/monthly_region_summary", "2024-01|eu", "upstream_changed"),
     }
 

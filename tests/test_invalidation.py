@@ -162,7 +162,7 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     # Every item names its dimensions' values.
     assert items[0]["dimensions"] == {"date": "2024-01-02", "region": "eu"}
     for item in items:
-        assert set(item.pop("dimensions")) == {"date", "region"}
+        assert set(item.pop("dimensions")) in ({"date", "region"}, {"month", "region"})
     assert items == [
         {
             "asset": "clean_events",
@@ -307,4 +307,5 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
 
     bad = run_partlake("plan", "-m", "definitions", "--select", "nope", env=env, timeout=120)
     assert bad.returncode == 1
-    assert bad.stderr.strip().splitlines()[-1].startswith("Error: unknown asset(s) nope; the code")
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("Error: ")]
+    assert errors == [errors[0]] and errors[0].startswith("Error: unknown asset(s) nope; the code")
