@@ -34,6 +34,7 @@ from dagster._core.storage.tags import (
 
 CHECK_FAILED = AssetCheckExecutionRecordStatus.FAILED
 CHECK_PASSED = AssetCheckExecutionRecordStatus.SUCCEEDED
+CHECK_PLANNED = AssetCheckExecutionRecordStatus.PLANNED
 
 if TYPE_CHECKING:
     from dagster import (
@@ -64,6 +65,7 @@ __all__ = [
     "AssetGraph",
     "CHECK_FAILED",
     "CHECK_PASSED",
+    "CHECK_PLANNED",
     "GRPC_INFO_TAG",
     "PARTITION_NAME_TAG",
     "CheckRunHealthResult",

@@ -9,6 +9,7 @@ report only the verdicts that changed, each run's check step reports the partiti
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,14 @@ def _newest_id(instance, key) -> int:  # type: ignore[no-untyped-def]
     return history[0].id if history else 0
 
 
+def _status(instance, asset: str, partition: str) -> str:  # type: ignore[no-untyped-def]
+    """The status of the newest partlake_fresh execution (planned or recorded) of a partition."""
+    [info] = instance.event_log_storage.get_asset_check_partition_info(
+        [AssetCheckKey(AssetKey.from_user_string(asset), FRESH_CHECK)], partition_keys=[partition]
+    )
+    return str(info.latest_execution_status.value)
+
+
 def latest(instance, asset: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """Partition -> status of the newest partlake_fresh result of `asset`, as the UI's check
     partitions count it: only while it targets the partition's latest materialization."""
@@ -127,9 +136,29 @@ def test_the_sensor_reports_changed_verdicts_and_runs_report_what_they_wrote(
 
     assert all(o.ok for o in refresh(graph, instance))  # the runs report what they wrote
     assert latest(instance, "monthly_region_stats")["2024-01|eu"] == "SUCCEEDED"
-    # The runs' results said it already: the tick has nothing to add.
+    # A run that planned to check a partition and has not said it yet (one launched from the UI,
+    # say): the tick leaves it to that run. Dagster keeps the run's result in the row it planned
+    # at its start, so a result the sensor recorded now would stay the newest and hide the run's.
+    job = defs.resolve_implicit_job_def_def_for_assets([AssetKey("clean_events")])
+    launched = instance.create_run_for_job(
+        job_def=job,
+        tags={"dagster/partition": "2024-01-02|eu"},
+        asset_selection=frozenset({AssetKey("clean_events")}),
+    )
+    assert _status(instance, "clean_events", "2024-01-02|eu") == "PLANNED"
+    # The runs' results said the rest already: the tick has nothing to add.
     _, cursor, skip, events = tick(defs, instance, sensor, cursor)
-    assert skip == "Everything is fresh." and events == []
+    assert events == []
+    assert json.loads(cursor)["pending"] is True  # the next tick looks again
+    # That run ends without checking it: the sensor says it then.
+    instance.report_run_failed(launched)
+    _, cursor, skip, events = tick(defs, instance, sensor, cursor)
+    assert [(e.asset_key.to_user_string(), e.partition, e.passed) for e in events] == [
+        ("clean_events", "2024-01-02|eu", True)
+    ]
+    requests, cursor, skip, events = tick(defs, instance, sensor, cursor)
+    assert requests == [] and events == [], skip
+    assert json.loads(cursor)["pending"] is False
     for asset, partition in CLOSURE:
         assert latest(instance, asset)[partition] == "SUCCEEDED"
 

@@ -8,8 +8,10 @@ failed (warn) for each partition stale now with another verdict than before, and
 partition no longer stale. Before its first report of an asset, it reads what the instance holds
 (the latest result per partition), so a new process neither repeats every passed result nor
 leaves a partition failed that became fresh while nothing reported. A partition a run already
-reported passed (its check step) is not reported again. A report holds at most `limit` results
-(None: no limit); the rest follow in the next ones.
+reported passed (its check step) is not reported again, and one a run in progress planned to
+check waits for that run: Dagster keeps a run's result in the row it planned at the run's start,
+so a result recorded meanwhile would stay the newest and hide the run's. A report holds at most
+`limit` results (None: no limit); the rest follow in the next ones.
 
 Results are recorded under a report id, in place of a run id. Dagster takes a partition's latest
 result to be its newest row (one per run id and partition; a second result under the same id
@@ -36,7 +38,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster import AssetCheckKey, AssetKey, DagsterInstance
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from dagster_partlake.compat import record_check_evaluations, targeting_latest_materializations
 from dagster_partlake.freshness.check import fresh_evaluation, stale_evaluation
@@ -51,6 +53,14 @@ if TYPE_CHECKING:
 
 # Results per report: what a sensor tick writes to the instance at most (about 330 a second).
 DEFAULT_LIMIT = 5_000
+# A run in these may still execute its check steps.
+IN_PROGRESS = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
 # What the sensor and `partlake plan` say when the code location registers no partlake_fresh.
 MISSING_CHECKS = (
     "partlake_fresh is not registered, so the UI cannot show which partitions are stale: add "
@@ -117,15 +127,14 @@ class FreshnessReporter:
             room = None if self.limit is None else self.limit - len(evaluations)
             taken = [keys.pop() for _ in range(len(keys) if room is None else min(room, len(keys)))]
             if name in checked:
-                passed = (
-                    _passed_already(instance, checked[name], self._said[name], taken)
-                    if skip_passed
-                    else set()
-                )
+                passed, planned = _said_by_runs(instance, checked[name], self._said[name], taken)
+                if not skip_passed:
+                    passed = set()
+                keys.update(planned)  # looked at again next tick, when the run may have said it
                 evaluations.extend(
                     self._evaluation(name, p, checked[name], result, shown)
                     for p in taken
-                    if p not in passed
+                    if p not in passed and p not in planned
                 )
             if not keys or name not in checked:
                 del self._backlog[name]
@@ -254,27 +263,43 @@ def _new_report_id() -> str:
     return f"partlake-fresh-{uuid.uuid4()}"
 
 
-def _passed_already(
+def _said_by_runs(
     instance: DagsterInstance,
     key: AssetKey,
     stale: Mapping[Key, StalePartition],
     partitions: Collection[Key],
-) -> set[Key]:
+) -> tuple[set[Key], set[Key]]:
     """Of `partitions`, the fresh ones whose latest result passed and still holds (a run's
-    check step reported it after writing the partition): nothing to say about them."""
+    check step reported it after writing the partition), and the fresh ones whose latest
+    execution a run still in progress planned (its check step will say it): nothing to say about
+    either now."""
     fresh = [p for p in partitions if p is not None and p not in stale]
     if not fresh:
-        return set()
-    from dagster_partlake.compat import CHECK_PASSED
+        return set(), set()
+    from dagster_partlake.compat import CHECK_PASSED, CHECK_PLANNED
 
     infos = instance.event_log_storage.get_asset_check_partition_info(
         [AssetCheckKey(key, FRESH_CHECK)], partition_keys=fresh
     )
-    return {
+    passed: set[Key] = {
         i.partition_key
         for i in infos
         if i.latest_execution_status == CHECK_PASSED and i.is_current and i.partition_key
     }
+    planning: dict[Key, str] = {
+        i.partition_key: i.latest_planned_run_id
+        for i in infos
+        if i.latest_execution_status == CHECK_PLANNED and i.partition_key
+    }
+    if not planning:
+        return passed, set()
+    unfinished = {
+        r.dagster_run.run_id
+        for r in instance.get_run_records(
+            filters=RunsFilter(run_ids=list(set(planning.values())), statuses=IN_PROGRESS)
+        )
+    }
+    return passed, {p for p, run_id in planning.items() if run_id in unfinished}
 
 
 def _as_shown(result: PlanResult, assets: Collection[str]) -> dict[tuple[str, Key], StalePartition]:
