@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -52,10 +53,17 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture
-def instance() -> Iterator[object]:
+def instance(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """A Dagster instance on disk; for a test of the filled example (`example`), a copy of the
+    instance that recorded the fill."""
     from dagster import instance_for_test
 
-    with instance_for_test() as dagster_instance:
+    home = None
+    if "example" in request.fixturenames:
+        template: Path = request.getfixturevalue("example_template")
+        home = tmp_path / "example_dagster_home"
+        shutil.copytree(template / "dagster_home", home)
+    with instance_for_test(temp_dir=str(home) if home else None) as dagster_instance:
         yield dagster_instance
 
 
@@ -67,10 +75,9 @@ def lake(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def example(spark, lake: Path, instance, monkeypatch):
-    """The example code location over a fresh lake, fully materialized."""
-    monkeypatch.setenv("PARTLAKE_HOME", str(lake))
+def _fill_example(lake: Path, instance: object) -> tuple[object, object]:
+    """Write the example's sources (2 days x eu, us) into `lake` and run every stale partition;
+    (defs, LakeGraph) of the example code location over it."""
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.orchestration.runner import refresh
     from dagster_partlake.planning.graph import LakeGraph
@@ -82,9 +89,42 @@ def example(spark, lake: Path, instance, monkeypatch):
         for region in ["eu", "us"]:
             write_partition(dt.date.fromisoformat(date), region, 200, root=str(lake))
     graph = LakeGraph(defs)
-    outcomes = refresh(graph, instance)
+    outcomes = refresh(graph, instance)  # type: ignore[arg-type]
     assert outcomes and all(o.ok for o in outcomes)
     assert not make_plan(graph, StateCache()).plan
+    return defs, graph
+
+
+@pytest.fixture(scope="session")
+def example_template(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """The example filled once per test session: `lake/` and the Dagster instance that recorded
+    the fill, `dagster_home/`. `example` and `instance` copy them for each test (filling took
+    about a minute per test)."""
+    from dagster import instance_for_test
+
+    root = tmp_path_factory.mktemp("example-template")
+    (root / "lake").mkdir()
+    (root / "dagster_home").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PARTLAKE_HOME", str(root / "lake"))
+        with instance_for_test(temp_dir=str(root / "dagster_home")) as template:
+            _fill_example(root / "lake", template)
+    return root
+
+
+@pytest.fixture
+def example(example_template: Path, lake: Path, instance, monkeypatch):  # type: ignore[no-untyped-def]
+    """The example code location over a fresh lake, fully materialized: a copy of the session's
+    filled lake, with `instance` a copy of the instance that recorded it."""
+    monkeypatch.setenv("PARTLAKE_HOME", str(lake))
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan
+    from definitions import defs
+
+    shutil.copytree(example_template / "lake", lake, dirs_exist_ok=True)
+    graph = LakeGraph(defs)
+    assert not make_plan(graph, StateCache()).plan  # the copy is as fresh as the fill
     return defs, graph
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.conftest import REPO_ROOT, run_partlake, subprocess_env
 from tests.servers import dagster_dev, wait_until
 from tests.test_daemon import ingest
 
@@ -46,9 +46,14 @@ def test_partlake_stale_refreshes_exactly_the_stale_closure_upstream_first(tmp_p
         SPARK_LOCAL_IP="127.0.0.1",
     )
     ingest(env, "--date", "2024-01-01", "--region", "eu", "--region", "us")
+    # The lake filled by partlake in one process, as a team moving to automation would have it
+    # (filling it through Dagster's runs, one process each, took minutes of this test).
+    filled = run_partlake("run", "-m", MODULE, env=env, timeout=600)
+    assert filled.returncode == 0, filled.stdout[-3000:] + filled.stderr[-3000:]
+    served_at = time.time()
     with dagster_dev(env, tmp_path / "dagster_dev.log", target=("-m", MODULE)) as dev:
-        # The sensor is on by default: it fills the empty lake first.
-        wait_until(lambda: dev.stale(MODULE) == [], timeout=600, what="the lake to fill")
+        # The automation sensor is on by default: with the lake fresh, it requests nothing.
+        assert dev.stale(MODULE) == []
         rewritten_at = time.time()
         ingest(env, "--date", "2024-01-01", "--region", "us", "--seed", "7")
         closure = {(i["asset"], i["partition"]) for i in dev.stale(MODULE)}
@@ -64,6 +69,7 @@ def test_partlake_stale_refreshes_exactly_the_stale_closure_upstream_first(tmp_p
             (asset, r["tags"]["dagster/partition"]) for r in after for asset in r["assets"]
         ]
         assert sorted(requested) == sorted(closure)  # exactly the closure, each once
+        assert [r for r in runs(dev) if served_at <= r["creationTime"] < rewritten_at] == []
         order = [asset for asset, _ in requested]
         assert order == ["clean_events", "daily_region_stats", "monthly_region_stats"]
         # Each waited for its upstream: requested after the upstream's run ended.

@@ -1,7 +1,8 @@
 """The invalidation sensor under the real Dagster daemon (`dagster dev`), on SQLite and PostgreSQL.
 
 A user's path: write source data, `dagster dev -w workspace.yaml`, `dagster sensor start ...`,
-let the daemon's runs fill the lake, rewrite one source partition, and wait until
+let the daemon's runs fill the lake (on SQLite, `partlake run` fills it first, as a team turning
+the sensor on over a lake it already has), rewrite one source partition, and wait until
 `partlake plan --json` is empty again. What the daemon did is then read back through the
 webserver's GraphQL API, as the UI reads it.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.conftest import REPO_ROOT, run_partlake, subprocess_env
 from tests.servers import DagsterDev, dagster_dev, postgres_server, spark_connect, wait_until
 
 pytestmark = [pytest.mark.dagster_cli, pytest.mark.daemon]
@@ -109,10 +110,16 @@ def ingest(env: dict[str, str], *args: str) -> None:
 
 @contextmanager
 def refreshed_demo(
-    tmp: Path, label: str, storage_yaml: str = "", spark_remote: str | None = None
+    tmp: Path,
+    label: str,
+    storage_yaml: str = "",
+    spark_remote: str | None = None,
+    *,
+    filled_by_partlake: bool = False,
 ) -> Iterator[Refreshed]:
     """`dagster dev` on a fresh demo instance; the sensor, turned on with the Dagster CLI, fills
-    the lake; then one source partition is rewritten and the daemon refreshes it."""
+    the lake (or finds it filled by `partlake run`: a few minutes less of one process per run);
+    then one source partition is rewritten and the daemon refreshes it."""
     home = tmp / "dagster_home"
     home.mkdir()
     config = (REPO_ROOT / "scripts" / "dagster.yaml").read_text()
@@ -127,6 +134,9 @@ def refreshed_demo(
         **({"PARTLAKE_SPARK_REMOTE": spark_remote} if spark_remote else {}),
     )
     ingest(env, "--date", "2024-01-01", "--date", "2024-01-02", "--region", "eu", "--region", "us")
+    if filled_by_partlake:
+        filled = run_partlake("run", "-m", "definitions", env=env, timeout=600)
+        assert filled.returncode == 0, filled.stdout[-3000:] + filled.stderr[-3000:]
     with dagster_dev(env, tmp / "dagster_dev.log") as dev:
         started = time.monotonic()
         turned_on = dev.dagster("sensor", "start", "-w", "workspace.yaml", SENSOR)
@@ -139,10 +149,10 @@ def refreshed_demo(
         assert {(i["asset"], i["partition"]) for i in dev.stale()} == CLOSURE
         wait_until(lambda: dev.stale() == [], timeout=360, what="the daemon to refresh")
         refresh_seconds = time.time() - rewritten_at
+        filled = "found the lake partlake run filled" if filled_by_partlake else "filled the lake"
         print(
-            f"daemon ({label}): "
-            f"filled the empty lake in {fill_seconds:.0f} s; source rewrite -> everything "
-            f"fresh in {refresh_seconds:.0f} s"
+            f"daemon ({label}): {filled} in {fill_seconds:.0f} s; "
+            f"source rewrite -> everything fresh in {refresh_seconds:.0f} s"
         )
         yield Refreshed(dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds)
 
@@ -239,7 +249,8 @@ class TestSqliteInstance:
 
     @pytest.fixture(scope="class")
     def refreshed(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refreshed]:
-        with refreshed_demo(tmp_path_factory.mktemp("daemon-sqlite"), "sqlite") as demo:
+        tmp = tmp_path_factory.mktemp("daemon-sqlite")
+        with refreshed_demo(tmp, "sqlite", filled_by_partlake=True) as demo:
             yield demo
 
     def test_sensor_refreshes_exactly_the_closure_under_the_daemon(
