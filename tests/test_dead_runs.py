@@ -267,3 +267,35 @@ def test_a_reused_pid_is_not_the_runs_process() -> None:
         newcomer.wait(timeout=30)
     assert alive(Worker(this_host(), newcomer.pid)) is False
     assert alive(Worker("etl-7.example", me.pid)) is None
+
+
+def test_slots_of_a_run_another_process_marked_failed_are_freed(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A dead run that the code server, the UI or a user marked failed keeps its pool slot
+    (Dagster frees it only from its daemon's run monitoring): with no daemon, the next
+    `partlake run` frees it, says so, and runs instead of waiting for a run that ended."""
+    instance = DagsterInstance.from_config(env["DAGSTER_HOME"])
+    instance.event_log_storage.set_concurrency_slots(POOL, 1)
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    victim = start({**env, HOLD_ENV: str(hold)}, "--max-parallel", "1", log=tmp_path / "v.log")
+    wait_for(lambda: victim.pid in held_pids(hold), timeout=120, what="the step")
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=30)
+    (dead,) = instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED]))
+    # Marked failed the way the code server marks a worker killed by a signal: slots stay held.
+    instance.report_run_failed(dead, "Run execution process was terminated by signal 9.")
+    info = instance.event_log_storage.get_concurrency_info(POOL)
+    assert [s.run_id for s in info.claimed_slots] == [dead.run_id]
+
+    time.sleep(10)  # the run ended more than ENDED_GRACE_SECONDS ago
+    after = partlake(env, "run", "-m", MODULE, "--select", "held")
+    assert after.returncode == 0, after.stdout + after.stderr[-3000:]
+    lines = after.stdout.splitlines()
+    print(after.stdout)
+    freed = [line for line in lines if dead.run_id in line]
+    assert len(freed) == 1 and freed[0].startswith(f"[FREED] Run {dead.run_id} ended FAILURE")
+    assert "slots of Dagster pool partlake" in freed[0]
+    assert sum(line.startswith("[OK] held ") for line in lines) == 3, after.stdout
+    assert instance.event_log_storage.get_concurrency_info(POOL).claimed_slots == []

@@ -31,6 +31,7 @@ from dagster_partlake.orchestration.workers import (
     UNFINISHED,
     alive,
     describe_runs,
+    free_slots_of_ended_runs,
     instance_dir,
     mark_dead,
     reap_dead_runs,
@@ -176,6 +177,8 @@ def execute_runs(
     for dead in reap_dead_runs(instance):
         on_notice(f"[FAILED] {dead.message}")
     graph = session.graph
+    for freed in free_slots_of_ended_runs(instance, graph.pools(), by=_by()):
+        on_notice(f"[FREED] {freed.message}")
     # One session for every run of this process; the runs' resources reuse it.
     session_started = _start_shared_session(graph)
     workers = max(1, max_parallel)
@@ -477,6 +480,11 @@ def _stream_rows(root: str, since: int, run_id: str) -> int:
     return total
 
 
+def _by() -> str:
+    """Who marks runs failed and frees slots, in messages."""
+    return f"partlake run (pid {os.getpid()})"
+
+
 class _PoolWatch:
     """Says what a run waiting for a pool slot waits for: which pool, and which runs hold its
     slots (on the terminal through `on_notice`, and in the waiting run's own log, which the UI
@@ -532,11 +540,22 @@ class _PoolWatch:
         with self._lock:
             watched = dict(self._runs)
         now = time.time()
-        for waiting in pool_waits(self.instance, self.pools, watched.keys()):
-            if now - waiting.since < self.NOTICE_AFTER_SECONDS:
-                continue
-            for run_id in waiting.holders:
-                self._fail_if_dead(run_id)
+        waits = [
+            w
+            for w in pool_waits(self.instance, self.pools, watched.keys())
+            if now - w.since >= self.NOTICE_AFTER_SECONDS
+        ]
+        if not waits:
+            return
+        for run_id in sorted({h for w in waits for h in w.holders}):
+            self._fail_if_dead(run_id)
+        # Dead holders just marked failed, and runs that ended without freeing their slots.
+        freed = free_slots_of_ended_runs(self.instance, {w.pool for w in waits}, by=_by())
+        for slots in freed:
+            self.on_notice(f"[FREED] {slots.message}")
+        if freed:
+            return  # the waiting steps can take those slots now; look again next time
+        for waiting in waits:
             said = self._said.get((waiting.run_id, waiting.pool))
             if (
                 said is not None
@@ -557,7 +576,7 @@ class _PoolWatch:
             return
         worker = worker_of_run(self.instance, run)
         if worker is not None and alive(worker) is False:
-            dead = mark_dead(self.instance, run, worker, by=f"partlake run (pid {os.getpid()})")
+            dead = mark_dead(self.instance, run, worker, by=_by())
             self.on_notice(f"[FAILED] {dead.message}")
 
 

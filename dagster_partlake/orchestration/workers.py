@@ -22,8 +22,9 @@ import datetime as dt
 import json
 import os
 import socket
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -210,6 +211,64 @@ def free_slots(instance: DagsterInstance, run_id: str) -> None:
     storage = instance.event_log_storage
     if storage.supports_global_concurrency_limits:
         storage.free_concurrency_slots_for_run(run_id)
+
+
+# A run that ended frees its slots itself, unless it ended without its worker (marked failed by the
+# UI, the code server or run monitoring): Dagster frees those only from its daemon's run
+# monitoring, `free_slots_after_run_end_seconds` later, and never where no daemon runs. A run that
+# ended moments ago may still be freeing them: leave it this long.
+ENDED_GRACE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class FreedSlots:
+    """Pool slots held by a run that had ended, freed."""
+
+    run_id: str
+    pools: tuple[str, ...]
+    message: str
+
+
+def free_slots_of_ended_runs(
+    instance: DagsterInstance,
+    pools: Iterable[str] | None,
+    by: str,
+    grace_seconds: float = ENDED_GRACE_SECONDS,
+) -> list[FreedSlots]:
+    """Free the slots of `pools` (None: every pool) still claimed by runs that ended (success,
+    failure or cancellation) more than `grace_seconds` ago.
+
+    Args:
+        by: who frees them, for the message (`partlake run (pid 77)`).
+    """
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return []
+    names = sorted(set(pools)) if pools is not None else sorted(storage.get_concurrency_keys())
+    held: dict[str, set[str]] = {}
+    for pool in names:
+        for slot in storage.get_concurrency_info(pool).claimed_slots:
+            held.setdefault(slot.run_id, set()).add(pool)
+    if not held:
+        return []
+    now = time.time()
+    freed = []
+    for record in instance.get_run_records(filters=RunsFilter(run_ids=sorted(held))):
+        run = record.dagster_run
+        ended = record.end_time or record.update_timestamp.timestamp()
+        if not run.is_finished or now - ended < grace_seconds:
+            continue
+        free_slots(instance, run.run_id)
+        stamp = dt.datetime.fromtimestamp(ended, dt.UTC)
+        pools_held = tuple(sorted(held[run.run_id]))
+        message = (
+            f"Run {run.run_id} ended {run.status.value} at {stamp:%Y-%m-%d %H:%M:%S} UTC but its "
+            f"steps still held slots of Dagster pool {', '.join(pools_held)} (Dagster frees "
+            f"those only from its daemon's run monitoring); freed by {by}, so the runs waiting "
+            "for them go on."
+        )
+        freed.append(FreedSlots(run.run_id, pools_held, message))
+    return freed
 
 
 def reap_dead_runs(instance: DagsterInstance) -> list[DeadRun]:
