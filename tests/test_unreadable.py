@@ -15,7 +15,7 @@ from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.orchestration.sensor import build_invalidation_sensor
 from dagster_partlake.planning.session import make_plan
-from tests.conftest import cli_env, run_partlake, sensor_tick
+from tests.conftest import REPO_ROOT, cli_env, run_partlake, sensor_tick
 
 pytestmark = pytest.mark.spark
 
@@ -149,3 +149,42 @@ def test_a_missing_commit_is_named(tmp_path: Path) -> None:
     (path / "_delta_log" / f"{2:020d}.json").unlink()
     with pytest.raises(TableUnreadableError, match=r"commit 2 is missing \(the log jumps from "):
         load_table(str(path), table_name="t")
+
+
+def test_partlake_fresh_never_fails_a_run_on_a_damaged_table(
+    example, lake: Path, tmp_path: Path
+) -> None:
+    """The check executed on its own in the code location (as the UI's "Execute" runs it) over
+    a table whose log is damaged: it cannot judge, says why in the run's log, reports nothing,
+    and the run still succeeds."""
+    import subprocess
+    import sys
+
+    from dagster import DagsterEventType, DagsterInstance
+
+    damage_newest_commit(lake / "warehouse" / "daily_region_stats")
+    env = cli_env(tmp_path, lake)
+    executed = subprocess.run(
+        [
+            *(str(Path(sys.executable).with_name("dagster")), "job", "execute"),
+            *("-m", "definitions", "-j", "__ASSET_JOB"),
+            *("--op-selection", "daily_region_stats_partlake_fresh"),
+            *("--tags", json.dumps({"dagster/partition": "2024-01-01|eu"})),
+        ],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert executed.returncode == 0, executed.stderr[-3000:]
+    instance = DagsterInstance.from_config(env["DAGSTER_HOME"])
+    [run] = instance.get_runs()
+    logged = [e.message for e in instance.all_logs(run.run_id)]
+    [warning] = [m for m in logged if m.startswith("partlake_fresh could not judge")]
+    assert "daily_region_stats" in warning and "is damaged" in warning, warning
+    assert not any(
+        e.dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION
+        for e in instance.all_logs(run.run_id)
+        if e.dagster_event is not None
+    )

@@ -45,6 +45,7 @@ from dagster_partlake.compat import (
     step_context_of,
     targeting_latest_materializations,
 )
+from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.gates.checks import gate_checks
 from dagster_partlake.metadata import (
     BECAUSE_KEY,
@@ -116,7 +117,15 @@ def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
     )
     # Unannotated: Dagster validates the annotation object, which postponed annotations hide.
     def _fresh(context):
-        evaluations = _evaluations(context, key)
+        try:
+            evaluations = _evaluations(context, key)
+        except Exception as error:  # noqa: BLE001 - a verdict is news: it never fails a run
+            context.log.warning(
+                f"partlake_fresh could not judge {key.to_user_string()}'s partitions of this "
+                f"run, so it reports nothing for them: {error}. The sensor, or `partlake plan "
+                "--report`, reports them once that is mended."
+            )
+            return iter(())
         for evaluation in targeting_latest_materializations(context.instance, evaluations):
             log_check_evaluation(step_context_of(context), evaluation)
         return iter(())
@@ -165,6 +174,9 @@ def _planned(
     )
     result = make_plan(graph, StateCache(), dynamic_partitions_store=context.instance)
     name = key.to_user_string()
+    for unreadable in result.plan.unreadable:
+        if name in unreadable.held:  # not judged: neither fresh nor stale
+            raise TableUnreadableError(unreadable.message)
     stale = {i.partition: i for i in result.plan.items if i.asset == name}
     states = result.inputs.states.get(name, {})
     evaluations = []
