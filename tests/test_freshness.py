@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from dagster import (
 
 from dagster_partlake import partlake_stale
 from dagster_partlake.compat import CHECK_FAILED
-from dagster_partlake.freshness.report import flush_reports
+from dagster_partlake.freshness.report import MISSING_CHECKS, flush_reports
 from dagster_partlake.metadata import BECAUSE_KEY, FRESH_CHECK, REASON_KEY, ROWS_KEY
 from tests.conftest import cli_env, run_partlake
 
@@ -254,3 +255,34 @@ def test_a_report_the_instance_refuses_is_said_not_lost(tmp_path: Path) -> None:
         [error] = writer.take_errors()
         assert error.startswith("1 partlake_fresh result(s) could not be recorded (")
         assert writer.take_errors() == []
+
+
+def test_a_code_location_without_partlake_fresh_gets_one_warning_line(
+    tmp_path: Path, lake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user who forgot `partlake_asset_checks(...)`: the sensor's tick log and `partlake plan`
+    each say once which call to add (tests.hold_defs registers no checks)."""
+    from dagster import instance_for_test
+
+    from dagster_partlake import build_invalidation_sensor
+    from tests.hold_defs import defs as hold
+
+    monkeypatch.setenv("PARTLAKE_HOME", str(lake))
+    sensor = build_invalidation_sensor()
+    defs = Definitions(assets=hold.assets, resources=hold.resources, sensors=[sensor])
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    with instance_for_test() as instance:
+        context = build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
+        with context:
+            context.log.addHandler(handler)  # beside the tick log the daemon keeps
+            data = sensor.evaluate_tick(context)
+        assert flush_reports(timeout=60)
+    assert len(data.run_requests or []) == 4  # every partition missing: it still plans
+    assert [m for m in said if "partlake_fresh" in m] == [MISSING_CHECKS]
+    assert "partlake_asset_checks(assets)" in MISSING_CHECKS
+
+    out = run_partlake("plan", "-m", "tests.hold_defs", env=cli_env(tmp_path, lake))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.splitlines() == [f"Warning: {MISSING_CHECKS}"]
