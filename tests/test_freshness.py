@@ -27,7 +27,13 @@ from dagster import (
 from dagster_partlake import partlake_stale
 from dagster_partlake.compat import CHECK_FAILED
 from dagster_partlake.freshness.report import MISSING_CHECKS, flush_reports
-from dagster_partlake.metadata import BECAUSE_KEY, FRESH_CHECK, REASON_KEY, ROWS_KEY
+from dagster_partlake.metadata import (
+    BECAUSE_KEY,
+    FRESH_CHECK,
+    LAST_UPDATED_KEY,
+    REASON_KEY,
+    ROWS_KEY,
+)
 from tests.conftest import cli_env, run_partlake
 
 pytestmark = pytest.mark.spark
@@ -117,6 +123,18 @@ def test_the_sensor_reports_changed_verdicts_and_runs_report_what_they_wrote(
     data = [h.event.dagster_event.event_specific_data for h in history]  # type: ignore[union-attr]
     rows = {d.partition: d.metadata[ROWS_KEY].value for d in data}  # type: ignore[union-attr]
     assert 150 < rows["2024-01-02|eu"] <= 200  # that partition's rows, not the run's
+    assert all(LAST_UPDATED_KEY in d.metadata for d in data)  # type: ignore[union-attr]
+    # The fill wrote the 4 partitions in one range run: its figures, shown on each partition's
+    # materialization, are named as the batch's; none claims to be a partition's.
+    [*materializations] = instance.fetch_materializations(
+        AssetKey("clean_events"), limit=10
+    ).records
+    assert len(materializations) == 4
+    for record in materializations:
+        metadata = record.asset_materialization.metadata  # type: ignore[union-attr]
+        assert metadata["partlake/batch_partitions"].value == 4
+        assert sum(rows.values()) == metadata["partlake/batch_rows"].value
+        assert "dagster/row_count" not in metadata and "partlake/partition_count" not in metadata
 
     requests, cursor, skip, events = tick(defs, instance, sensor, None)
     assert requests == [] and skip == "Everything is fresh." and events == []
