@@ -2,7 +2,8 @@
 mapping (identity, daily -> monthly by a named mapping, the whole upstream), rows checked against
 the same logic in Python, the views gone after the run, an edited model planned `code_changed`
 (a whitespace or comment edit not), and the IO manager's partition-column error for a model
-whose output lacks them."""
+whose output lacks them, and `partlake_stale()` set by `sql_assets(automation_condition=...)`
+requesting exactly the stale partitions."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from dagster import (
     IdentityPartitionMapping,
     MultiPartitionMapping,
     TimeWindowPartitionMapping,
+    evaluate_automation_conditions,
 )
 
-from dagster_partlake import DeltaPartitionIOManager, SparkResource, sql_assets
+from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_stale, sql_assets
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.layout import table_path
 from dagster_partlake.orchestration.runner import refresh
@@ -64,7 +66,7 @@ MODELS = {
 }
 
 
-def defs_for(lake: Path, models: Path):
+def defs_for(lake: Path, models: Path, automation_condition=None):  # type: ignore[no-untyped-def]
     from dagster import Definitions
 
     source = build_lakehouse(daily_region, monthly_region)[0]
@@ -75,6 +77,7 @@ def defs_for(lake: Path, models: Path):
             partitions={"daily_region": daily_region, "monthly_region": monthly_region},
             mappings={"months": MONTHS},
             upstream=[source],
+            automation_condition=automation_condition,
         ),
     ]
     spark = SparkResource(master="local[2]")
@@ -170,3 +173,34 @@ def test_sql_models_run_as_python_assets_do(spark, lake: Path, instance, tmp_pat
     assert [(i.asset, i.partition, i.reason) for i in plan.items] == [
         ("totals", None, "code_changed")
     ]
+
+    # sql_assets(automation_condition=...) puts the condition on every model, and Dagster's own
+    # evaluation of partlake_stale() requests exactly the stale partitions: the edited totals,
+    # broken (never written), and after a source rewrite its closure.
+    stale = partlake_stale()
+    automated = defs_for(lake, models, automation_condition=stale)
+    graph_nodes = automated.resolve_asset_graph().asset_nodes
+    conditions = {n.key.to_user_string(): n.automation_condition for n in graph_nodes}
+    assert conditions.pop("raw_events") is None
+    assert conditions == dict.fromkeys(["daily", "monthly", "totals", "broken"], stale)
+
+    def requested(result) -> set[tuple[str, str | None]]:  # type: ignore[no-untyped-def]
+        return {
+            (n.key.to_user_string(), p)
+            for n in graph_nodes
+            for p in result.get_requested_partitions(n.key)
+        }
+
+    result = evaluate_automation_conditions(automated, instance)
+    broken = {("broken", f"{d}|{r}") for d in ("2024-01-01", "2024-01-02") for r in ("eu", "us")}
+    assert requested(result) == {("totals", None), *broken}
+    write_partition(dt.date(2024, 1, 2), "us", 150, seed=7, root=str(lake))
+    result = evaluate_automation_conditions(automated, instance, cursor=result.cursor)
+    assert requested(result) == {
+        ("daily", "2024-01-02|us"),
+        ("monthly", "2024-01|us"),
+        ("totals", None),
+        *broken,
+    }
+    plan = make_plan(LakeGraph(automated), StateCache()).plan
+    assert requested(result) == {(i.asset, i.partition) for i in plan.items}
