@@ -1,9 +1,11 @@
 """Quality gates in real Dagster runs on real Spark and Delta: a violated gate commits nothing and
-shows a failed asset check; a warned one commits; audits compare with the replaced partitions."""
+shows a failed asset check; a warned one commits; audits compare with the replaced partitions; a
+SQL model's gates refuse what the Python asset's do, with the same message."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,23 @@ def _defs(lake: Path, metadata: dict, kind_metadata: dict | None = None) -> Defi
     def checked(events: DataFrame) -> DataFrame:
         return events
 
+    return _location(lake, events, checked)
+
+
+def _sql_defs(lake: Path, models: Path, directives: str) -> Definitions:
+    """`checked` as a SQL model file in `models`, of the same logic as `_defs`' Python asset."""
+    from dagster_partlake import partlake_source, sql_assets
+
+    events = partlake_source("events", partitions_def=daily)
+    models.mkdir()
+    (models / "checked.sql").write_text(
+        f"-- @partitions: daily\n{directives}select * from events\n", encoding="utf-8"
+    )
+    [checked] = sql_assets(models, partitions={"daily": daily}, upstream=[events])
+    return _location(lake, events, checked)
+
+
+def _location(lake: Path, events, checked) -> Definitions:  # type: ignore[no-untyped-def]
     spark = SparkResource(master="local[2]")
     return Definitions(
         assets=[events, checked],
@@ -213,6 +232,50 @@ def test_audits_compare_with_the_replaced_partition(
     _source(spark, lake, "2024-01-03", [(i, "eu", 10) for i in range(1, 5)] + [(5, "eu", 1)])
     assert _run(defs, instance, "2024-01-03").success
     assert _version(lake) == before + 1
+
+
+@pytest.mark.spark
+def test_a_sql_model_is_gated_as_the_python_asset_is(spark, tmp_path: Path, instance) -> None:
+    """The same constraint and audit, declared in a SQL model file and on a Python asset of the
+    same logic: the same refused write, the same message, the same failed check, the table as
+    it was."""
+    roots = {"python": tmp_path / "python", "sql": tmp_path / "sql"}
+    defs = {
+        "python": _defs(
+            roots["python"],
+            {
+                "partlake/constraints": [not_null("region")],
+                "partlake/audits": [{"row_count_change": {"max_change": 0.5}}],
+            },
+        ),
+        "sql": _sql_defs(
+            roots["sql"],
+            tmp_path / "models",
+            "-- @constraint: not_null(region)\n-- @audit: row_count_change(0.5)\n",
+        ),
+    }
+    seen: dict[str, list[tuple]] = {}
+    for front, lake in roots.items():
+        _source(spark, lake, "2024-01-01", GOOD)
+        assert _run(defs[front], instance, "2024-01-01").success
+        before = (_version(lake), delta_rows(table_path(str(lake), ["checked"])))
+        seen[front] = []
+        # A null region breaks the constraint: the write is refused. Then one row of three
+        # breaks the audit (a 67% change): the commit is refused.
+        for rows, gate in ((GOOD[1:] + [(1, None, 5)], "not_null_region"),
+                           ([(1, "eu", 5)], "row_count_change")):  # fmt: skip
+            _source(spark, lake, "2024-01-01", rows)
+            result = _run(defs[front], instance, "2024-01-01")
+            assert not result.success
+            message = re.search(r"quality gate failed on checked: [^\n]*", _failure(result))
+            assert message and "Nothing was committed" in message.group(0), _failure(result)
+            assert (_version(lake), delta_rows(table_path(str(lake), ["checked"]))) == before
+            record = _check(instance, gate)
+            assert (record.run_id, record.status.value) == (result.run_id, "FAILED")
+            metadata = record.event.dagster_event.event_specific_data.metadata
+            seen[front].append((message.group(0), metadata["partlake/outcome"].value))
+    assert seen["sql"] == seen["python"]
+    assert [outcome for _, outcome in seen["sql"]] == ["failed", "failed"]
 
 
 @pytest.mark.spark

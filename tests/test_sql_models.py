@@ -416,6 +416,32 @@ def test_partlake_sql_lint_checks_every_file_without_spark(tmp_path: Path, lake:
     assert located.returncode == 1
     assert "c.sql:2: table d is no asset" in located.stdout
     assert located.stdout.strip().splitlines()[-1] == "4 file(s) checked, 3 with a problem."
+    # The errors between files, all in one lint: a kind that does not fit its partitions, two
+    # files giving one asset key, and a cycle among the models that have no other problem.
+    between = write(
+        tmp_path / "between",
+        {
+            "k.sql": "-- @kind: table\n-- @partitions: daily_region\nselect 1 as v\n",
+            "staging/orders.sql": "select 1 as v\n",
+            "Staging/Orders.sql": "select 2 as v from x\n",
+            "x.sql": "select v from z\n",
+            "y.sql": "select v from x\n",
+            "z.sql": "-- comment\nselect v\nfrom y\n",
+        },
+    )
+    linted = run_partlake("sql", "lint", str(between), env=env)
+    assert linted.returncode == 1
+    shown = between.resolve()  # outside the working directory: the full path
+    assert linted.stdout.splitlines() == [
+        f"{shown}/k.sql:1: asset k is partitioned, so kind 'table' would replace every partition "
+        "on each run; use 'partition' (or 'tracked'), or remove @partitions.",
+        f"{shown}/staging/orders.sql:1: gives asset key staging/orders, as "
+        f"{shown}/Staging/Orders.sql does (names are case-insensitive in SQL); rename one of the "
+        "files.",
+        f"{shown}/y.sql:1: the models form a cycle: x -> z -> y -> x; a model cannot read, "
+        "directly or not, its own output. Remove the reference to x or split the model.",
+        "6 file(s) checked, 3 with a problem.",
+    ]
 
 
 DG = str(Path(sys.executable).parent / "dg")

@@ -126,11 +126,10 @@ def lint_folder(
             files.append(parsed)
         except SqlModelError as error:
             errors.append(error)
-    try:
-        _check_duplicates(files, upstream or ())
-    except SqlModelError as error:
-        errors.append(error)
-        return len(entries), errors
+    duplicates = _duplicates(files, upstream or ())
+    errors.extend(error for _file, error in duplicates)
+    # A duplicate is left out, so the models that remain can still be checked, cycles included.
+    files = [f for f in files if all(f is not d for d, _ in duplicates)]
     models = []
     broken = [k for k in keys if k not in {f.key for f in files}]
     known = None if upstream is None else [*upstream, *broken]
@@ -141,11 +140,11 @@ def lint_folder(
             )
         except SqlModelError as error:
             errors.append(error)
-    if not errors:
-        try:
-            _ordered(models)
-        except SqlModelError as error:
-            errors.append(error)
+    # References to files with a problem lead nowhere here, so a cycle among the others shows.
+    try:
+        _ordered(models)
+    except SqlModelError as error:
+        errors.append(error)
     return len(entries), errors
 
 
@@ -206,25 +205,46 @@ def _unknown_table(
 
 
 def _check_duplicates(files: Sequence[ModelFile], upstream: Collection[tuple[str, ...]]) -> None:
-    """Spark names are case-insensitive: two keys equal but for case are the same table."""
+    for _file, error in _duplicates(files, upstream)[:1]:
+        raise error
+
+
+def _duplicates(
+    files: Sequence[ModelFile], upstream: Collection[tuple[str, ...]]
+) -> list[tuple[ModelFile, SqlModelError]]:
+    """Each file whose asset key an earlier file or another asset already has, with its error.
+    Spark names are case-insensitive: two keys equal but for case are the same table."""
+    found = []
     seen: dict[tuple[str, ...], ModelFile] = {}
     external = {_lower(k): k for k in upstream}
     for file in files:
         lowered = _lower(file.key)
         if lowered in seen:
-            raise file.error(
-                1,
-                f"gives asset key {file.name}, as {seen[lowered].path} does (names are "
-                "case-insensitive in SQL); rename one of the files.",
+            found.append(
+                (
+                    file,
+                    file.error(
+                        1,
+                        f"gives asset key {file.name}, as {seen[lowered].path} does (names are "
+                        "case-insensitive in SQL); rename one of the files.",
+                    ),
+                )
             )
-        if lowered in external:
-            raise file.error(
-                1,
-                f"gives asset key {file.name}, which another asset passed to sql_assets "
-                f"(upstream=...) already has ({'/'.join(external[lowered])}); rename the file "
-                "or the other asset.",
+        elif lowered in external:
+            found.append(
+                (
+                    file,
+                    file.error(
+                        1,
+                        f"gives asset key {file.name}, which another asset passed to sql_assets "
+                        f"(upstream=...) already has ({'/'.join(external[lowered])}); rename the "
+                        "file or the other asset.",
+                    ),
+                )
             )
-        seen[lowered] = file
+        else:
+            seen[lowered] = file
+    return found
 
 
 def _ordered(models: Sequence[SqlModel]) -> list[SqlModel]:
