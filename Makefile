@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream screenshots
+.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -108,6 +108,11 @@ bench-incremental: check-java install
 # from file arrival to commit) vs re-reading the folder.
 bench-stream: check-java install
 	$(BIN)/python -m benchmarks.stream_scale $(BENCH_ARGS)
+
+# One rewritten source partition -> its closure fresh again, under the daemon with the sensor:
+# local Spark on SQLite, and a shared Spark Connect server on PostgreSQL; median of 3, by phase.
+bench-refresh: check-java install
+	$(BIN)/python -m benchmarks.refresh $(BENCH_ARGS)
 
 # Incremental planning vs the full plan and the oracle over 10,000 random worlds (no Spark).
 bench-exactness: install

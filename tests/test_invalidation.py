@@ -208,13 +208,12 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     assert "monthly_region_stats" not in text.stdout
     # The runs the plan becomes: shown as text, as JSON, and exactly what `partlake run` runs.
     text = run_partlake("plan", "-m", "definitions", env=env, timeout=120)
+    # The stale assets of each partition that Dagster can run together share one run.
     assert text.stdout.rstrip().endswith(
-        "Runs: 5, upstream first (one Dagster run each):\n"
-        "  run 1: clean_events, daily_region_stats  2024-01-02|eu\n"
-        "  run 2: staging/events  2024-01-02|eu\n"
-        "  run 3: marts/user_activity  2024-01-02|eu  after run 2\n"
-        "  run 4: marts/monthly_region_summary  2024-01|eu  after run 1\n"
-        "  run 5: monthly_region_stats  2024-01|eu  after run 1"
+        "Runs: 2, upstream first (one Dagster run each):\n"
+        "  run 1: clean_events, daily_region_stats, staging/events, marts/user_activity  "
+        "2024-01-02|eu\n"
+        "  run 2: marts/monthly_region_summary, monthly_region_stats  2024-01|eu  after run 1"
     ), text.stdout
     runs = run_partlake("plan", "-m", "definitions", "--runs-json", env=env, timeout=120)
     assert runs.returncode == 0, runs.stderr[-3000:]
@@ -222,30 +221,27 @@ def test_partlake_cli_plan_json_and_run_twice(example, lake, instance, tmp_path)
     assert planned == [
         {
             "run": 1,
-            "assets": ["clean_events", "daily_region_stats"],
+            "assets": [
+                "clean_events",
+                "daily_region_stats",
+                "staging/events",
+                "marts/user_activity",
+            ],
             "partition_key": "2024-01-02|eu",
             "partition_range": None,
             "partitions": ["2024-01-02|eu"],
             "reasons": ["upstream_changed"],
             "waits_for": [],
         },
-        *(
-            {
-                "run": number,
-                "assets": [asset],
-                "partition_key": key,
-                "partition_range": None,
-                "partitions": [key],
-                "reasons": ["upstream_changed"],
-                "waits_for": waits,
-            }
-            for number, asset, key, waits in [
-                (2, "staging/events", "2024-01-02|eu", []),
-                (3, "marts/user_activity", "2024-01-02|eu", [2]),
-                (4, "marts/monthly_region_summary", "2024-01|eu", [1]),
-                (5, "monthly_region_stats", "2024-01|eu", [1]),
-            ]
-        ),
+        {
+            "run": 2,
+            "assets": ["marts/monthly_region_summary", "monthly_region_stats"],
+            "partition_key": "2024-01|eu",
+            "partition_range": None,
+            "partitions": ["2024-01|eu"],
+            "reasons": ["upstream_changed"],
+            "waits_for": [1],
+        },
     ]
     both = run_partlake("plan", "-m", "definitions", "--json", "--runs-json", env=env)
     assert both.returncode == 2 and "choose one" in both.stderr

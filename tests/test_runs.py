@@ -199,7 +199,8 @@ def test_unpartitioned_sides_map_to_every_key() -> None:
 
 def test_a_multi_asset_that_cannot_be_subset_runs_whole_after_what_it_reads() -> None:
     """order_count reads clean, names reads the source: without the unit, order_count would join
-    clean's run and names run alone; Dagster refuses to run half of the multi-asset."""
+    clean's run and names run alone, but Dagster refuses to run half of the multi-asset (here the
+    two happen to share one run as siblings of the same key)."""
     assets = [
         *ASSETS[:2],
         PlanAsset("order_count", (dep("clean", DAILY_REGION, DAILY_REGION),), "1"),
@@ -208,10 +209,7 @@ def test_a_multi_asset_that_cannot_be_subset_runs_whole_after_what_it_reads() ->
     stale = plan(PlanInput(assets, {"src": {"2024-01-01|eu": PartitionState(1)}}, {}))
     units = {"order_count": ("order_count", "names"), "names": ("order_count", "names")}
     runs = plan_runs(stale, assets, DEFS | {"order_count": DAILY_REGION, "names": DAILY_REGION}, {})
-    assert [(r.assets, r.waits_for) for r in runs.runs] == [
-        (("clean", "order_count"), ()),  # half the multi-asset: Dagster refuses this run
-        (("names",), ()),
-    ]
+    assert [(r.assets, r.waits_for) for r in runs.runs] == [(("clean", "order_count", "names"), ())]
     runs = plan_runs(
         stale,
         assets,
@@ -222,4 +220,38 @@ def test_a_multi_asset_that_cannot_be_subset_runs_whole_after_what_it_reads() ->
     assert [(r.assets, r.partition_key, r.waits_for) for r in runs.runs] == [
         (("clean",), "2024-01-01|eu", ()),
         (("order_count", "names"), "2024-01-01|eu", (1,)),
+    ]
+
+
+def test_siblings_dagster_can_run_together_share_one_run() -> None:
+    """Assets ready in the same round over the same partitions share a run (one process, one
+    Spark, one Dagster run), whatever their policies when that run covers one key; over
+    several keys only assets of the same policy do, and other keys or partitions never."""
+    assets = [
+        *ASSETS,
+        PlanAsset("staging", (dep("src", DAILY_REGION, DAILY_REGION),), "1"),  # a sibling of clean
+        PlanAsset("merged", (dep("staging", DAILY_REGION, DAILY_REGION),), "1"),
+        PlanAsset("summary", (dep("daily", DAILY_REGION, MONTHLY_REGION, TO_MONTH),), "1"),
+    ]
+    defs = DEFS | {"staging": DAILY_REGION, "merged": DAILY_REGION, "summary": MONTHLY_REGION}
+    one = plan(PlanInput(assets, {"src": {"2024-01-02|eu": PartitionState(1)}}, {}))
+    # staging is single_run, merged has no policy (a merge kind): one key fits both.
+    policies = {a: SINGLE for a in ("clean", "daily", "monthly", "staging", "summary")}
+    runs = plan_runs(one, assets, defs, policies)
+    assert [(r.assets, r.keys, r.waits_for) for r in runs.runs] == [
+        (("clean", "daily", "staging", "merged"), ("2024-01-02|eu",), ()),
+        (("monthly", "summary"), ("2024-01|eu",), (1,)),
+    ]
+    # Two keys: a range for the single_run assets; merged, without a policy, one run per key.
+    two = plan(
+        PlanInput(
+            assets, {"src": {k: PartitionState(1) for k in ("2024-01-02|eu", "2024-01-03|eu")}}, {}
+        )
+    )
+    runs = plan_runs(two, assets, defs, policies)
+    assert [(r.assets, r.describe_partitions(), r.waits_for) for r in runs.runs] == [
+        (("clean", "daily", "staging"), "2024-01-02|eu...2024-01-03|eu (2 partitions)", ()),
+        (("merged",), "2024-01-02|eu", (1,)),
+        (("merged",), "2024-01-03|eu", (1,)),
+        (("monthly", "summary"), "2024-01|eu", (1,)),
     ]

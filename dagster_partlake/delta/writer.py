@@ -32,7 +32,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -124,6 +124,8 @@ class CommitResult:
     commit_time_ms: int
     record: CommitRecord
     rows_removed: int = 0  # rows of the files the commit removed
+    # From publishing the staged files to the landed commit, retries included.
+    commit_seconds: float = 0.0
 
 
 def write_partitions(
@@ -278,6 +280,7 @@ def commit_staged(
         CommitConflictError: concurrent writers kept conflicting for `max_attempts` attempts.
         TableUnreadableError: the table's log is damaged.
     """
+    started = time.perf_counter()
     publish_staged(staged)
     fault_point("before_commit")
     record = record or _default_record(staged)
@@ -304,7 +307,7 @@ def commit_staged(
         landed = _landed(staged, write_id, before, old, attempt=attempt, now_ms=now_ms)
         fault_point("after_commit")
         checkpoint_when_due(staged.root)
-        return landed
+        return replace(landed, commit_seconds=time.perf_counter() - started)
     raise CommitConflictError(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,7 @@ from dagster_partlake.partitions.keys import (
     selection_for_keys,
     validate_keys,
 )
-from dagster_partlake.spark.resource import SparkResource
+from dagster_partlake.spark.resource import SparkResource, take_session_starts
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         )
         metadata = context.definition_metadata or {}
         skip = self._skip(context, obj, metadata, list(target.keys), reads)
+        started = time.perf_counter()
         with self.spark.server_errors():
             written = write_output(obj, target, record, skip=skip)
+        timings = _Timings(time.perf_counter() - started, take_session_starts())
         for name, read in reads.items():
             if read.landing is not None:
                 # Only now that the commit naming them landed (`incremental.landing`).
@@ -192,7 +195,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 f"{target.asset_name}: this run's append already landed in version "
                 f"{written.record.table_version}; nothing added again."
             )
-        context.add_output_metadata(_output_metadata(context, target, written, record))
+        context.add_output_metadata(_output_metadata(context, target, written, record, timings))
 
     def _target(self, context: OutputContext, obj: DataFrame) -> WriteTarget:
         """Where and how the output is written, its partition keys validated first.
@@ -781,13 +784,27 @@ def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> Ga
     )
 
 
+@dataclass(frozen=True)
+class _Timings:
+    """Where an output's time went, for its materialization metadata."""
+
+    write: float  # Spark computing and staging the output, the gates, the commit
+    spark_start: float  # starting this process's Spark session, if this step started it
+
+
 def _output_metadata(
-    context: OutputContext, target: WriteTarget, written: KindWrite, record: CommitRecord
+    context: OutputContext,
+    target: WriteTarget,
+    written: KindWrite,
+    record: CommitRecord,
+    timings: _Timings,
 ) -> dict[str, Any]:
     """The materialization metadata of one written output. Dagster shows a run's metadata on
     each of its partitions, so a run of several partitions names its totals as the batch's
     (`partlake/batch_rows`, ...); each partition's own rows and lastUpdated are on its
-    partlake_fresh result."""
+    partlake_fresh result. Timings are the run's: `partlake/write_seconds` (Spark's job and the
+    commit), `partlake/commit_seconds`, and `partlake/spark_start_seconds` where this step
+    started the run's Spark session."""
     result = written.commit
     counts: dict[str, int] = {
         "dagster/row_count": result.num_records
@@ -820,6 +837,12 @@ def _output_metadata(
     )
     if result is not None:
         metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
+        metadata["partlake/commit_seconds"] = MetadataValue.float(round(result.commit_seconds, 3))
+    metadata["partlake/write_seconds"] = MetadataValue.float(round(timings.write, 3))
+    if timings.spark_start:
+        metadata["partlake/spark_start_seconds"] = MetadataValue.float(
+            round(timings.spark_start, 3)
+        )
     if written.already_written_by is not None:
         metadata["partlake/already_written_by"] = MetadataValue.text(written.already_written_by)
     return metadata

@@ -146,7 +146,7 @@ def build_invalidation_sensor(
     name: str = "partlake_invalidation",
     *,
     root: str | None = None,
-    minimum_interval_seconds: int = 30,
+    minimum_interval_seconds: int = 5,
     retry_base_seconds: int = 60,
     retry_max_seconds: int = 3600,
     max_runs_in_flight: int = 20,
@@ -159,7 +159,9 @@ def build_invalidation_sensor(
         name: sensor name (also the value of the `partlake/sensor` run tag).
         root: lake root; default: the code location's `DeltaPartitionIOManager(root=...)`, else
             `$PARTLAKE_HOME`, else `.partlake`.
-        minimum_interval_seconds: time between ticks.
+        minimum_interval_seconds: time between ticks. The default, 5 s, is the Dagster daemon's
+            own loop: a tick that finds no new commit costs two `stat`s per table, and a run
+            that finishes is followed by its downstream runs within seconds.
         retry_base_seconds: wait before retrying a failed partition; doubles per failure.
         retry_max_seconds: longest wait between retries.
         max_runs_in_flight: most runs of this sensor queued or running at once; further runs

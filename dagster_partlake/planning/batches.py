@@ -8,10 +8,16 @@ is `single_run()` gets all its stale partitions in as few ranges as they allow; 
 `multi_run(n)` ranges of at most n partitions; without a policy, one partition per run.
 Per stale partition: if every upstream partition it reads is fresh, it runs now; if it reads
 partitions written in this round, it joins their run when that run can write it too (same
-partitions definition and policy, the same keys; Dagster then runs both steps in order),
-otherwise it waits for the next round (`deferred`), as does every partition that reads a blocked
-or deferred one. So upstream always runs before downstream, and a partition that keeps failing
-holds back only what reads it.
+partitions definition and the same keys, and the same policy unless the run covers one key;
+Dagster then runs both steps in order), otherwise it waits for the next round (`deferred`), as
+does every partition that reads a blocked or deferred one. So upstream always runs before
+downstream, and a partition that keeps failing holds back only what reads it.
+
+Runs of one round that Dagster can run together then become one run: the same partitions
+definition and exactly the same keys (and the same policy unless that is one key). None of them
+reads another (all are ready now), and one run starts one process, one Spark and one Dagster run
+where several would each start their own: under the daemon, that start-up is most of a small
+refresh.
 """
 
 from __future__ import annotations
@@ -163,7 +169,7 @@ class _Round:
     def batches(self) -> list[Batch]:
         """Each group as runs: one per key or range its leader's backfill policy allows."""
         ready: list[Batch] = []
-        for members, items in self.groups:
+        for members, items in _shared(self.groups, self.rules):
             leader = members[0]
             # Joined assets have their leader's keys; a multi-asset's assets may each have others.
             keys = sorted({i.partition for i in items}, key=lambda k: k or "")
@@ -193,17 +199,44 @@ def _join(
     index = targets.pop()
     members, items = groups[index]
     leader = members[0]
-    if rules.partitions_defs.get(leader) != rules.partitions_defs.get(name):
-        return False
-    if rules.policies.get(leader) != rules.policies.get(name):
-        return False
-    if {i.partition for i in joining} != {i.partition for i in items if i.asset == leader}:
+    keys = {i.partition for i in items if i.asset == leader}
+    if {i.partition for i in joining} != keys or not _can_share(rules, leader, name, keys):
         return False
     if name not in members:
         members.append(name)
     items.extend(joining)
     group_of.update({(name, i.partition): index for i in joining})
     return True
+
+
+def _can_share(rules: RunRules, leader: str, name: str, keys: Collection[Key]) -> bool:
+    """Whether `name`'s partitions `keys` can be written by `leader`'s run of the same keys: the
+    same partitions definition, and the same backfill policy unless the run covers one key (one
+    partition is a run under any policy; a range needs the policy that allows it)."""
+    if rules.partitions_defs.get(leader) != rules.partitions_defs.get(name):
+        return False
+    return len(keys) == 1 or rules.policies.get(leader) == rules.policies.get(name)
+
+
+def _shared(
+    groups: Sequence[tuple[list[str], list[StalePartition]]], rules: RunRules
+) -> list[tuple[list[str], list[StalePartition]]]:
+    """The round's groups, those that can share a run joined: every asset of each over the same
+    keys, and the leaders can share (`_can_share`). Upstream groups first, as planned."""
+    shared: list[tuple[list[str], list[StalePartition]]] = []
+    keys_of: list[frozenset[Key]] = []
+    for members, items in groups:
+        keys = frozenset(i.partition for i in items)
+        uniform = all({i.partition for i in items if i.asset == m} == keys for m in members)
+        for index, (into, joined) in enumerate(shared):
+            if uniform and keys_of[index] == keys and _can_share(rules, into[0], members[0], keys):
+                into.extend(m for m in members if m not in into)
+                joined.extend(items)
+                break
+        else:
+            shared.append((list(members), list(items)))
+            keys_of.append(keys if uniform else frozenset())
+    return shared
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,16 @@ from dagster_partlake.spark.conf import DEFAULT_CONF
 
 _log = logging.getLogger(__name__)
 _warned: dict[str, float] = {}  # remote -> when a retry was last reported
+# Seconds each session this process started took to start (a JVM for local Spark), until taken.
+_session_starts: list[float] = []
+
+
+def take_session_starts() -> float:
+    """Seconds this process spent starting Spark sessions since the last call (0.0: none
+    started): a run's materialization metadata shows it as the start-up it paid."""
+    spent = sum(_session_starts)
+    _session_starts.clear()
+    return spent
 
 
 class SparkResource(LazyPySparkResource):
@@ -124,7 +134,10 @@ class SparkResource(LazyPySparkResource):
         # getOrCreate reuses a session already running in this process (one JVM per process);
         # we only stop what we started.
         self._owns_session = running_session() is None
+        started = time.perf_counter()
         self._spark_session = builder.getOrCreate()
+        if self._owns_session:
+            _session_starts.append(time.perf_counter() - started)
         if self.remote is not None:
             self._spark_session.client.set_retry_policies(
                 [_reporting_policy(self.remote, self.connect_wait_seconds)]
