@@ -72,6 +72,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from dagster_partlake.delta.schema import DeltaType
+
 PartitionValues = Mapping[str, str | None]
 
 
@@ -343,7 +345,7 @@ def _candidates(
     return kept, len(files) - len(kept)
 
 
-def _bounds(f: LiveFile, partition_by: Sequence[str], types: Mapping[str, Any]) -> Bounds:
+def _bounds(f: LiveFile, partition_by: Sequence[str], types: Mapping[str, DeltaType]) -> Bounds:
     """What the log says of a file's values: its partition values, its statistics."""
     bounds: dict[str, ColumnBounds] = {}
     for column in partition_by:
@@ -368,7 +370,7 @@ def _bounds(f: LiveFile, partition_by: Sequence[str], types: Mapping[str, Any]) 
     return bounds
 
 
-def _typed(value: str | None, delta_type: Any) -> Any:
+def _typed(value: str | None, delta_type: DeltaType | None) -> int | str | None:
     """A partition value as the type its column has, where it compares exactly."""
     if value is None:
         return None

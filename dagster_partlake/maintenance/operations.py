@@ -24,6 +24,7 @@ from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from dagster_partlake.delta.maintenance import CheckpointResult, CompactResult, VacuumResult
     from dagster_partlake.planning.graph import LakeGraph
 
 Operation = Literal["compact", "vacuum", "checkpoint"]
@@ -146,7 +147,7 @@ def _run(
     root: str,
     options: MaintainOptions,
     spark: Callable[[], SparkSession] | None,
-) -> Any:
+) -> CompactResult | VacuumResult | CheckpointResult:
     from dagster_partlake.delta.maintenance import checkpoint_table, compact_table, vacuum_table
 
     if operation == "compact":
