@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
@@ -86,7 +86,7 @@ class AffectedFile:
     rows: int  # rows in the file
     rows_matching: int  # rows the delete removes from it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "path": self.path,
             "partition": self.partition_id,
@@ -116,7 +116,7 @@ class DeleteResult:
     def partitions(self) -> tuple[str, ...]:
         return tuple(sorted({f.partition_id for f in self.files}))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "predicate": self.predicate,
             "dry_run": self.dry_run,

@@ -28,7 +28,7 @@ import datetime as dt
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
 from dagster_partlake.delta.merge import merge_rows
@@ -340,7 +340,14 @@ def _stage(df: DataFrame, target: WriteTarget, *, removal: Removal) -> StagedWri
     )
 
 
-def _unit_fields(staged: StagedWrite, target: WriteTarget) -> dict[str, Any]:
+class _UnitFields(TypedDict, total=False):
+    """The `CommitRecord` fields of one unit of an append or merge."""
+
+    rows_by_partition: dict[str, int] | None
+    kept: dict[str, int]
+
+
+def _unit_fields(staged: StagedWrite, target: WriteTarget) -> _UnitFields:
     """rows_by_partition and kept of an append/merge: per run partition on the dimension
     columns; unknown (None: every run partition counts as written) when decoupled."""
     if target.decoupled:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from dagster_partlake.delta.defaults import (
     DEFAULT_KEEP_LOG_HOURS,
@@ -71,13 +71,13 @@ class TableOutcome:
     operation: Operation
     status: Status
     summary: str
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    details: dict[str, object] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> str:
         return f"{self.asset}: {self.summary}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"asset": self.asset, "status": self.status, **self.details}
 
 
