@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from dagster._core.definitions.declarative_automation.automation_context import (
         AutomationContext as AutomationContext,
     )
+    from dagster._core.definitions.partitions.context import PartitionLoadingContext
+    from dagster._core.execution.context.system import StepExecutionContext
 
     # What `event_log_storage.get_asset_check_execution_history` returns (annotations only).
     from dagster._core.storage.asset_check_execution_record import (
@@ -80,7 +82,9 @@ __all__ = [
 ]
 
 
-def partition_loading_context(store: Any) -> AbstractContextManager[Any]:
+def partition_loading_context(
+    store: DagsterInstance | None,
+) -> AbstractContextManager[PartitionLoadingContext]:
     """The context in which a partitions definition resolves dynamic partition keys from
     `store` (a Dagster instance): how Dagster itself resolves them, without a live instance per
     key."""
@@ -99,7 +103,7 @@ def serialize_value(value: Any) -> str:
     return serialize(value)
 
 
-def step_context_of(context: AssetCheckExecutionContext) -> Any:
+def step_context_of(context: AssetCheckExecutionContext) -> StepExecutionContext:
     """The step context of an asset check's execution context, to log evaluations into (a
     result per partition of a range run, which `AssetCheckResult` cannot say)."""
     return context.op_execution_context._step_execution_context  # noqa: SLF001
@@ -183,7 +187,9 @@ def targeting_latest_materializations(
     ]
 
 
-def log_check_evaluation(step_context: Any, evaluation: AssetCheckEvaluation) -> None:
+def log_check_evaluation(
+    step_context: StepExecutionContext, evaluation: AssetCheckEvaluation
+) -> None:
     """Log an asset check evaluation into the running step: a gate's result reaches the UI from
     the IO manager's write, before the commit, where no public API can yield one."""
     from dagster._core.events import DagsterEvent

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast, overload
 
 from dagster_partlake.columnar.interner import Interner
 
 K = TypeVar("K", bound=Hashable)
+_T = TypeVar("_T")
 
 ABSENT = -(2**63)  # no value for this id
 NONE = ABSENT + 1  # a value that is None
@@ -126,7 +127,11 @@ class IntMap(Mapping[K, "int | None"]):
             raise KeyError(key)
         return _box(value)
 
-    def get(self, key: K, default: Any = None) -> Any:
+    @overload
+    def get(self, key: K) -> int | None: ...
+    @overload
+    def get(self, key: K, default: int | None | _T) -> int | None | _T: ...
+    def get(self, key: K, default: object = None) -> object:
         value = self._slot(key)
         return default if value == ABSENT else _box(value)
 
@@ -188,7 +193,7 @@ class IntMap(Mapping[K, "int | None"]):
         return f"IntMap({dict(self.items())!r})"
 
 
-def _trimmed(values: IntMap[Any]) -> tuple[int, array]:
+def _trimmed(values: IntMap[K]) -> tuple[int, array]:
     """The map's array without leading and trailing ABSENT slots, and its first id."""
     slots = values.column
     start, end = 0, len(slots)

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
@@ -72,6 +72,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from dagster_partlake.delta.schema import DeltaType
+
 PartitionValues = Mapping[str, str | None]
 
 
@@ -84,7 +86,7 @@ class AffectedFile:
     rows: int  # rows in the file
     rows_matching: int  # rows the delete removes from it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "path": self.path,
             "partition": self.partition_id,
@@ -114,7 +116,7 @@ class DeleteResult:
     def partitions(self) -> tuple[str, ...]:
         return tuple(sorted({f.partition_id for f in self.files}))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "predicate": self.predicate,
             "dry_run": self.dry_run,
@@ -343,7 +345,7 @@ def _candidates(
     return kept, len(files) - len(kept)
 
 
-def _bounds(f: LiveFile, partition_by: Sequence[str], types: Mapping[str, Any]) -> Bounds:
+def _bounds(f: LiveFile, partition_by: Sequence[str], types: Mapping[str, DeltaType]) -> Bounds:
     """What the log says of a file's values: its partition values, its statistics."""
     bounds: dict[str, ColumnBounds] = {}
     for column in partition_by:
@@ -368,7 +370,7 @@ def _bounds(f: LiveFile, partition_by: Sequence[str], types: Mapping[str, Any]) 
     return bounds
 
 
-def _typed(value: str | None, delta_type: Any) -> Any:
+def _typed(value: str | None, delta_type: DeltaType | None) -> int | str | None:
     """A partition value as the type its column has, where it compares exactly."""
     if value is None:
         return None

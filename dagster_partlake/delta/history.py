@@ -99,7 +99,7 @@ class HistoryEntry:
         moment = dt.datetime.fromtimestamp(self.timestamp_ms / 1000, dt.UTC)
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The entry as `partlake history --json` prints it."""
         return {
             "version": self.version,

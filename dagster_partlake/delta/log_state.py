@@ -36,7 +36,11 @@ from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.layout import commit_version, log_dir
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import pyarrow as pa
+
+    from dagster_partlake.delta.schema import DeltaType
 
 # Delta partition types whose JSON commit value is the text Arrow casts them to.
 TEXT_TYPES = frozenset({"string", "date", "byte", "short", "integer", "long"})
@@ -53,7 +57,7 @@ class LogState:
 
     version: int
     partition_by: tuple[str, ...]
-    column_types: dict[str, Any]
+    column_types: dict[str, DeltaType]
     newest: IntMap[tuple[str | None, ...]]  # over `compact.VALUES`
     counts: IntMap[tuple[str | None, ...]]
 
@@ -122,8 +126,10 @@ class _Adds:
     """The add actions of a checkpoint and JSON commits, as Arrow columns, with the removes
     in log order (`seq`: the action's position in the replay)."""
 
+    chunks: list[pa.Table]  # path, one column per partition column, t, seq
+
     def __init__(
-        self, pa: Any, partition_by: tuple[str, ...], checkpoint: tuple[int, str] | None
+        self, pa: ModuleType, partition_by: tuple[str, ...], checkpoint: tuple[int, str] | None
     ) -> None:
         self.pa = pa
         self.partition_by = partition_by
@@ -134,13 +140,19 @@ class _Adds:
         self.schema = pa.schema(
             [("add", pa.struct(add)), ("remove", pa.struct([("path", pa.string())]))]
         )
-        self.chunks: list[pa.Table] = []  # path, one column per partition column, t, seq
+        self.chunks = []
         self.removes: list[tuple[int, str]] = []  # (seq, unquoted path)
         self.seq = 0
         if checkpoint is not None:
             self._add_checkpoint(checkpoint[1])
 
-    def _keep(self, paths: Any, values: list[Any], times: Any, seq: Any) -> None:
+    def _keep(
+        self,
+        paths: pa.ChunkedArray | pa.Array,
+        values: list[pa.ChunkedArray | pa.Array],
+        times: pa.ChunkedArray | pa.Array,
+        seq: pa.Array,
+    ) -> None:
         pa = self.pa
         columns = {"path": paths, **dict(zip(self.partition_by, values, strict=True))}
         self.chunks.append(pa.table({**columns, "t": times, "seq": seq}))
@@ -238,7 +250,7 @@ class _Adds:
 
 
 def _per_partition(
-    pa: Any, live: pa.Table, partition_by: tuple[str, ...]
+    pa: ModuleType, live: pa.Table, partition_by: tuple[str, ...]
 ) -> tuple[IntMap[tuple[str | None, ...]], IntMap[tuple[str | None, ...]]]:
     """Per partition, the newest modification time and the number of live files."""
     if not live.num_rows:
@@ -264,7 +276,7 @@ def _per_partition(
     return IntMap.newest(VALUES, ids, times), IntMap.newest(VALUES, ids, counts, add=True)
 
 
-def _shared(pa: Any, column: pa.ChunkedArray) -> list[str | None]:
+def _shared(pa: ModuleType, column: pa.ChunkedArray) -> list[str | None]:
     import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(column.combine_chunks())

@@ -11,7 +11,7 @@ import datetime as dt
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
@@ -31,6 +31,8 @@ from dagster_partlake.errors import PartlakeConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from dagster_partlake.delta.schema import DeltaType
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class TableSnapshot:
     schema: pa.Schema
 
     @property
-    def column_types(self) -> dict[str, Any]:
+    def column_types(self) -> dict[str, DeltaType]:
         return delta_types(self.schema)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from dagster_partlake.columnar.interner import KEYS, Key
 from dagster_partlake.columnar.intmap import IntMap
@@ -107,9 +107,9 @@ class CommitRecord:
         """The record as one commit attempt writes it."""
         return replace(self, write_id=write_id, commit_time_ms=commit_time_ms)
 
-    def to_commit_info(self) -> dict[str, Any]:
+    def to_commit_info(self) -> dict[str, dict[str, object]]:
         """`{"partlake": {...}}` for the commit's custom metadata."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "format": FORMAT,
             "run_id": self.run_id,
             "asset_key": self.asset_key,
@@ -143,10 +143,10 @@ class CommitRecord:
             body["stream"] = {"query": self.stream_query, "batch_id": self.stream_batch}
         return {RECORD_KEY: body}
 
-    def small_fields(self) -> dict[str, Any]:
+    def small_fields(self) -> dict[str, object]:
         """The record's fields but those holding a value per written partition (the written
         keys, what was consumed, rows, kept partitions): see `from_columns`."""
-        body = {
+        body: dict[str, object] = {
             "format": FORMAT,
             "run_id": self.run_id,
             "asset_key": self.asset_key,
@@ -174,7 +174,7 @@ class CommitRecord:
     @classmethod
     def from_columns(
         cls,
-        small: Mapping[str, Any],
+        small: Mapping[str, object],
         partition_keys: tuple[str, ...],
         per_partition: Mapping[str, IntMap[Key]],
         table_version: int | None,
@@ -275,7 +275,12 @@ class CommitRecord:
         )
 
 
-def _stream_fields(stream: Any) -> dict[str, Any]:
+class _StreamFields(TypedDict, total=False):
+    stream_query: str
+    stream_batch: int | None
+
+
+def _stream_fields(stream: object) -> _StreamFields:
     if not isinstance(stream, Mapping) or stream.get("query") is None:
         return {}
     batch = stream.get("batch_id")
@@ -336,9 +341,9 @@ class DeleteRecord:
 
     OPERATION = "delete"
 
-    def to_commit_info(self) -> dict[str, Any]:
+    def to_commit_info(self) -> dict[str, dict[str, object]]:
         """`{"partlake_maintenance": {"operation": "delete", ...}}` for the commit metadata."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "operation": self.OPERATION,
             "id": self.delete_id,
             "predicate": self.predicate,

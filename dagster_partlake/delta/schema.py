@@ -8,13 +8,17 @@ since Spark marks almost everything nullable and a NOT NULL column would reject 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from dagster_partlake.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
+
+# A column's Delta type as the table's schema JSON holds it: a name like 'long', or an object
+# for a nested type (struct, array, map).
+DeltaType: TypeAlias = str | dict[str, object]
 
 
 def spark_to_arrow(schema: StructType) -> pa.Schema:
@@ -34,7 +38,7 @@ def arrow_to_spark(schema: pa.Schema) -> StructType:
     return from_arrow_schema(schema, prefer_timestamp_ntz=False)
 
 
-def delta_types(schema: pa.Schema) -> dict[str, Any]:
+def delta_types(schema: pa.Schema) -> dict[str, DeltaType]:
     """Column name -> Delta type (a name like 'long', or a dict for nested types), in order."""
     from deltalake import Schema as DeltaSchema
 
@@ -90,5 +94,5 @@ def merge_for_write(
     return pa.schema([*table, *(by_name[name].with_nullable(True) for name in added)])
 
 
-def _show(delta_type: Any) -> str:
+def _show(delta_type: DeltaType) -> str:
     return delta_type if isinstance(delta_type, str) else json.dumps(delta_type)

@@ -29,8 +29,8 @@ Bounds = Mapping[str, "ColumnBounds"]
 
 @dataclass(frozen=True)
 class ColumnBounds:
-    low: Any  # None: unknown
-    high: Any
+    low: object  # a statistic (None: unknown)
+    high: object
     may_be_null: bool = True
     may_be_set: bool = True
 
@@ -60,7 +60,7 @@ class _Column:
 
 @dataclass(frozen=True)
 class _Literal:
-    value: Any  # int, float, str, dt.date or bool
+    value: int | float | str | dt.date | bool
 
 
 class _Unreadable(Exception):
@@ -301,7 +301,7 @@ def _between_test(
     return _all([_compare_test(operand, ">=", low), _compare_test(operand, "<=", high)])
 
 
-def _comparable(value: Any, literal: Any) -> Any:
+def _comparable(value: object, literal: int | float | str | dt.date | bool) -> Any:
     """`value` in a form that compares exactly with `literal`, or None if it cannot."""
     if value is None or isinstance(value, bool) or isinstance(literal, bool):
         return None

@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
+    from dagster_partlake.delta.schema import DeltaType
+
 Values = tuple[str | None, ...]
 
 
@@ -68,7 +70,7 @@ class TableState:
     root: str
     version: int  # Delta version; for a folder, a hash of its state
     partition_by: tuple[str, ...]
-    column_types: dict[str, Any]
+    column_types: dict[str, DeltaType]
     # Column-wise over the interned partition values (`dagster_partlake.planning.state_maps`):
     last_updated: IntMap[Values]  # partition values -> newest modification time (ms)
     touched_in: IntMap[Values] = field(default_factory=lambda: IntMap(VALUES))  # -> version

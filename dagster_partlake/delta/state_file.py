@@ -19,10 +19,10 @@ import mmap
 import struct
 import sys
 from array import array
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dagster_partlake.columnar.interner import KEYS, VALUES, Key, Values
+from dagster_partlake.columnar.interner import KEYS, VALUES, Interner, Key, Values
 from dagster_partlake.columnar.intmap import ABSENT, IntMap
 from dagster_partlake.delta.record import CommitRecord
 
@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from dagster_partlake.delta.state import TableState
+
     Ints = npt.NDArray[np.int64]
+
+K = TypeVar("K", bound=Hashable)
+# Where a raw column lies after the header: (offset, size in bytes, numpy dtype char).
+Where = tuple[int, int, str]
 
 FORMAT = (2, marshal.version, *sys.version_info[:2])
 _LENGTH = struct.Struct("<Q")
@@ -47,7 +53,7 @@ class _Writer:
         self.parts: list[bytes] = []
         self.size = 0
 
-    def add(self, column: Any) -> tuple[int, int, str]:
+    def add(self, column: np.ndarray) -> Where:
         raw = column.tobytes()
         where = (self.size, len(raw), column.dtype.char)
         self.parts.append(raw)
@@ -55,7 +61,7 @@ class _Writer:
         return where
 
 
-def dump(header: dict[str, Any], state: Any, *, with_commits: bool) -> bytes:
+def dump(header: Mapping[str, object], state: TableState, *, with_commits: bool) -> bytes:
     """The file of `state` (a `TableState`) with `header` (what it was read at)."""
     import numpy as np
 
@@ -77,7 +83,7 @@ def dump(header: dict[str, Any], state: Any, *, with_commits: bool) -> bytes:
             ("file_counts", state.file_counts),
         )
     }
-    commits: list[dict[str, Any]] = []
+    commits: list[dict[str, object]] = []
     keys: list[str | None] = []
     if with_commits:
         commits, keys = _dump_records(np, writer, state.commits)
@@ -103,23 +109,23 @@ def dump(header: dict[str, Any], state: Any, *, with_commits: bool) -> bytes:
 
 def _dump_records(
     np: ModuleType, writer: _Writer, records: Sequence[CommitRecord]
-) -> tuple[list[dict[str, Any]], list[str | None]]:
+) -> tuple[list[dict[str, object]], list[str | None]]:
     """Each record's small fields, and its per-partition columns as codes into one key list."""
-    per_record: list[dict[str, list[Any]]] = []
+    per_record: list[dict[str, tuple[Ints, Ints | None]]] = []
     every: list[Ints] = []
     for record in records:
-        fields: dict[str, list[Any]] = {}
+        fields: dict[str, tuple[Ints, Ints | None]] = {}
         for name, values in _per_partition_fields(record).items():
             ids = _ids(np, values)
-            fields[name] = [ids, _at(np, values, ids)]
+            fields[name] = (ids, _at(np, values, ids))
             every.append(ids)
         written = np.asarray(KEYS.ids_of(record.partition_keys), np.int64)
-        fields["partition_keys"] = [written, None]
+        fields["partition_keys"] = (written, None)
         every.append(written)
         per_record.append(fields)
     known = np.unique(np.concatenate(every)) if every else np.zeros(0, np.int64)
     keys = [KEYS.keys[i] for i in known.tolist()]
-    out = []
+    out: list[dict[str, object]] = []
     for record, fields in zip(records, per_record, strict=True):
         small = record.small_fields()
         columns = {
@@ -134,24 +140,25 @@ def _dump_records(
 
 
 def _per_partition_fields(record: CommitRecord) -> dict[str, IntMap[Key]]:
-    fields: dict[str, Any] = {f"consumed/{u}": v for u, v in record.consumed.items()}
+    fields: dict[str, Mapping[str, int] | None] = {
+        f"consumed/{u}": v for u, v in record.consumed.items()
+    }
     fields.update({name: getattr(record, name) for name in _PER_PARTITION})
-    found = {}
+    found: dict[str, IntMap[Key]] = {}
     for name, values in fields.items():
-        if values is None:
-            continue
-        if not isinstance(values, IntMap) or values.interner is not KEYS:
-            values = IntMap.build(KEYS, values.items())
-        found[name] = values
+        if isinstance(values, IntMap) and values.interner is KEYS:
+            found[name] = values
+        elif values is not None:
+            found[name] = IntMap.build(KEYS, values.items())
     return found
 
 
-def _ids(np: ModuleType, values: IntMap[Any]) -> Ints:
+def _ids(np: ModuleType, values: IntMap[K]) -> Ints:
     column = np.frombuffer(values.column, np.int64)
     return np.flatnonzero(column != ABSENT) + values.base
 
 
-def _at(np: ModuleType, values: IntMap[Any], ids: Ints) -> Ints:
+def _at(np: ModuleType, values: IntMap[K], ids: Ints) -> Ints:
     """The stored value of each id (`ABSENT` where none)."""
     column = np.frombuffer(values.column, np.int64)
     out = np.full(len(ids), ABSENT, np.int64)
@@ -180,7 +187,7 @@ class _Reader:
         self.mapped = mapped
         self.start = start
 
-    def column(self, where: Sequence[Any]) -> Any:
+    def column(self, where: Where) -> np.ndarray:
         import numpy as np
 
         offset, size, kind = where
@@ -207,7 +214,7 @@ def values_of(header: Mapping[str, Any], reader: _Reader) -> list[int]:
     return VALUES.ids_of(rows)
 
 
-def state_column(reader: _Reader, where: Sequence[Any] | None, ids: list[int]) -> IntMap[Values]:
+def state_column(reader: _Reader, where: Where | None, ids: list[int]) -> IntMap[Values]:
     """One of the state's columns over the interned values `ids`."""
     if where is None:
         raise ValueError("no such column")
@@ -217,7 +224,7 @@ def state_column(reader: _Reader, where: Sequence[Any] | None, ids: list[int]) -
     return _int_map(VALUES, ids, values)
 
 
-def _int_map(interner: Any, ids: Any, values: Any) -> IntMap[Any]:
+def _int_map(interner: Interner[K], ids: npt.ArrayLike, values: npt.ArrayLike) -> IntMap[K]:
     import numpy as np
 
     keys = np.asarray(ids, np.int64)
@@ -242,11 +249,13 @@ def records_of(header: Mapping[str, Any], reader: _Reader) -> tuple[CommitRecord
     ids = np.asarray(KEYS.ids_of(keys), np.int64)
     records = []
     for commit in header["commits"]:
-        fields: dict[str, Any] = {}
-        for name, (codes, values) in commit["columns"].items():
-            at = ids[reader.column(codes)]
-            fields[name] = at if values is None else _int_map(KEYS, at, reader.column(values))
-        written = tuple(KEYS.keys[i] for i in fields.pop("partition_keys").tolist())
+        columns = dict(commit["columns"])
+        written_at, _ = columns.pop("partition_keys")
+        written = tuple(KEYS.keys[i] for i in ids[reader.column(written_at)].tolist())
+        fields = {
+            name: _int_map(KEYS, ids[reader.column(codes)], reader.column(values))
+            for name, (codes, values) in columns.items()
+        }
         records.append(
             CommitRecord.from_columns(commit["info"], written, fields, commit["version"])
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -73,16 +73,16 @@ class DeltaCommitsReader(DataSourceStreamReader):
         self.root = os.path.abspath(root)
         self.schema = schema
 
-    def initialOffset(self) -> dict[str, Any]:
+    def initialOffset(self) -> dict[str, int]:
         return {"version": START}
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         from dagster_partlake.delta.table import log_versions
 
         versions = log_versions(self.root)
         return {"version": versions[-1] if versions else start["version"]}
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         since, until = int(start["version"]), int(end["version"])
         if until <= since:
             return []
@@ -92,7 +92,7 @@ class DeltaCommitsReader(DataSourceStreamReader):
         assert isinstance(partition, _File)
         yield from read_file(partition.path, partition.partition_values, self.schema)
 
-    def commit(self, end: dict[str, Any]) -> None:
+    def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the table's files stay, Spark's checkpoint holds the offset."""
 
 

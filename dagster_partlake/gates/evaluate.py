@@ -162,11 +162,11 @@ def _key(row: Row, by: Sequence[str], key_of: KeyOf) -> str:
     return key_of({c: format_partition_value(row[c]) for c in by})
 
 
-def _samples(df: DataFrame, condition: Column) -> tuple[Mapping[str, Any], ...]:
+def _samples(df: DataFrame, condition: Column) -> tuple[Mapping[str, object], ...]:
     return tuple(_plain(r.asDict()) for r in df.filter(condition).limit(MAX_SAMPLES).collect())
 
 
-def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
+def _plain(row: Mapping[str, object]) -> dict[str, object]:
     return {
         k: v if isinstance(v, int | float | str | bool) or v is None else str(v)
         for k, v in row.items()

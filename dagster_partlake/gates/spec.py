@@ -75,7 +75,7 @@ class Gate:
     type: str  # a ConstraintType or an AuditType
     severity: Severity
     columns: tuple[str, ...] = ()  # not_null, unique, accepted_values (one), column_sum/mean
-    values: tuple[Any, ...] = ()  # accepted_values
+    values: tuple[object, ...] = ()  # accepted_values
     expression: str = ""  # expression
     minimum: int | None = None  # row_count
     maximum: int | None = None  # row_count
@@ -125,7 +125,7 @@ class GateResult:
     passed: bool
     offending: int  # rows (constraints) or partitions (row_count, audits) that violate it
     checked: int  # rows (constraints) or partitions (row_count, audits) looked at
-    samples: tuple[Mapping[str, Any], ...] = ()  # up to MAX_SAMPLES offending rows/partitions
+    samples: tuple[Mapping[str, object], ...] = ()  # up to MAX_SAMPLES offending rows/partitions
     failing_partitions: tuple[str, ...] = ()  # Dagster partition keys with a violation
 
     @property
@@ -222,7 +222,7 @@ def _entries(metadata: Mapping[str, Any], key: str, asset_name: str) -> list[Map
 
 def _split(
     entry: Mapping[str, Any], types: Sequence[str], key: str, asset_name: str
-) -> tuple[str, Any, Severity, str | None]:
+) -> tuple[str, object, Severity, str | None]:
     found = [t for t in types if t in entry]
     extra = set(entry) - set(types) - {"severity", "name"}
     if len(found) != 1 or extra:
@@ -245,7 +245,7 @@ def _split(
     return found[0], entry[found[0]], severity, name
 
 
-def _columns(value: Any, what: str, asset_name: str) -> tuple[str, ...]:
+def _columns(value: object, what: str, asset_name: str) -> tuple[str, ...]:
     columns = [value] if isinstance(value, str) else value
     if (
         not isinstance(columns, Sequence)
@@ -364,7 +364,7 @@ def _identifier(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
-def _show(sample: Mapping[str, Any]) -> str:
+def _show(sample: Mapping[str, object]) -> str:
     return "{" + ", ".join(f"{k}: {v!r}" for k, v in sample.items()) + "}"
 
 
@@ -379,7 +379,7 @@ def unique(*columns: str, severity: Severity = "error", name: str | None = None)
 
 
 def accepted_values(
-    column: str, values: Sequence[Any], *, severity: Severity = "error", name: str | None = None
+    column: str, values: Sequence[object], *, severity: Severity = "error", name: str | None = None
 ) -> dict:
     """`{"accepted_values": {column: [...]}}` for `partlake/constraints`."""
     return _entry({"accepted_values": {column: list(values)}}, severity, name)

@@ -49,7 +49,7 @@ class RunFacts:
     watermarks: Mapping[str, str | None]  # input asset -> the watermark read, if incremental
     run_tags: Mapping[str, str]
 
-    def row(self) -> tuple[str, dict[str, Any]]:
+    def row(self) -> tuple[str, dict[str, object]]:
         """(Spark DDL schema, values) of the facts as one row."""
         fields = [
             ("partition_key", "string"),
@@ -57,7 +57,7 @@ class RunFacts:
             ("input_rows", "bigint"),
             ("run_tags", "map<string,string>"),
         ]
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "partition_key": self.partition_keys[0] if len(self.partition_keys) == 1 else None,
             "partition_keys": list(self.partition_keys),
             "input_rows": sum(self.input_rows.values()),

@@ -64,7 +64,7 @@ def incremental_of(
     return None
 
 
-def _parse(value: Any, input_name: str, asset_name: str) -> Incremental | None:
+def _parse(value: object, input_name: str, asset_name: str) -> Incremental | None:
     where = f"{INCREMENTAL_KEY} of input {input_name} of asset {asset_name}"
     if value is None or value is False:
         return None

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from dagster_partlake.delta.reader import TableSnapshot
+    from dagster_partlake.delta.schema import DeltaType
     from dagster_partlake.delta.table import LiveFile
     from dagster_partlake.gates.before_commit import GateCheck
     from dagster_partlake.io_manager.streaming import StreamRun
@@ -431,7 +432,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns: list[DimensionColumn],
         incremental: Incremental,
         consumer: AssetKey,
-    ) -> Any:
+    ) -> DataFrame:
         """Only what the consuming asset has not read yet (`dagster_partlake.incremental.spec`)."""
         from dagster_partlake.incremental.reads import read_incremental
 
@@ -625,7 +626,9 @@ def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, str | d
 
 
 def _lastupdated(
-    files: Iterable[LiveFile], columns: list[DimensionColumn], column_types: Mapping[str, Any]
+    files: Iterable[LiveFile],
+    columns: list[DimensionColumn],
+    column_types: Mapping[str, DeltaType],
 ) -> dict[str, int]:
     """Partition id -> lastUpdated (ms) of the files read."""
     codec = KeyCodec(columns, column_types)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.stream_sink import BatchCommit, commit_progress, write_batch
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from dagster import OutputContext
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
 
     from dagster_partlake.kinds.write import WriteTarget
 
@@ -99,7 +100,7 @@ def stream_input(
     )
 
 
-def _parquet_schema(spark: SparkSession, root: str) -> Any:
+def _parquet_schema(spark: SparkSession, root: str) -> StructType:
     """A streaming Parquet source needs its schema up front: take it from the files there."""
     try:
         return spark.read.parquet("file://" + os.path.abspath(root)).schema

@@ -28,7 +28,7 @@ import datetime as dt
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
 from dagster_partlake.delta.merge import merge_rows
@@ -36,7 +36,7 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.scd2 import apply_snapshot
 from dagster_partlake.delta.schema import arrow_to_spark
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.staging import StagedWrite, discarded_on_failure
+from dagster_partlake.delta.staging import Removal, StagedWrite, discarded_on_failure
 from dagster_partlake.delta.table import (
     latest_records,
     live_files,
@@ -58,6 +58,8 @@ from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selectio
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from dagster_partlake.delta.schema import DeltaType
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class WriteTarget:
     asset_name: str
     kind: ModelKind
     columns: Sequence[DimensionColumn]
-    column_types: Mapping[str, Any]
+    column_types: Mapping[str, DeltaType]
     keys: Sequence[str]
     allow_new_columns: bool
     max_attempts: int
@@ -324,7 +326,7 @@ def _same_run_commit(target: WriteTarget, record: CommitRecord) -> CommitRecord 
     return None
 
 
-def _stage(df: DataFrame, target: WriteTarget, *, removal: Any) -> StagedWrite:
+def _stage(df: DataFrame, target: WriteTarget, *, removal: Removal) -> StagedWrite:
     decoupled = target.decoupled
     return stage_partitions(
         df,
@@ -338,7 +340,14 @@ def _stage(df: DataFrame, target: WriteTarget, *, removal: Any) -> StagedWrite:
     )
 
 
-def _unit_fields(staged: StagedWrite, target: WriteTarget) -> dict[str, Any]:
+class _UnitFields(TypedDict, total=False):
+    """The `CommitRecord` fields of one unit of an append or merge."""
+
+    rows_by_partition: dict[str, int] | None
+    kept: dict[str, int]
+
+
+def _unit_fields(staged: StagedWrite, target: WriteTarget) -> _UnitFields:
     """rows_by_partition and kept of an append/merge: per run partition on the dimension
     columns; unknown (None: every run partition counts as written) when decoupled."""
     if target.decoupled:

@@ -19,9 +19,8 @@ it.
 
 # No `from __future__ import annotations`: Dagster reads the op's config annotation as a class.
 
-from typing import Any
-
 from dagster import (
+    AssetKey,
     AssetObservation,
     Config,
     JobDefinition,
@@ -120,7 +119,7 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
     return maintenance_job
 
 
-def _observation(key: Any, outcomes: list[TableOutcome]) -> AssetObservation:
+def _observation(key: AssetKey, outcomes: list[TableOutcome]) -> AssetObservation:
     return AssetObservation(
         asset_key=key,
         description="; ".join(f"{o.operation}: {o.summary}" for o in outcomes),

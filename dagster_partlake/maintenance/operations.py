@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from dagster_partlake.delta.defaults import (
     DEFAULT_KEEP_LOG_HOURS,
@@ -24,6 +24,7 @@ from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from dagster_partlake.delta.maintenance import CheckpointResult, CompactResult, VacuumResult
     from dagster_partlake.planning.graph import LakeGraph
 
 Operation = Literal["compact", "vacuum", "checkpoint"]
@@ -70,13 +71,13 @@ class TableOutcome:
     operation: Operation
     status: Status
     summary: str
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    details: dict[str, object] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> str:
         return f"{self.asset}: {self.summary}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"asset": self.asset, "status": self.status, **self.details}
 
 
@@ -146,7 +147,7 @@ def _run(
     root: str,
     options: MaintainOptions,
     spark: Callable[[], SparkSession] | None,
-) -> Any:
+) -> CompactResult | VacuumResult | CheckpointResult:
     from dagster_partlake.delta.maintenance import checkpoint_table, compact_table, vacuum_table
 
     if operation == "compact":

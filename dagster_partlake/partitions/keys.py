@@ -23,7 +23,7 @@ import datetime as dt
 import hashlib
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,8 @@ from dagster_partlake.metadata import PARTITION_EXPR_KEY
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
+
+    from dagster_partlake.delta.schema import DeltaType
 
 # Dagster joins a multi-partition key's values with "|", in alphabetical order of the dimension
 # names (not definition order): date x region -> '2024-01-02|eu'.
@@ -229,7 +231,7 @@ def _default_column(partitions_def: PartitionsDefinition) -> str:
 def selection_for_keys(
     columns: Sequence[DimensionColumn],
     keys: Sequence[str],
-    column_types: Mapping[str, Any],
+    column_types: Mapping[str, DeltaType],
     *,
     asset_name: str,
 ) -> PartitionSelection:
@@ -303,7 +305,7 @@ def key_dimension_values(columns: Sequence[DimensionColumn], key: str) -> dict[s
 
 
 def _constraint(
-    column: DimensionColumn, values: Sequence[str], column_types: Mapping[str, Any]
+    column: DimensionColumn, values: Sequence[str], column_types: Mapping[str, DeltaType]
 ) -> Constraint:
     if column.is_time and column_types[column.column] == "date":
         time_def = column.partitions_def
@@ -326,7 +328,7 @@ def _date_range(
     return start.date(), end.date()
 
 
-def _product(sizes: Any) -> int:
+def _product(sizes: Iterable[int]) -> int:
     total = 1
     for size in sizes:
         total *= size
@@ -403,7 +405,9 @@ class KeyCodec:
     '2024-01'). Returns None for values outside every partition (e.g. before the start date).
     """
 
-    def __init__(self, columns: Sequence[DimensionColumn], column_types: Mapping[str, Any]) -> None:
+    def __init__(
+        self, columns: Sequence[DimensionColumn], column_types: Mapping[str, DeltaType]
+    ) -> None:
         self.columns = list(columns)
         self._is_date = [column_types.get(c.column) == "date" for c in columns]
         self._static = [

@@ -86,7 +86,7 @@ class LakeGraph:
         *,
         root: str | None = None,
         asset_graph: AssetGraph | None = None,
-        resources: Mapping[str, Any] | None = None,
+        resources: Mapping[str, object] | None = None,
     ) -> None:
         if defs is None and asset_graph is None:
             raise ValueError("LakeGraph needs defs or asset_graph")
@@ -310,7 +310,7 @@ def _stream_mode(metadata: Mapping[str, Any], name: str) -> str | None:
     return spec.mode if spec is not None else None
 
 
-def _pins(metadata: dict[str, Any]) -> bool:
+def _pins(metadata: Mapping[str, object]) -> bool:
     return metadata.get(VERSION_KEY) is not None or metadata.get(TIMESTAMP_KEY) is not None
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dagster import BackfillPolicy, PartitionsDefinition
 
@@ -65,7 +64,7 @@ class PlannedRun:
             tags[ASSET_PARTITION_RANGE_END_TAG] = self.partition_range[1]
         return tags
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "run": self.number,
             "assets": list(self.assets),
@@ -90,7 +89,7 @@ class RunPlan:
         """The runs that wait for no other run."""
         return tuple(r for r in self.runs if not r.waits_for)
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[dict[str, object]]:
         return [run.to_json() for run in self.runs]
 
 

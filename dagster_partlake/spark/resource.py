@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import InitResourceContext
 from dagster_pyspark import LazyPySparkResource
@@ -22,6 +22,10 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from dagster_partlake.errors import PartlakeConfigError, SparkUnavailableError
 from dagster_partlake.spark.conf import DEFAULT_CONF
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import RetryPolicy
 
 _log = logging.getLogger(__name__)
 _warned: dict[str, float] = {}  # remote -> when a retry was last reported
@@ -177,7 +181,7 @@ class SparkResource(LazyPySparkResource):
         self._owns_session = False
 
 
-def _reporting_policy(remote: str, wait_seconds: int) -> Any:
+def _reporting_policy(remote: str, wait_seconds: int) -> RetryPolicy:
     """pyspark's retry policy, bounded to about `wait_seconds`, that says in the log what it
     waits for."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
@@ -209,7 +213,7 @@ def _reporting_policy(remote: str, wait_seconds: int) -> Any:
     )
 
 
-def running_session() -> Any:
+def running_session() -> SparkSession | None:
     """The Spark session already running in this process, from any thread, or None."""
     from pyspark.sql import SparkSession
 

@@ -142,7 +142,7 @@ def _object(reference: str, expected: type) -> Any:
     return value
 
 
-def _import(reference: str) -> Any:
+def _import(reference: str) -> object:
     module_name, _, attribute = reference.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -163,7 +163,7 @@ def _assets(reference: str) -> list[AssetsDefinition | SourceAsset | AssetSpec]:
     kinds = (AssetsDefinition, SourceAsset, AssetSpec)
     if isinstance(value, kinds):
         return [value]
-    items: Iterable[Any] = (
+    items: Iterable[object] = (
         value if isinstance(value, list | tuple) else vars(value).values()  # a module
     )
     return [item for item in items if isinstance(item, kinds)]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from dagster import (
     AllPartitionMapping,
@@ -68,6 +68,15 @@ _BUILTIN: dict[str, PartitionMapping] = {
 }
 # Asset key -> the model it was built from, for `partlake sql render` in the same process.
 _BUILT: dict[AssetKey, SqlModel] = {}
+
+
+class _Options(TypedDict):
+    """What `sql_assets` sets on every model's asset."""
+
+    group_name: str | None
+    pool: str | None
+    io_manager_key: str
+    automation_condition: AutomationCondition | None
 
 
 def sql_assets(
@@ -133,7 +142,7 @@ def sql_assets(
             )
             for ref, target in model.upstream
         }
-        options = dict(
+        options = _Options(
             group_name=group_name,
             pool=pool,
             io_manager_key=io_manager_key,
@@ -188,7 +197,7 @@ def _asset(
     partitions_def: PartitionsDefinition | None,
     ins: dict[str, AssetIn],
     lineage: ColumnLineage,
-    options: dict[str, Any],
+    options: _Options,
 ) -> AssetsDefinition:
     spec = model.spec
     metadata: dict[str, Any] = {

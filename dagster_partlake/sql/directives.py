@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gates.spec import (
@@ -82,6 +82,9 @@ _CALL = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*(?:\((?P<args>.*)\))?$", re.DOTAL
 _KEYWORD = re.compile(r"^(?P<key>[A-Za-z_]\w*)\s*=(?!=)\s*(?P<value>.*)$", re.DOTALL)
 _DEPENDS = re.compile(r"^(?P<table>[A-Za-z_][\w.]*)\s*\(\s*(?P<mapping>[A-Za-z_]\w*)\s*\)$")
 _COMPARISONS = (">=", "<=", ">", "<", "=")
+
+# A directive argument: 'eu' -> str, 3 -> int, 0.5 -> float, true -> bool.
+_Value: TypeAlias = str | int | float | bool
 
 
 @dataclass(frozen=True)
@@ -253,8 +256,8 @@ def _columns(model: ModelFile, directive: Directive, *, allow_empty: bool) -> li
 
 def _gates(
     model: ModelFile, by_name: Mapping[str, list[Directive]], kind: str | None
-) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+) -> dict[str, list[dict[str, object]]]:
+    result: dict[str, list[dict[str, object]]] = {}
     for name, key in (("constraint", CONSTRAINTS_KEY), ("audit", AUDITS_KEY)):
         entries = []
         for directive in by_name.get(name, []):
@@ -274,7 +277,7 @@ def _gates(
     return result
 
 
-def _gate_entry(model: ModelFile, directive: Directive) -> dict[str, Any]:
+def _gate_entry(model: ModelFile, directive: Directive) -> dict[str, object]:
     """`not_null(a, b)` -> {"not_null": ["a", "b"]} (the entries of `gates.spec`)."""
     family = directive.name
     types = CONSTRAINT_TYPES if family == "constraint" else AUDIT_TYPES
@@ -300,7 +303,7 @@ def _gate_entry(model: ModelFile, directive: Directive) -> dict[str, Any]:
         )
     args, options = _arguments(model, directive, call["args"] or "")
     body = _gate_body(model, directive, gate, args, options)
-    entry: dict[str, Any] = {gate: body}
+    entry: dict[str, object] = {gate: body}
     for option in ("severity", "name"):
         if option in options:
             entry[option] = options.pop(option)
@@ -314,8 +317,12 @@ def _gate_entry(model: ModelFile, directive: Directive) -> dict[str, Any]:
 
 
 def _gate_body(
-    model: ModelFile, directive: Directive, gate: str, args: list[Any], options: dict[str, Any]
-) -> Any:
+    model: ModelFile,
+    directive: Directive,
+    gate: str,
+    args: list[_Value],
+    options: dict[str, _Value],
+) -> object:
     def fail(form: str) -> PartlakeConfigError:
         return model.error(
             directive.line,
@@ -352,12 +359,14 @@ def _gate_body(
     return {"column": str(args[0]), "max_change": change}
 
 
-def _row_count(args: list[Any], options: dict[str, Any], fail: Any) -> dict[str, Any]:
+def _row_count(
+    args: list[_Value], options: dict[str, _Value], fail: Callable[[str], PartlakeConfigError]
+) -> Mapping[str, _Value]:
     """`row_count(min=1, max=9)`, or OndatraSQL's comparison `row_count(>, 0)`."""
     if args and not options.keys() & {"min", "max"}:
         if len(args) != 2 or args[0] not in _COMPARISONS or not isinstance(args[1], int):
             raise fail("row_count(>, 0)` or `row_count(min=1, max=1000)")
-        op, n = args
+        op, n = args[0], args[1]
         bounds = {
             ">": {"min": n + 1},
             ">=": {"min": n},
@@ -373,11 +382,11 @@ def _row_count(args: list[Any], options: dict[str, Any], fail: Any) -> dict[str,
 
 def _arguments(
     model: ModelFile, directive: Directive, text: str
-) -> tuple[list[Any], dict[str, Any]]:
+) -> tuple[list[_Value], dict[str, _Value]]:
     """Top-level comma-separated arguments; `key=value` for the known option names."""
     options_known = ("severity", "name", "min", "max", "max_change")
-    args: list[Any] = []
-    options: dict[str, Any] = {}
+    args: list[_Value] = []
+    options: dict[str, _Value] = {}
     for part in _split(text, model, directive):
         keyword = _KEYWORD.match(part)
         if keyword is not None and keyword["key"] in options_known:
@@ -412,7 +421,7 @@ def _split(text: str, model: ModelFile, directive: Directive) -> list[str]:
     return parts
 
 
-def _literal(text: str) -> Any:
+def _literal(text: str) -> _Value:
     """'eu' -> 'eu', 3 -> 3, 0.5 -> 0.5, true -> True; anything else stays text."""
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
@@ -425,10 +434,10 @@ def _literal(text: str) -> Any:
     return text
 
 
-def _incremental(model: ModelFile, directive: Directive) -> Any:
+def _incremental(model: ModelFile, directive: Directive) -> str | dict[str, object]:
     """`log`, `log(allow_full_reread)` or `watermark(column)`."""
     value = directive.value.strip()
-    parsed: Any
+    parsed: str | dict[str, object]
     if value == "log":
         parsed = "log"
     elif value == "log(allow_full_reread)":
