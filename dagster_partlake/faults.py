@@ -15,7 +15,7 @@ the same pass; removing the `.paused` files starts the count again.
 Points: `before_commit` (a write's files are in the table's folder, not yet in its log),
 `after_commit` (the commit is in the log, the run has not recorded it), `before_write` (a run is
 about to have Spark compute and write its partitions), `sensor_tick` (a sensor tick is about to
-plan).
+plan), `stream_batch` (a streaming micro-batch is staged, not yet committed: the batch in flight).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dagster_partlake.errors import PartlakeConfigError
 
 DIR_ENV = "PARTLAKE_FAULT_DIR"
 POINTS_FILE = "points"
-POINTS = ("before_commit", "after_commit", "before_write", "sensor_tick")
+POINTS = ("before_commit", "after_commit", "before_write", "sensor_tick", "stream_batch")
 
 
 def fault_point(name: str) -> None:

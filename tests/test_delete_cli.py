@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 from pathlib import Path
+from urllib.parse import unquote
 
+import pyarrow as pa
 import pytest
 from dagster import DailyPartitionsDefinition, Definitions, asset, instance_for_test
 from deltalake import DeltaTable
@@ -31,6 +34,8 @@ from tests.conftest import cli_env, delta_rows, run_partlake
 pytestmark = pytest.mark.spark
 
 STATS = ["daily_region_stats", "monthly_region_stats"]
+# The example's SQL models (definitions/sql/), in the closure of a delete from raw_events.
+SQL_MODELS = ["staging/events", "marts/user_activity", "marts/monthly_region_summary"]
 
 
 def _table(lake: Path, name: str) -> str:
@@ -72,14 +77,39 @@ def test_a_source_delete_then_partlake_run_equals_a_recomputation_from_scratch(
     where = f"user_id IN ({users[0]}, {users[1]})"
     version = DeltaTable(raw).version()
 
-    code, out, err = _cli(
-        "delete", "-m", "definitions", "raw_events", "--where", where, "--dry-run"
+    # The real process: the files and rows that would change, and nothing committed.
+    dry = run_partlake(
+        "delete", "-m", "definitions", "raw_events", "--where", where, "--dry-run", env=env
     )
-    assert code == 0, err
-    print(out)
-    assert out.startswith(f"Dry run: deleting the rows of raw_events where {where}")
-    assert "Nothing was committed." in out
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    print(dry.stdout)
+    head, *listed, tail = dry.stdout.splitlines()
+    expected = _matching_files(raw, users)
+    rows = sum(m for _p, _f, m, _n in expected)
+    assert head == (
+        f"Dry run: deleting the rows of raw_events where {where} would remove {rows:,} row(s) "
+        f"from {len(expected)} file(s) in {len({p for p, *_ in expected})} partition(s) "
+        f"({', '.join(sorted({p for p, *_ in expected}))}):"
+    )
+    assert sorted(tuple(line.split(maxsplit=2)) for line in listed) == [
+        (p, f, f"{m:,} of {n:,} row(s)") for p, f, m, n in expected
+    ]
+    assert tail.endswith("Nothing was committed.")
     assert DeltaTable(raw).version() == version
+    # Bad predicates through the real process: one Error: line naming the cause and the fix.
+    for bad, cause, fix in [
+        ("user_id = = 1", "does not parse as a Spark SQL condition", 'write it like "user_id'),
+        ("user_idd = 1", "names column `user_idd`, which the table does not have", "fix the"),
+    ]:
+        refused = run_partlake("delete", "-m", "definitions", "raw_events", "--where", bad, env=env)
+        assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr[-3000:]
+        errors = [line for line in refused.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1, refused.stderr
+        assert errors[0].startswith(f"Error: the predicate {bad!r} of the delete from raw_events")
+        assert cause in errors[0] and fix in errors[0] and "Nothing was deleted." in errors[0]
+        others = [line for line in refused.stderr.splitlines() if line and line != errors[0]]
+        assert all(line.startswith("Full output (Dagster, Spark): ") for line in others), others
+        assert DeltaTable(raw).version() == version
 
     proc = run_partlake(
         "delete", "-m", "definitions", "raw_events", "--where", where, "--json", env=env
@@ -119,7 +149,7 @@ def test_a_source_delete_then_partlake_run_equals_a_recomputation_from_scratch(
     with instance_for_test() as fresh:
         outcomes = refresh(LakeGraph(defs), fresh)
     assert outcomes and all(o.ok for o in outcomes)
-    for name in ["clean_events", *STATS]:
+    for name in ["clean_events", *STATS, *SQL_MODELS]:
         assert delta_rows(_table(lake, name)) == delta_rows(_table(scratch, name)), name
 
     # A delete in a managed table: its partition is out_of_band, what reads it upstream_changed.
@@ -216,6 +246,24 @@ def test_a_delete_in_a_decoupled_scd2_table_makes_it_and_its_readers_stale(
         ("history", "2024-01-02", "out_of_band"),
         ("plan_users", None, "upstream_changed"),
     ]
+
+
+def _matching_files(raw: str, users: tuple[int, int]) -> list[tuple[str, str, int, int]]:
+    """(partition key, file path in the table, rows of `users`, rows) of each file of the table
+    holding rows of `users`: listed by delta-rs, counted by pyarrow (not by the code under test)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    found = []
+    for uri in DeltaTable(raw).file_uris():
+        local = unquote(uri.removeprefix("file://"))
+        user_ids = pq.read_table(local, columns=["user_id"])["user_id"]
+        matching = pc.sum(pc.is_in(user_ids, value_set=pa.array(users, user_ids.type))).as_py()
+        if matching:
+            path = os.path.relpath(local, raw)
+            values = dict(part.split("=", 1) for part in path.split("/")[:-1])
+            found.append((f"{values['date']}|{values['region']}", path, matching, len(user_ids)))
+    return sorted(found)
 
 
 def _merged_again(raw: str, touched: set[str]) -> set[str]:

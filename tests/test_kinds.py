@@ -212,7 +212,8 @@ def test_merge_upserts_on_the_unique_key_and_downstream_reads_the_whole_table(
     ]
     assert delta_rows(table_path(str(lake), ["user_count"]), ["n"]) == [(3,)]
     assert stale(graph) == []
-    # Day 2's feed changes: only that unit of work re-runs, then the count.
+    # Day 2's feed changes: only that unit of work re-runs, then the count. It merges into the
+    # table as day 1 left it: cy, only in day 2's old feed, goes (as from scratch).
     write_changes(spark, lake, DAYS[1], [(2, "bob", 9), (4, "dee", 4)])
     assert stale(graph) == [
         ("user_count", None, "upstream_changed"),
@@ -222,7 +223,6 @@ def test_merge_upserts_on_the_unique_key_and_downstream_reads_the_whole_table(
     assert sorted(delta_rows(path, ["id", "name", "score"])) == [
         (1, "ann", 1),
         (2, "bob", 9),
-        (3, "cy", 3),
         (4, "dee", 4),
     ]
     record = last_record(lake, "users")
@@ -230,8 +230,8 @@ def test_merge_upserts_on_the_unique_key_and_downstream_reads_the_whole_table(
     assert record.metrics == {
         "rows_inserted": 1,
         "rows_updated": 1,
-        "rows_deleted": 0,
-        "rows_unchanged": 2,
+        "rows_deleted": 1,
+        "rows_unchanged": 1,
     }
     # The same counts in the Dagster materialization metadata.
     from dagster import AssetRecordsFilter
@@ -242,7 +242,20 @@ def test_merge_upserts_on_the_unique_key_and_downstream_reads_the_whole_table(
     metadata = {k: v.value for k, v in latest.asset_materialization.metadata.items()}
     assert metadata["partlake/kind"] == "merge"
     assert (metadata["partlake/rows_inserted"], metadata["partlake/rows_updated"]) == (1, 1)
-    assert delta_rows(table_path(str(lake), ["user_count"]), ["n"]) == [(4,)]
+    assert delta_rows(table_path(str(lake), ["user_count"]), ["n"]) == [(3,)]
+    assert stale(graph) == []
+
+    # Day 1's feed loses ann (a row deleted at the source): day 1 merges into the table as it
+    # was before any day, day 2 after it again, and ann goes too.
+    write_changes(spark, lake, DAYS[0], [(2, "bo", 7)])
+    assert stale(graph) == [
+        ("user_count", None, "upstream_changed"),
+        ("users", DAYS[0], "upstream_changed"),
+        ("users", DAYS[1], "upstream_changed"),
+    ]
+    assert all(o.ok for o in refresh(graph, instance))
+    assert sorted(delta_rows(path, ["id", "name", "score"])) == [(2, "bob", 9), (4, "dee", 4)]
+    assert delta_rows(table_path(str(lake), ["user_count"]), ["n"]) == [(2,)]
     assert stale(graph) == []
 
 

@@ -10,8 +10,20 @@
    only if the touched partitions still hold exactly the files step 2 saw; otherwise (a concurrent
    writer changed them) steps 2-4 run again.
 
+Merging a unit of work again (a day whose input changed, re-applied after it or later days
+were) first undoes the merges since that unit: a time-ordered merge's result is its units applied
+in order, and a key that the new input no longer has must not stay from the old one (a row
+deleted at the source, a corrected export). `units` says where a commit's units of work stand
+against this merge's: `find_rollback` walks the log back from the newest commit to the last
+merge of an earlier unit of the same series, and the table partitions those merges touched go
+back to their files of the version before the first of them, in the same commit as the merge.
+It is not done (and the merge goes on top of the table as it is, `RewriteResult.not_rolled_back`
+says why) when the log no longer holds those commits or files, or when a merge of another series
+(other values of the other dimensions) changed those table partitions since.
+
 Row counts follow Delta's MERGE metrics: inserted (new keys), updated (keys that existed),
-unchanged (every other row of the table), deleted (always 0: a merge never drops keys).
+unchanged (every other row of the table), deleted (0, except the rows a roll back removed), all
+counted against the table as the roll back left it.
 """
 
 from __future__ import annotations
@@ -20,7 +32,8 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import Box, PartitionSelection
@@ -36,8 +49,11 @@ from dagster_partlake.delta.staging import (
 from dagster_partlake.delta.table import (
     LiveFile,
     arrow_schema,
+    commit_actions,
     live_files,
     load_table,
+    log_versions,
+    read_record,
     table_exists,
 )
 from dagster_partlake.delta.writer import (
@@ -62,6 +78,11 @@ class DuplicateKeyError(SchemaMismatchError):
     """A merge batch repeats a unique key (or has a null one)."""
 
 
+# Where a commit's units of work stand against the merge's own: an earlier one of the same
+# series, the same or a later one, units of other series only, or both earlier and later ones.
+UnitPosition = Literal["earlier", "later", "other", "mixed"]
+
+
 @dataclass(frozen=True)
 class RewriteResult:
     """A merge or scd2 write: its commit, row counts, and how many table files it rewrote."""
@@ -69,6 +90,26 @@ class RewriteResult:
     commit: CommitResult
     metrics: dict[str, int]
     files_rewritten: int
+    rolled_back: Rollback | None = None  # the merges undone first
+    not_rolled_back: str | None = None  # why merges of later units could not be undone
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """Merges undone before merging a unit of work again: the table partitions they touched go
+    back to their files of table version `version`."""
+
+    version: int
+    undone: tuple[int, ...]  # the versions of the merges undone
+    selection: PartitionSelection  # the table partitions they touched
+    partition_ids: tuple[str, ...]  # their commit conflict ids (as `_touched` names them)
+    files: tuple[LiveFile, ...]  # the files of those partitions at `version`
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.undone)} merge(s) undone first ({self.selection.describe()} back to "
+            f"version {self.version})"
+        )
 
 
 def check_key_columns(df: DataFrame, unique_key: Sequence[str], name: str) -> None:
@@ -98,6 +139,7 @@ def merge_rows(
     table_name: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     once_per_inputs: bool = False,
+    units: Callable[[Sequence[str]], UnitPosition] | None = None,
 ) -> RewriteResult:
     """Upsert the rows of `df` into the Delta table at `root` on `unique_key`.
 
@@ -107,6 +149,9 @@ def merge_rows(
         record_for: what the commit records, given the staged batch; `metrics` are filled in
             here.
         once_per_inputs: as for `commit_staged` (raises `AlreadyWritten`).
+        units: for a time-ordered merge, where the units of work a commit records (its
+            `partition_keys`) stand against this merge's; merges of this unit or later ones of
+            its series are undone first (the module docstring). None: never undo.
 
     Raises:
         SchemaMismatchError: a key column is missing; DuplicateKeyError: the batch repeats a key
@@ -139,10 +184,16 @@ def merge_rows(
     record = record_for(batch)
     publish_staged(batch)
     for _ in range(max_attempts):
+        rollback, why_not = (
+            find_rollback(batch.root, units, unique_key) if units is not None else (None, None)
+        )
         try:
-            return _merge_once(df, batch, unique_key, record, max_attempts, once_per_inputs)
+            result = _merge_once(
+                df, batch, unique_key, record, max_attempts, once_per_inputs, rollback
+            )
         except InputsMovedError:
             continue
+        return replace(result, rolled_back=rollback, not_rolled_back=why_not)
     raise CommitConflictError(
         f"could not merge into table {name}: concurrent writers kept changing the partitions it "
         f"touches ({', '.join(touched.ids[:5])}) for {max_attempts} attempts. Nothing was "
@@ -186,18 +237,27 @@ def _merge_once(
     record: CommitRecord,
     max_attempts: int,
     once_per_inputs: bool = False,
+    rollback: Rollback | None = None,
 ) -> RewriteResult:
     spark = df.sparkSession
     candidates: list[LiveFile] = []
     expected: frozenset[str] = frozenset()
     rows_before = 0
+    undone: list[LiveFile] = []  # live files the roll back removes
+    back: list[LiveFile] = []  # files of the roll back's version that are not live now
+    selection = batch.selection
     if table_exists(batch.root):
         table = load_table(batch.root, table_name=batch.table_name)
-        rows_before = sum(
-            f.num_records or 0 for f in live_files(table, PartitionSelection.everything())
-        )
-        in_touched = live_files(table, batch.selection, stats_columns=unique_key)
-        expected = frozenset(f.path for f in in_touched)
+        everything = live_files(table, PartitionSelection.everything(), stats_columns=unique_key)
+        if rollback is not None:
+            undone, back = _rolled_back(everything, rollback)
+            gone = {f.path for f in undone}
+            # The table as the roll back leaves it: what the merge reads and counts against.
+            everything = [f for f in everything if f.path not in gone] + back
+            selection = _union(batch.selection, rollback.selection)
+        rows_before = sum(f.num_records or 0 for f in everything)
+        in_touched = [f for f in everything if batch.selection.contains(f.partition_values)]
+        expected = frozenset(f.path for f in live_files(table, selection))
         low, high = _key_range(batch.files, unique_key)
         candidates = [f for f in in_touched if _may_hold(f, low, high, unique_key)]
         schema = arrow_schema(table)
@@ -206,11 +266,17 @@ def _merge_once(
         kept = _rewrite_without_batch_keys(spark, batch, candidates, unique_key, schema)
         publish_staged(kept)
     files = batch.files + (kept.files if kept else ())
+    back_paths = {f.path for f in back}
+    read = {f.path for f in candidates}
     write = replace(
         batch,
         files=files,
+        selection=selection,
+        partition_ids=_ids(batch.partition_ids, rollback),
         removal="files",
-        remove_files=tuple(candidates),
+        # A candidate of the roll back's version is not live: it is rewritten, never removed.
+        remove_files=tuple(undone + [f for f in candidates if f.path not in back_paths]),
+        readd_files=tuple(f for f in back if f.path not in read),
         expected_live=expected,
     )
     existing = sum(f.num_records or 0 for f in candidates)
@@ -219,7 +285,7 @@ def _merge_once(
     metrics = {
         "rows_inserted": batch.num_records - updated,
         "rows_updated": updated,
-        "rows_deleted": 0,
+        "rows_deleted": max(0, _rows(undone) - _rows(back)),
         "rows_unchanged": rows_before - updated,
     }
     try:
@@ -234,6 +300,112 @@ def _merge_once(
             discard_published(kept)
         raise
     return RewriteResult(result, metrics, len(candidates))
+
+
+def find_rollback(
+    root: str, units: Callable[[Sequence[str]], UnitPosition], unique_key: Sequence[str]
+) -> tuple[Rollback | None, str | None]:
+    """The merges to undo before this one (see the module docstring): (the roll back, None),
+    (None, None) when there is nothing to undo, or (None, why it cannot be done)."""
+    if not table_exists(root):
+        return None, None
+    versions = log_versions(root)
+    undone: list[int] = []
+    for version in reversed(versions):
+        record = read_record(root, version)
+        if record is None or record.kind != "merge":
+            continue  # not a unit of work: a delete, a compaction, a restore ...
+        position = units(record.partition_keys)
+        if position == "earlier":
+            break
+        if position == "mixed":
+            return None, (
+                f"version {version} merged units of work before and after this one at once"
+            )
+        if position == "later":
+            undone.append(version)
+    else:
+        if undone and versions and versions[0] > 0:
+            return None, "the log no longer holds the commits before the merges to undo"
+    if not undone:
+        return None, None
+    first = min(undone)
+    partition_by = load_table(root).metadata().partition_columns
+    selection, ids = _selection_of(_partitions_of(root, undone), partition_by)
+    for version in versions:
+        if version <= first or version in undone:
+            continue
+        record = read_record(root, version)
+        if record is None or record.kind != "merge" or units(record.partition_keys) != "other":
+            continue
+        if any(selection.contains(values) for values in _partitions_of(root, [version])):
+            return None, (
+                f"version {version}, a merge of other units of work, changed the same table "
+                f"partitions ({selection.describe()}) since"
+            )
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        old = DeltaTable(root, version=first - 1)
+    except (DeltaError, OSError) as error:
+        return None, f"version {first - 1} cannot be read any more ({error})"
+    files = tuple(live_files(old, selection, stats_columns=unique_key))
+    missing = [f.path for f in files if not os.path.exists(f.absolute_path(root))]
+    if missing:
+        return None, f"files of version {first - 1} were vacuumed (e.g. {unquote(missing[0])})"
+    return Rollback(first - 1, tuple(sorted(undone)), selection, ids, files), None
+
+
+def _partitions_of(root: str, versions: Sequence[int]) -> list[dict[str, str | None]]:
+    """The table partitions (their values) whose files the commits added or removed."""
+    touched: list[dict[str, str | None]] = []
+    for version in versions:
+        _, adds, removes = commit_actions(root, version)
+        touched.extend(dict(a.get("partitionValues") or {}) for a in [*adds, *removes])
+    return touched
+
+
+def _selection_of(
+    touched: Sequence[dict[str, str | None]], partition_by: Sequence[str]
+) -> tuple[PartitionSelection, tuple[str, ...]]:
+    """The selection of exactly these table partitions, and their conflict ids (`_touched`)."""
+    if not partition_by:
+        return PartitionSelection.everything(), (WHOLE_TABLE_ID,)
+    distinct = sorted({tuple((c, v.get(c)) for c in partition_by) for v in touched}, key=str)
+    ids = tuple(
+        "|".join(f"{c}={'null' if x is None else x}" for c, x in values) for values in distinct
+    )
+    if any(x is None for values in distinct for _, x in values):
+        return PartitionSelection.everything(), ids
+    boxes = tuple(Box({c: frozenset({str(x)}) for c, x in values}) for values in distinct)
+    return PartitionSelection(boxes), ids
+
+
+def _rolled_back(
+    live: Sequence[LiveFile], rollback: Rollback
+) -> tuple[list[LiveFile], list[LiveFile]]:
+    """(live files the roll back removes, files of its version it makes live again); a file
+    live in both stays as it is."""
+    old = {f.path for f in rollback.files}
+    now = {f.path for f in live if rollback.selection.contains(f.partition_values)}
+    undone = [f for f in live if f.path in now and f.path not in old]
+    back = [f for f in rollback.files if f.path not in now]
+    return undone, back
+
+
+def _union(a: PartitionSelection, b: PartitionSelection) -> PartitionSelection:
+    if a.boxes is None or b.boxes is None:
+        return PartitionSelection.everything()
+    return PartitionSelection(a.boxes + b.boxes)
+
+
+def _ids(ids: Sequence[str], rollback: Rollback | None) -> tuple[str, ...]:
+    return tuple(sorted({*ids, *(rollback.partition_ids if rollback else ())}))
+
+
+def _rows(files: Sequence[LiveFile]) -> int:
+    return sum(f.num_records or 0 for f in files)
 
 
 def _rewrite_without_batch_keys(

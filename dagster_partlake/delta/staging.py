@@ -84,6 +84,9 @@ class StagedWrite:
     # For removal "files": every live file of the selection when the write read the table; any
     # other set at commit time means a concurrent commit changed what the write was based on.
     expected_live: frozenset[str] = frozenset()
+    # Files of an earlier table version that the commit makes live again, as they are (a merge
+    # that rolls table partitions back, `delta.merge`); never published nor discarded.
+    readd_files: tuple[LiveFile, ...] = ()
 
     @property
     def num_records(self) -> int:

@@ -33,6 +33,7 @@ from dagster_partlake.delta.writer import (
     stage_partitions,
 )
 from dagster_partlake.errors import PartitionMismatchError
+from dagster_partlake.faults import fault_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -122,6 +123,7 @@ def write_batch(
         stream_batch=batch_id,
         metrics={"rows_inserted": staged.num_records},
     )
+    fault_point("stream_batch")
     try:
         result = commit_staged(
             staged,

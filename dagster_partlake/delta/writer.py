@@ -26,6 +26,7 @@ metadata-only commit just before the data commit, since an append commit keeps t
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -33,7 +34,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from deltalake import DeltaTable
@@ -374,6 +375,17 @@ def _commit_once(
         )
         for f in staged.files
     ]
+    adds += [
+        AddAction(
+            path=unquote(f.path),
+            size=f.size,
+            partition_values=f.partition_values,
+            modification_time=now_ms,
+            data_change=True,
+            stats=_stats_json(f),
+        )
+        for f in staged.readd_files
+    ]
     _ensure_table(staged, delta_schema)
     table = load_table(staged.root, table_name=staged.table_name)
     _add_new_columns(table, staged.schema)
@@ -523,6 +535,37 @@ def _add_new_columns(table: DeltaTable, schema: pa.Schema) -> None:
             [DeltaField.from_arrow(field) for field in new], post_commithook_properties=POST_COMMIT
         )
         table.update_incremental()
+
+
+def _stats_json(f: LiveFile) -> str:
+    """The statistics a re-added file keeps: its rows, and the min/max and null counts of the
+    columns it was read with whose values the log can hold as read (others are left out: a
+    reader then assumes the file may hold anything)."""
+    stats: dict[str, Any] = {"numRecords": f.num_records}
+    columns = [
+        c
+        for c in f.min_values
+        if c in f.max_values
+        and _stat_value(f.min_values[c]) is not None
+        and _stat_value(f.max_values[c]) is not None
+    ]
+    if columns:
+        stats["minValues"] = {c: _stat_value(f.min_values[c]) for c in columns}
+        stats["maxValues"] = {c: _stat_value(f.max_values[c]) for c in columns}
+    if f.null_count:
+        stats["nullCount"] = dict(f.null_count)
+    return json.dumps(stats)
+
+
+def _stat_value(value: Any) -> Any:
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dt.datetime):
+        utc = value.astimezone(dt.UTC) if value.tzinfo else value
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return None
 
 
 def _txn_app_id(partition_id: str) -> str:

@@ -93,6 +93,7 @@ class _Read:
     # A landing folder consumed once: its root, what to do after the commit, the files read.
     landing: tuple[str, AfterCommit, tuple[str, ...]] | None = None
     root: str = ""  # where the input lives (a streaming input's folder or table)
+    incremental: bool = False  # only what the consumer had not read (`partlake/incremental`)
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -161,6 +162,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             return
         target = self._target(context, obj)
         reads = self._inputs_of(context)
+        incremental = any(r.incremental or r.landing is not None for r in reads.values())
+        target = replace(target, incremental_inputs=incremental)
         upstream_versions = {name: read.version for name, read in reads.items()}
         record = CommitRecord(
             asset_key=target.asset_name,
@@ -196,6 +199,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 f"{target.asset_name}: this run's append already landed in version "
                 f"{written.record.table_version}; nothing added again."
             )
+        if written.note is not None:
+            (context.log.warning if written.warning else context.log.info)(written.note)
         context.add_output_metadata(_output_metadata(context, target, written, record, timings))
 
     def _target(self, context: OutputContext, obj: DataFrame) -> WriteTarget:
@@ -447,7 +452,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         partitions = _lastupdated(read.state, columns, snapshot.column_types)
         version = snapshot.table.version()
         self._remember(
-            context, snapshot.name, _Read(version, partitions, read.rows, read.watermark)
+            context,
+            snapshot.name,
+            _Read(version, partitions, read.rows, read.watermark, incremental=True),
         )
         context.log.info(f"read incrementally (version {version}): {read.description}")
         return read.df

@@ -9,7 +9,10 @@ this module chooses the Delta operation and fills in what the kind adds to the c
   files and lastUpdated stay, and the record lists them as `kept` (early cutoff).
 - `append`: add the rows; if the log already holds this run's commit for the same partitions
   (a retried step), add nothing and report that commit.
-- `merge`: upsert on the unique key (`dagster_partlake.delta.merge`).
+- `merge`: upsert on the unique key (`dagster_partlake.delta.merge`). A merge of a time
+  partition applies after the earlier ones of its series (the same values of the other
+  dimensions): merging one again first undoes the merges of it and of later ones, unless an input
+  is incremental (the run then reads only what is new, not the unit's whole input).
 - `scd2`: apply the returned snapshot to the history (`dagster_partlake.delta.scd2`), one
   partition (snapshot) per run.
 
@@ -30,8 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict
 
+from dagster import TimeWindowPartitionsDefinition
+
 from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
-from dagster_partlake.delta.merge import merge_rows
+from dagster_partlake.delta.merge import UnitPosition, merge_rows
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.scd2 import apply_snapshot
 from dagster_partlake.delta.schema import arrow_to_spark
@@ -54,7 +59,12 @@ from dagster_partlake.delta.writer import (
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.faults import fault_point
 from dagster_partlake.kinds.spec import ModelKind
-from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
+from dagster_partlake.partitions.keys import (
+    DimensionColumn,
+    KeyCodec,
+    key_values,
+    selection_for_keys,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -74,6 +84,8 @@ class KindWrite:
     files_rewritten: int = 0
     # Nothing committed: this run (its id) already had, from the same inputs (`once_per_inputs`).
     already_written_by: str | None = None
+    note: str | None = None  # what the run's log should say about the write (a merge roll back)
+    warning: bool = False  # the note is a warning
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,9 @@ class WriteTarget:
     # Planned runs (partlake run, the sensor): commit nothing that another run already
     # committed from the same inputs (`delta.table.same_inputs_commit`).
     once_per_inputs: bool = False
+    # An input was read incrementally (a watermark, the log, a landing folder): the run does not
+    # see its partitions' whole input, so a merge never undoes earlier merges.
+    incremental_inputs: bool = False
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -242,10 +257,72 @@ def _merge(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrit
         # days after a re-merged one are merged again, in order, from unchanged inputs.
         # Merging the same batch twice leaves the same rows.
         once_per_inputs=False,
+        units=None if target.incremental_inputs else _unit_positions(target),
     )
+    note, warning = None, False
+    if merged.rolled_back is not None:
+        note = (
+            f"{target.asset_name}: merging {', '.join(target.keys)} again: "
+            f"{merged.rolled_back.describe()}, so keys that left its input go too; the later "
+            "partitions merge again after it"
+        )
+    elif merged.not_rolled_back is not None:
+        note, warning = (
+            f"{target.asset_name}: merging {', '.join(target.keys)} again on top of the table: "
+            f"the merges since could not be undone ({merged.not_rolled_back}); keys that left "
+            "the input stay. Rebuild the table (remove it, then run every partition) to drop "
+            "them.",
+            True,
+        )
     return KindWrite(
-        merged.commit, merged.commit.record, merged.metrics, files_rewritten=merged.files_rewritten
+        merged.commit,
+        merged.commit.record,
+        merged.metrics,
+        files_rewritten=merged.files_rewritten,
+        note=note,
+        warning=warning,
     )
+
+
+def _unit_positions(target: WriteTarget) -> Callable[[Sequence[str]], UnitPosition] | None:
+    """Where a commit's units of work (partition keys) stand against this run's: a unit of the
+    same series (the other dimensions' keys) before its first one is `earlier`, at or after it
+    `later`; None for an asset without exactly one time dimension (its units have no order)."""
+    timed = [c for c in target.columns if c.is_time]
+    if len(timed) != 1 or not target.keys:
+        return None
+    time_def = timed[0].partitions_def
+    assert isinstance(time_def, TimeWindowPartitionsDefinition)
+    dimensions = sorted({c.dimension for c in target.columns})
+    at = dimensions.index(timed[0].dimension)
+
+    def unit(key: str) -> tuple[tuple[str, ...], dt.datetime] | None:
+        values = key_values(key) if len(dimensions) > 1 else [key]
+        if len(values) != len(dimensions):
+            return None
+        try:
+            start = time_def.time_window_for_partition_key(values[at]).start
+        except Exception:  # Dagster: not a key of this definition (an older definition's)
+            return None
+        return tuple(v for i, v in enumerate(values) if i != at), start
+
+    first: dict[tuple[str, ...], dt.datetime] = {}
+    for key in target.keys:
+        found = unit(key)
+        if found is not None and (found[0] not in first or found[1] < first[found[0]]):
+            first[found[0]] = found[1]
+
+    def position(keys: Sequence[str]) -> UnitPosition:
+        seen = set()
+        for key in keys:
+            found = unit(key)
+            if found is not None and found[0] in first:
+                seen.add("earlier" if found[1] < first[found[0]] else "later")
+        if len(seen) == 2:
+            return "mixed"
+        return "other" if not seen else "earlier" if "earlier" in seen else "later"
+
+    return position
 
 
 def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -102,3 +103,64 @@ def test_a_merge_or_scd2_writer_killed_before_its_commit_leaves_the_table_unchan
         merge(spark, root, [(5, "eu", "five")])
         rows = delta_rows(root, ["id", "name"])
         assert len(rows) == 10 and (5, "five") in rows and (6, "old") in rows
+
+
+def test_merging_a_day_again_undoes_its_series_merges_since_and_nothing_else(
+    spark, tmp_path: Path
+) -> None:
+    """Units of work `day|region`: merging 1|eu again after 2|eu takes the eu partition back to
+    before 1|eu (id 1, gone from 1|eu's input, leaves), us stays; 2|eu then merges on top, as
+    from scratch. In a table both series share, 1|us changed the same partition since: merged
+    on top, with the reason."""
+    from dagster_partlake.delta.merge import UnitPosition
+
+    def unit(root: Path, key: str, rows: list[tuple[int, str, str]], partition_by: list[str]):
+        day, region = key.split("|")
+
+        def position(keys: Sequence[str]) -> UnitPosition:
+            days = {k.split("|")[0] for k in keys if k.split("|")[1] == region}
+            if not days:
+                return "other"
+            if all(d < day for d in days):
+                return "earlier"
+            return "later" if all(d >= day for d in days) else "mixed"
+
+        return merge_rows(
+            spark.createDataFrame(rows, "id long, region string, name string"),
+            str(root),
+            unique_key=["id"],
+            partition_by=partition_by,
+            selection=PartitionSelection.everything(),
+            record_for=lambda _b: CommitRecord("t", (key,), None, "r", kind="merge"),
+            units=position,
+        )
+
+    root = tmp_path / "by_region"
+    unit(root, "1|eu", [(1, "eu", "a1"), (2, "eu", "b1")], ["region"])
+    unit(root, "1|us", [(10, "us", "x1")], ["region"])
+    unit(root, "2|eu", [(2, "eu", "b2"), (3, "eu", "c2")], ["region"])
+    us_files = {f for f in delta_files(root) if "region=us" in f}
+    again = unit(root, "1|eu", [(2, "eu", "b1")], ["region"])
+    assert again.rolled_back is not None and again.not_rolled_back is None
+    assert (again.rolled_back.version, again.rolled_back.undone) == (0, (1, 3))
+    assert again.metrics["rows_deleted"] == 3  # eu's rows before the roll back; none after it
+    assert delta_rows(root, ["id", "region", "name"]) == [(2, "eu", "b1"), (10, "us", "x1")]
+    assert {f for f in delta_files(root) if "region=us" in f} == us_files
+    later = unit(root, "2|eu", [(2, "eu", "b2"), (3, "eu", "c2")], ["region"])
+    assert later.rolled_back is None and later.not_rolled_back is None
+    assert delta_rows(root, ["id", "region", "name"]) == [
+        (2, "eu", "b2"),
+        (3, "eu", "c2"),
+        (10, "us", "x1"),
+    ]
+
+    shared = tmp_path / "shared"
+    unit(shared, "1|eu", [(1, "eu", "a1")], [])
+    unit(shared, "1|us", [(10, "us", "x1")], [])
+    on_top = unit(shared, "1|eu", [(2, "eu", "b1")], [])
+    assert on_top.rolled_back is None
+    assert on_top.not_rolled_back == (
+        "version 2, a merge of other units of work, changed the same table partitions (the whole "
+        "table) since"
+    )
+    assert delta_rows(shared, ["id", "name"]) == [(1, "a1"), (2, "b1"), (10, "x1")]
