@@ -40,6 +40,7 @@ from tests.lake_checks import compare_lake  # noqa: E402
 from tests.servers import DagsterDev, dagster_dev, wait_until  # noqa: E402
 
 SENSOR = "partlake_invalidation"
+MEMORY_SLOPE_LIMIT = 50.0  # MB per hour
 DAYS = [dt.date(2024, 1, d) for d in range(1, 6)]
 REGIONS = ["eu", "us", "apac"]
 RUNS = """
@@ -141,40 +142,43 @@ def minimal_runs(lake: Path, rewrites: list[tuple[float, str, str]], ticks: list
     A sensor sees the lake at its ticks: the rewrites that landed between two ticks are seen
     together, so their closures may share runs; rewrites seen at different ticks cannot be
     refreshed by a run requested before the later one landed. For each tick interval with
-    rewrites, the closure of those rewrites (clean_events and daily_region_stats of each
-    rewritten day and region, monthly_region_stats of its month) takes the runs partlake's
-    own batching makes of it (`planning.runs`: clean_events and daily_region_stats of the
-    same partitions share a run; ranges where the backfill policy allows). The sum over the
-    intervals is the minimum for a scheduler that refreshes each change at the first tick that
-    can see it. (One that waited could batch more, and be later; the sensor can also come out
-    below it when a rewrite lands while the runs of an earlier one are still queued.)
+    rewrites, the closure of those rewrites is what the planner finds stale when exactly those
+    source partitions move in the final, fresh lake (every asset of the code location, the SQL
+    models and a merge's later days included), and it takes the runs partlake's own batching
+    makes of it (`planning.runs`). The sum over the intervals is the minimum for a scheduler that
+    refreshes each change at the first tick that can see it. (One that waited could batch more,
+    and be later; the sensor can also come out below it when a rewrite lands while the runs of
+    an earlier one are still queued.)
     """
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.planning.graph import LakeGraph
-    from dagster_partlake.planning.planner import Plan, StalePartition
+    from dagster_partlake.planning.planner import PartitionState, PlanInput, plan
     from dagster_partlake.planning.runs import runs_of
     from dagster_partlake.planning.session import PlanningSession
     from definitions import defs
 
     graph = LakeGraph(defs, root=str(lake))
     result = PlanningSession(graph, StateCache()).plan()
-    rules = graph.run_rules(result.inputs.assets)
-    order = ("clean_events", "daily_region_stats", "monthly_region_stats")
-    waves: dict[int, set[tuple[str, str]]] = {}
+    assert not result.plan.items, "the lake must be fresh before the minimum is derived"
+    inputs = result.inputs
+    rules = graph.run_rules(inputs.assets)
+    waves: dict[int, set[str]] = {}
     for when, day, region in rewrites:
         wave = next((i for i, t in enumerate(ticks) if t >= when), len(ticks))
-        waves.setdefault(wave, set()).add((day, region))
+        waves.setdefault(wave, set()).add(f"{day}|{region}")
     total = 0
     for changed in waves.values():
-        items = [
-            StalePartition(asset, f"{day}|{region}", "upstream_changed")
-            for asset in order[:2]
-            for day, region in sorted(changed)
-        ] + [
-            StalePartition("monthly_region_stats", f"{month}|{region}", "upstream_changed")
-            for month, region in sorted({(d[:7], r) for d, r in changed})
-        ]
-        total += len(runs_of(Plan(tuple(items), order), rules).runs)
+        source = dict(inputs.states["raw_events"])
+        for key in changed:  # moved: its lastUpdated differs from what every reader consumed
+            source[key] = PartitionState(source[key].last_updated + 1)
+        moved = PlanInput(
+            inputs.assets,
+            {**inputs.states, "raw_events": source},
+            inputs.records,
+            inputs.partition_keys,
+            inputs.unreadable,
+        )
+        total += len(runs_of(plan(moved), rules).runs)
     return total
 
 
@@ -261,6 +265,10 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
                 "peak_mb": round(max(mb for _, mb in samples), 1) if samples else None,
                 "end_mb": round(samples[-1][1], 1) if samples else None,
                 "slope_mb_per_hour": slope_mb_per_hour(writer_samples[role]),
+                # After the caches warmed up: the second half of the writer phase.
+                "slope_second_half_mb_per_hour": slope_mb_per_hour(
+                    writer_samples[role][len(writer_samples[role]) // 2 :]
+                ),
             }
             for role, samples in memory.samples.items()
         },
@@ -269,6 +277,13 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             "stale_at_end_0": not stale,
             "rows_lost_0": all(m == 0 for m, _ in differences.values()),
             "rows_duplicated_0": all(e == 0 for _, e in differences.values()),
+            "runs_failed_0": not any(r["status"] == "FAILURE" for r in requested),
+            # Bounded memory: over the writer phase's second half, neither process grows by
+            # more than MEMORY_SLOPE_LIMIT MB an hour.
+            "memory_flat": all(
+                (slope_mb_per_hour(samples[len(samples) // 2 :]) or 0.0) <= MEMORY_SLOPE_LIMIT
+                for samples in writer_samples.values()
+            ),
         },
         "work_dir": str(work),
     }
