@@ -90,6 +90,8 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not spark and not dagster_cli and not cluster and not faults"
 
 # Benchmarks (not part of `make test`): JSON and PNG under benchmarks/out/.
+# The full backfill 3 times, interleaved floor / local / shared, then the other scenarios
+# (BENCH_ARGS='--only-backfill' for the interleaved part alone).
 bench-backfill: check-java install
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m benchmarks.backfill $(BENCH_ARGS)

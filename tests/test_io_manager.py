@@ -258,6 +258,15 @@ def test_single_partition_materialization_metadata_and_idempotence(
     assert meta["partlake/code_version"] == "1"
     assert meta["partlake/upstream_versions"] == {"raw_events": 1}
     assert meta["dagster/row_count"] == sum(1 for r in after if r[-1] == "eu")
+    # Where the output's time went, nested as documented (benchmarks/backfill.py splits runs by
+    # them); rounded to ms, hence the slack.
+    seconds = {k.removeprefix("partlake/"): v for k, v in meta.items() if k.endswith("_seconds")}
+    parts = seconds["stage_seconds"] + seconds["staged_files_seconds"] + seconds["gates_seconds"]
+    assert seconds["output_seconds"] >= seconds["write_seconds"] > 0
+    assert seconds["write_seconds"] + 0.005 >= parts + seconds["commit_seconds"]
+    assert seconds["commit_seconds"] + 0.001 >= seconds["publish_seconds"] >= 0
+    assert seconds["stage_seconds"] > 0 and seconds["gates_seconds"] > 0
+    assert seconds["read_seconds"] > 0
     commit = DeltaTable(str(clean_path)).history(1)[0]["partlake"]
     assert commit["run_id"] != result.run_id  # the latest commit is the third run's
     assert commit["partition_keys"] == ["2024-01-02|eu"]

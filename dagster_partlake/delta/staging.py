@@ -62,6 +62,15 @@ class StagedFile:
         return json.dumps(stats, default=str)
 
 
+@dataclass(frozen=True)
+class StageSeconds:
+    """Where a staged write's time went before its commit (reported in materialization
+    metadata; nothing depends on it)."""
+
+    spark: float = 0.0  # Spark computing the rows and writing the Parquet files into staging
+    listing: float = 0.0  # listing the staged files and reading their footers
+
+
 # Which live files a commit removes: those of the staged selection (a replace), none (an
 # append), or exactly `StagedWrite.remove_files` (a merge, which read them).
 Removal = Literal["selection", "none", "files"]
@@ -87,6 +96,7 @@ class StagedWrite:
     # Files of an earlier table version that the commit makes live again, as they are (a merge
     # that rolls table partitions back, `delta.merge`); never published nor discarded.
     readd_files: tuple[LiveFile, ...] = ()
+    seconds: StageSeconds = StageSeconds()
 
     @property
     def num_records(self) -> int:

@@ -56,6 +56,7 @@ from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.staging import (
     Removal,
     StagedWrite,
+    StageSeconds,
     discard_published,
     discarded_on_failure,
     new_staging_folder,
@@ -127,6 +128,9 @@ class CommitResult:
     rows_removed: int = 0  # rows of the files the commit removed
     # From publishing the staged files to the landed commit, retries included.
     commit_seconds: float = 0.0
+    # Of which moving the staged files into the table's partition folders.
+    publish_seconds: float = 0.0
+    staged: StageSeconds = StageSeconds()  # the write's time before the commit
 
 
 def write_partitions(
@@ -221,9 +225,12 @@ def stage_partitions(
         )
 
     stage = new_staging_folder(root)
+    started = time.perf_counter()
     write_parquet_files(df, stage, partition_by)
+    written = time.perf_counter()
     with discarded_on_failure(stage):
         files = staged_files(stage, partition_by, stats_columns)
+        listed = time.perf_counter()
         outside = [f for f in files if not selection.contains(f.partition_values)]
         if outside:
             shown = sorted({_show_values(f.partition_values) for f in outside})
@@ -243,6 +250,7 @@ def stage_partitions(
         selection=selection,
         partition_ids=tuple(partition_ids),
         removal=removal,
+        seconds=StageSeconds(spark=written - started, listing=listed - written),
     )
 
 
@@ -283,6 +291,7 @@ def commit_staged(
     """
     started = time.perf_counter()
     publish_staged(staged)
+    published = time.perf_counter() - started
     fault_point("before_commit")
     record = record or _default_record(staged)
     write_id = uuid.uuid4().hex
@@ -308,7 +317,12 @@ def commit_staged(
         landed = _landed(staged, write_id, before, old, attempt=attempt, now_ms=now_ms)
         fault_point("after_commit")
         checkpoint_when_due(staged.root)
-        return replace(landed, commit_seconds=time.perf_counter() - started)
+        return replace(
+            landed,
+            commit_seconds=time.perf_counter() - started,
+            publish_seconds=published,
+            staged=staged.seconds,
+        )
     raise CommitConflictError(
         f"could not commit to table {staged.table_name} after {max_attempts} attempts because "
         f"concurrent writers kept changing it (last error: {last_error}); lower the number of "

@@ -94,6 +94,8 @@ class _Read:
     landing: tuple[str, AfterCommit, tuple[str, ...]] | None = None
     root: str = ""  # where the input lives (a streaming input's folder or table)
     incremental: bool = False  # only what the consumer had not read (`partlake/incremental`)
+    # load_input's time: the table's log, the list of the partitions' files, Spark's read plan.
+    seconds: float = 0.0
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -149,6 +151,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
         from dagster_partlake.kinds.write import write_output
 
+        entered = time.perf_counter()
         if obj is None and context.dagster_type.is_nothing:
             return
         if not isinstance(obj, DataFrame):
@@ -181,7 +184,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         started = time.perf_counter()
         with self.spark.server_errors():
             written = write_output(obj, target, record, skip=skip)
-        timings = _Timings(time.perf_counter() - started, take_session_starts())
+        write_seconds = time.perf_counter() - started
         for name, read in reads.items():
             if read.landing is not None:
                 # Only now that the commit naming them landed (`incremental.landing`).
@@ -201,6 +204,12 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             )
         if written.note is not None:
             (context.log.warning if written.warning else context.log.info)(written.note)
+        timings = _Timings(
+            write=write_seconds,
+            spark_start=take_session_starts(),
+            read=sum(read.seconds for read in reads.values()),
+            output=time.perf_counter() - entered,
+        )
         context.add_output_metadata(_output_metadata(context, target, written, record, timings))
 
     def _target(self, context: OutputContext, obj: DataFrame) -> WriteTarget:
@@ -339,6 +348,16 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         return stream_input(spark, spec, root=root, table_schema=snapshot.schema)
 
     def load_input(self, context: InputContext) -> DataFrame | None:
+        started = time.perf_counter()
+        df = self._load_input(context)
+        step = context.step_context
+        reads = self._reads.get((step.run_id, step.step.key), {})
+        name = context.asset_key.to_user_string()
+        if name in reads:
+            reads[name] = replace(reads[name], seconds=time.perf_counter() - started)
+        return df
+
+    def _load_input(self, context: InputContext) -> DataFrame | None:
         from dagster_partlake.delta.reader import open_table, read_snapshot
 
         asset_key = context.asset_key
@@ -800,6 +819,8 @@ class _Timings:
 
     write: float  # Spark computing and staging the output, the gates, the commit
     spark_start: float  # starting this process's Spark session, if this step started it
+    read: float  # load_input of the output's upstream assets (`_Read.seconds`)
+    output: float  # handle_output up to its metadata: the write and what comes before and after
 
 
 def _output_metadata(
@@ -812,9 +833,15 @@ def _output_metadata(
     """The materialization metadata of one written output. Dagster shows a run's metadata on
     each of its partitions, so a run of several partitions names its totals as the batch's
     (`partlake/batch_rows`, ...); each partition's own rows and lastUpdated are on its
-    partlake_fresh result. Timings are the run's: `partlake/write_seconds` (Spark's job and the
-    commit), `partlake/commit_seconds`, and `partlake/spark_start_seconds` where this step
-    started the run's Spark session."""
+    partlake_fresh result. Timings are the run's, in seconds: `partlake/output_seconds` (the IO
+    manager's handling of the output up to this metadata: its partition keys, the DataFrame's
+    schema, the write), of which `partlake/write_seconds` (Spark's job, the gates, the commit),
+    of which `partlake/stage_seconds` (Spark computing the rows and writing them into staging),
+    `partlake/staged_files_seconds` (listing the staged files, reading their footers),
+    `partlake/gates_seconds` and `partlake/commit_seconds` (of which `partlake/publish_seconds`,
+    moving the staged files into the table); besides the output, `partlake/read_seconds`
+    (loading the upstream partitions: their log, their files' list, Spark's read plan) and
+    `partlake/spark_start_seconds` where this step started the run's Spark session."""
     result = written.commit
     counts: dict[str, int] = {
         "dagster/row_count": result.num_records
@@ -845,14 +872,21 @@ def _output_metadata(
             "partlake/kind": MetadataValue.text(target.kind.kind),
         }
     )
+    seconds = {"partlake/output_seconds": timings.output, "partlake/write_seconds": timings.write}
     if result is not None:
         metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
-        metadata["partlake/commit_seconds"] = MetadataValue.float(round(result.commit_seconds, 3))
-    metadata["partlake/write_seconds"] = MetadataValue.float(round(timings.write, 3))
+        seconds["partlake/commit_seconds"] = result.commit_seconds
+        seconds["partlake/publish_seconds"] = result.publish_seconds
+        if result.staged.spark or result.staged.listing:  # a merge or scd2 stages its own way
+            seconds["partlake/stage_seconds"] = result.staged.spark
+            seconds["partlake/staged_files_seconds"] = result.staged.listing
+    if written.gates_seconds:
+        seconds["partlake/gates_seconds"] = written.gates_seconds
+    if timings.read:
+        seconds["partlake/read_seconds"] = timings.read
     if timings.spark_start:
-        metadata["partlake/spark_start_seconds"] = MetadataValue.float(
-            round(timings.spark_start, 3)
-        )
+        seconds["partlake/spark_start_seconds"] = timings.spark_start
+    metadata.update({k: MetadataValue.float(round(v, 3)) for k, v in seconds.items()})
     if written.already_written_by is not None:
         metadata["partlake/already_written_by"] = MetadataValue.text(written.already_written_by)
     return metadata

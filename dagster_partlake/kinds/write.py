@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict
@@ -86,6 +87,7 @@ class KindWrite:
     already_written_by: str | None = None
     note: str | None = None  # what the run's log should say about the write (a merge roll back)
     warning: bool = False  # the note is a warning
+    gates_seconds: float = 0.0  # evaluating the quality gates, their results logged
 
 
 @dataclass(frozen=True)
@@ -158,16 +160,19 @@ def _write(df: DataFrame, target: WriteTarget, record: CommitRecord, skip: str |
         # The batch is checked and then written: persisted, so both see the same rows.
         batch = df.persist()
         try:
+            started = time.perf_counter()
             target.check(batch)
-            return (
+            gates = time.perf_counter() - started
+            written = (
                 _merge(batch, target, record) if kind == "merge" else _scd2(batch, target, record)
             )
+            return replace(written, gates_seconds=gates)
         finally:
             batch.unpersist()
     if kind == "append":
         return _append(df, target, record)
     staged = _stage(df, target, removal="selection")
-    _check_staged(df, target, staged)
+    gates = _check_staged(df, target, staged)
     rows = _rows_by_key(staged, target)
     record = replace(record, rows_by_partition=rows)
     unchanged: dict[str, int] = {}
@@ -201,7 +206,7 @@ def _write(df: DataFrame, target: WriteTarget, record: CommitRecord, skip: str |
         "rows_deleted": result.rows_removed,
         "rows_unchanged": sum(rows.get(pid, 0) for pid in unchanged),
     }
-    return KindWrite(result, result.record, metrics, tuple(sorted(unchanged)))
+    return KindWrite(result, result.record, metrics, tuple(sorted(unchanged)), gates_seconds=gates)
 
 
 def _record_only(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
@@ -226,7 +231,7 @@ def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWri
     if previous is not None:
         return KindWrite(None, previous, dict(previous.metrics))
     staged = _stage(df, target, removal="none")
-    _check_staged(df, target, staged)
+    gates = _check_staged(df, target, staged)
     rows = staged.num_records
     metrics = {"rows_inserted": rows, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
     record = replace(record, metrics=metrics, **_unit_fields(staged, target))
@@ -236,7 +241,7 @@ def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWri
         max_attempts=target.max_attempts,
         once_per_inputs=target.once_per_inputs,
     )
-    return KindWrite(result, result.record, metrics)
+    return KindWrite(result, result.record, metrics, gates_seconds=gates)
 
 
 def _merge(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
@@ -360,10 +365,12 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
     )
 
 
-def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> None:
-    """Run the gates on the staged files; on a blocking failure remove them and raise."""
+def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> float:
+    """Run the gates on the staged files; on a blocking failure remove them and raise. Returns
+    the seconds the gates took (0.0: the asset has none)."""
     if target.check is None:
-        return
+        return 0.0
+    started = time.perf_counter()
     spark = df.sparkSession
     schema = arrow_to_spark(staged.schema)
     paths = ["file://" + os.path.join(staged.staging_dir, f.relative_path) for f in staged.files]
@@ -374,6 +381,7 @@ def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> No
     )
     with discarded_on_failure(staged.staging_dir):
         target.check(new.select(*schema.fieldNames()))
+    return time.perf_counter() - started
 
 
 def _newest_snapshot(root: str) -> int | None:
