@@ -120,7 +120,7 @@ def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) ->
             assert item["reason"] == "upstream_changed"
             assert item["because"] == [f"{asset}[{previous}]"]
     runs = run_partlake("plan", "-m", "definitions", "--runs-json", env=env)
-    by_key = {(r["assets"][0], r["partition_key"]): r for r in json.loads(runs.stdout)}
+    by_key = {(a, r["partition_key"]): r for r in json.loads(runs.stdout) for a in r["assets"]}
     for asset in ("users", "users_history"):
         for day, previous in (("2024-01-03", "2024-01-02"), ("2024-01-04", "2024-01-03")):
             assert by_key[(asset, day)]["waits_for"] == [by_key[(asset, previous)]["run"]]
