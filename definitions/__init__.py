@@ -62,7 +62,7 @@ defs = Definitions(
     # The intervals are environment knobs so a demo or a test can tick faster than production.
     sensors=[
         build_invalidation_sensor(
-            minimum_interval_seconds=int(os.environ.get("PARTLAKE_SENSOR_INTERVAL_SECONDS", "5")),
+            minimum_interval_seconds=int(os.environ.get("PARTLAKE_SENSOR_INTERVAL_SECONDS", "2")),
             retry_base_seconds=int(os.environ.get("PARTLAKE_SENSOR_RETRY_SECONDS", "60")),
         )
     ],

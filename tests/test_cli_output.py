@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from definitions.ingest import write_partition
-from tests.conftest import cli_env, run_partlake
+from tests.conftest import REPO_ROOT, cli_env, run_partlake
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli]
 
@@ -91,3 +92,46 @@ def test_run_prints_one_line_per_partition_a_summary_and_nothing_else(tmp_path: 
     )
     assert verbose.returncode == 1
     assert "STEP_FAILURE" in verbose.stdout + verbose.stderr
+
+    # On a terminal: a progress bar, redrawn in place, and the partition lines whole above it.
+    write_partition(DAY, "eu", 100, seed=4, root=str(lake))
+    shown = run_on_a_terminal(
+        [sys.executable, "-m", "dagster_partlake.cli", "run", "-m", "definitions", "--select"]
+        + [SELECT],
+        env,
+    )
+    screen = [re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", part) for part in re.split(r"[\r\n]+", shown)]
+    bars = [s for s in screen if "asset partitions/s" in s]  # tqdm: ' 0%|  | 0/2 [00:00<?, ...'
+    assert bars and any(re.search(r"\| 0/2 \[", s) for s in bars), shown
+    assert sorted(
+        re.sub(MS, "T ms", re.sub(r"\d+ rows", "N rows", s)) for s in screen if s.startswith("[")
+    ) == [
+        "[OK] clean_events 2024-01-01|eu (upstream_changed, N rows, T ms)",
+        "[OK] daily_region_stats 2024-01-01|eu (upstream_changed, N rows, T ms)",
+    ], shown
+    assert "2 asset partition(s) refreshed, 0 failed." in screen
+
+
+def run_on_a_terminal(command: list[str], env: dict[str, str]) -> str:
+    """Everything `command` writes to a pseudo-terminal (its stdout and stderr) until it exits."""
+    import os
+    import pty
+    import subprocess
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=follower, stderr=follower, stdin=follower
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process and its children are done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=900) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    return b"".join(chunks).decode(errors="replace")

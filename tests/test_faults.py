@@ -40,7 +40,7 @@ from tests.test_daemon import SENSOR, ingest, ticks
 
 pytestmark = [pytest.mark.faults, pytest.mark.daemon, pytest.mark.dagster_cli]
 
-TICK_SECONDS = 5
+TICK_SECONDS = 2
 RETRY_SECONDS = 10
 RUN_KEY = "dagster/run_key"
 # scripts/dagster.yaml: how often run monitoring looks at in-progress runs.

@@ -138,6 +138,9 @@ def test_the_sensor_reports_changed_verdicts_and_runs_report_what_they_wrote(
 
     requests, cursor, skip, events = tick(defs, instance, sensor, None)
     assert requests == [] and skip == "Everything is fresh." and events == []
+    # Nothing moved since: the tick says so without planning.
+    requests, cursor, skip, events = tick(defs, instance, sensor, cursor)
+    assert skip == "No new commits in any table since the last tick: nothing to plan."
 
     write_partition(dt.date(2024, 1, 2), "eu", 180, seed=3, root=str(lake))
     requests, cursor, skip, events = tick(defs, instance, sensor, cursor)
@@ -157,7 +160,8 @@ def test_the_sensor_reports_changed_verdicts_and_runs_report_what_they_wrote(
     assert latest(instance, "monthly_region_stats")["2024-01|eu"] == "SUCCEEDED"
     # A run that planned to check a partition and has not said it yet (one launched from the UI,
     # say): the tick leaves it to that run. Dagster keeps the run's result in the row it planned
-    # at its start, so a result the sensor recorded now would stay the newest and hide the run's.
+    # when the run was created, so a result the sensor recorded now would stay the newest and
+    # hide the run's.
     job = defs.resolve_implicit_job_def_def_for_assets([AssetKey("clean_events")])
     launched = instance.create_run_for_job(
         job_def=job,

@@ -9,9 +9,9 @@ partition no longer stale. Before its first report of an asset, it reads what th
 (the latest result per partition), so a new process neither repeats every passed result nor
 leaves a partition failed that became fresh while nothing reported. A partition a run already
 reported passed (its check step) is not reported again, and one a run in progress planned to
-check waits for that run: Dagster keeps a run's result in the row it planned at the run's start,
-so a result recorded meanwhile would stay the newest and hide the run's. A report holds at most
-`limit` results (None: no limit); the rest follow in the next ones.
+check waits for that run: Dagster keeps a run's result in the row it planned when the run was
+created, so a result recorded meanwhile would stay the newest and hide the run's. A report holds
+at most `limit` results (None: no limit); the rest follow in the next ones.
 
 Results are recorded under a report id, in place of a run id. Dagster takes a partition's latest
 result to be its newest row (one per run id and partition; a second result under the same id
