@@ -72,6 +72,10 @@ class Drill:
             old.unlink()
         (self.folder / POINTS_FILE).write_text(points)
 
+    def aim(self, points: str) -> None:
+        """Pause at `points` from now on, the passes already taken still counted."""
+        (self.folder / POINTS_FILE).write_text(points)
+
     def disarm(self) -> None:
         (self.folder / POINTS_FILE).unlink(missing_ok=True)
 
@@ -222,7 +226,8 @@ class TestRunWorkerKilled:
         """The staged files are in the table's folder, not in its log: readers see the old
         partition; run monitoring fails the run; the sensor retries; the third attempt lands."""
         before = partition_rows(drill.lake, "clean_events", "2024-01-02", "us")
-        drill.arm("before_commit:2")
+        # Commits to clean_events only: its run commits the SQL models beside it too.
+        drill.arm("before_commit@clean_events:2")
         changed = time.time()
         ingest(drill.dev.env, "--date", "2024-01-02", "--region", "us", "--seed", "21")
         failed = []
@@ -247,10 +252,11 @@ class TestRunWorkerKilled:
     def test_killed_right_after_its_commit_twice(self, drill: Drill) -> None:
         """The commit landed but the run never recorded it: the partition is fresh by its
         commit record, the run is failed, and what is downstream is refreshed."""
-        drill.arm("after_commit:2")
+        drill.arm("after_commit@clean_events:1")
         changed = time.time()
         ingest(drill.dev.env, "--date", "2024-01-01", "--region", "eu", "--seed", "22")
         for number, asset in ((1, "clean_events"), (2, "daily_region_stats")):
+            drill.aim(f"after_commit@{asset}:{number}")  # pass 1 stays taken: the next is 2
             drill.paused("after_commit", number)
             check_readable(drill.lake)
             kill_paused_run(drill, "after_commit", number, changed, asset)
@@ -287,7 +293,9 @@ class TestRunWorkerKilled:
             for r in ("eu", "us")
         }
         expected |= {
-            ("monthly_region_stats", f"2024-01|{r}", "upstream_changed") for r in ("eu", "us")
+            (monthly, f"2024-01|{r}", "upstream_changed")
+            for monthly in ("monthly_region_stats", "marts/monthly_region_summary")
+            for r in ("eu", "us")
         }
         assert stale == expected
         wait_until(lambda: drill.dev.stale() == [], timeout=600, what="the table to be rewritten")
@@ -469,6 +477,6 @@ def test_two_partlake_runs_on_one_stale_plan_commit_each_partition_once(
         assert len(ok) == 1, outputs  # one process wrote it; the other says why it did not
     assert any("already written by run" in o for o in outputs), outputs
     print("\n---\n".join(outputs))
-    check_lake(lake)
+    check_lake(lake, ["clean_events", "daily_region_stats", "monthly_region_stats"])
     plan = run_partlake("plan", "-m", "definitions", *select, env=env)
     assert plan.stdout.strip() == "Everything is fresh: no asset partition needs to run."
