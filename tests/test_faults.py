@@ -256,8 +256,11 @@ class TestRunWorkerKilled:
         changed = time.time()
         ingest(drill.dev.env, "--date", "2024-01-01", "--region", "eu", "--seed", "22")
         for number, asset in ((1, "clean_events"), (2, "daily_region_stats")):
-            drill.aim(f"after_commit@{asset}:{number}")  # pass 1 stays taken: the next is 2
             drill.paused("after_commit", number)
+            if number == 1:
+                # Aimed while the first run is held: once it is killed, the sensor's next run
+                # may commit daily_region_stats within seconds. Pass 1 stays taken: this is 2.
+                drill.aim("after_commit@daily_region_stats:2")
             check_readable(drill.lake)
             kill_paused_run(drill, "after_commit", number, changed, asset)
             check_readable(drill.lake)
