@@ -12,9 +12,15 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import TypeVar, cast, overload
+from typing import TYPE_CHECKING, TypeVar, cast, overload
 
 from dagster_partlake.columnar.interner import Interner
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Ints = Sequence[int] | npt.NDArray[np.int64]
 
 K = TypeVar("K", bound=Hashable)
 _T = TypeVar("_T")
@@ -67,7 +73,7 @@ class IntMap(Mapping[K, "int | None"]):
 
     @classmethod
     def newest(
-        cls, interner: Interner[K], ids: Sequence[int], values: Sequence[int], *, add: bool = False
+        cls, interner: Interner[K], ids: Ints, values: Ints, *, add: bool = False
     ) -> IntMap[K]:
         """Per id, the largest of its `values` (`add`: their sum)."""
         if not len(ids):
