@@ -41,6 +41,7 @@ from urllib.parse import unquote
 
 from dagster_partlake.columnar.interner import VALUES
 from dagster_partlake.columnar.intmap import IntMap
+from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.layout import commit_version, log_dir
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
     from dagster_partlake.delta.schema import DeltaType
 
     Codes = npt.NDArray[np.int32]
+    Times = npt.NDArray[np.int64]
+    # One block's actions: which are removes, partition value codes, paths, times.
+    _Chunk = tuple[npt.NDArray[np.bool_], list[Codes], pa.Array, Times]
 
 # Delta partition types whose JSON commit value is the text Arrow casts them to.
 TEXT_TYPES = frozenset({"string", "date", "byte", "short", "integer", "long"})
@@ -116,6 +120,7 @@ def _read(root: str) -> LogState | None:
         for block in _blocks(path):
             rows.add_block(block)
     newest, counts = rows.per_partition()
+    give_back()  # the replay's temporaries (`columnar.memory`)
     return LogState(
         version=wanted[-1] if wanted else start - 1,
         partition_by=partition_by,
@@ -154,6 +159,138 @@ def _scan(
     return metadata, protocol, removed
 
 
+class _Vocabulary:
+    """The distinct partition values of one read, each with a code (None's is 0)."""
+
+    def __init__(self, partition_by: tuple[str, ...]) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        self.np, self.pa = np, pa
+        self.partition_by = partition_by
+        self.words: dict[str | None, int] = {None: 0}
+
+    def code(self, word: str | None) -> int:
+        """The code of a partition value in this read (an empty value is no value)."""
+        return self.words.setdefault(word or None, len(self.words))
+
+
+@dataclass(frozen=True)
+class FileActions:
+    """The add and remove actions of some JSON commits, in log order, as columns."""
+
+    removes: npt.NDArray[np.bool_]  # the action is a remove (else an add)
+    values: npt.NDArray[np.int64]  # its partition's values, as ids in `VALUES`
+    paths: npt.NDArray[np.int64]  # its file's path as a code: equal paths, equal codes
+    times: npt.NDArray[np.int64]  # an add's modification time (0 for a remove)
+
+
+def read_file_actions(paths: Sequence[str], partition_by: tuple[str, ...]) -> FileActions | None:
+    """The add and remove actions of the JSON commits at `paths` (commitInfo and txn lines
+    skipped), read with Arrow; None if there is any other action (a schema change, a protocol
+    upgrade, ...), an action without partition values, or a commit that cannot be read."""
+    try:
+        actions = _Actions(partition_by)
+        for path in paths:
+            for block in _blocks(path):
+                actions.add_block(block)
+        return actions.collected()
+    except Exception:  # noqa: BLE001 - any failure here only means "read the table"
+        return None
+
+
+class _Actions(_Vocabulary):
+    """The add and remove actions of JSON commits, a block of lines at a time."""
+
+    def __init__(self, partition_by: tuple[str, ...]) -> None:
+        super().__init__(partition_by)
+        pa = self.pa
+        values = pa.struct([(c, pa.string()) for c in partition_by])
+        add = [("path", pa.string()), ("partitionValues", values), ("modificationTime", pa.int64())]
+        remove = [("path", pa.string()), ("partitionValues", values)]
+        txn = [("appId", pa.string())]
+        self.schema = pa.schema(
+            [(k, pa.struct(v)) for k, v in (("add", add), ("remove", remove), ("txn", txn))]
+        )
+        self.chunks: list[_Chunk] = []
+
+    def add_block(self, block: bytes) -> None:
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+
+        np, pa = self.np, self.pa
+        options = pj.ParseOptions(explicit_schema=self.schema, unexpected_field_behavior="ignore")
+        table = pj.read_json(
+            pa.py_buffer(block),
+            parse_options=options,
+            read_options=pj.ReadOptions(block_size=max(len(block), 1 << 20), use_threads=False),
+            memory_pool=pa.system_memory_pool(),
+        )
+        add, remove, txn = (table.column(k).combine_chunks() for k in ("add", "remove", "txn"))
+        is_add, is_remove = _bools(np, pc.is_valid(add)), _bools(np, pc.is_valid(remove))
+        if np.any(is_add & is_remove) or np.any(
+            ~is_add & ~is_remove & ~_bools(np, pc.is_valid(txn))
+        ):
+            raise _CannotReplay("an action other than add, remove, txn and commitInfo")
+        rows = np.flatnonzero(is_add | is_remove)
+        removes = is_remove[rows]
+        at = _indices(pa, np, rows)
+        parts = []
+        for action in (add, remove):
+            chosen = action.take(at)
+            values = pc.struct_field(chosen, "partitionValues")
+            parts.append((chosen, values))
+        (added, added_values), (removed, removed_values) = parts
+        if not np.all(_bools(np, pc.is_valid(added_values)) | removes):
+            raise _CannotReplay("an add without partition values")
+        if not np.all(_bools(np, pc.is_valid(removed_values)) | ~removes):
+            raise _CannotReplay("a remove without partition values")
+        codes = [
+            np.where(
+                removes,
+                _codes(self, pc.struct_field(removed_values, c)),
+                _codes(self, pc.struct_field(added_values, c)),
+            )
+            for c in self.partition_by
+        ]
+        mask = pa.Array.from_buffers(
+            pa.bool_(), len(rows), [None, pa.py_buffer(np.packbits(removes, bitorder="little"))]
+        )
+        path = pc.if_else(mask, pc.struct_field(removed, "path"), pc.struct_field(added, "path"))
+        times = pc.struct_field(added, "modificationTime")
+        if path.null_count or not np.all(_bools(np, pc.is_valid(times)) | removes):
+            raise _CannotReplay("an action without a path or an add without a time")
+        t = np.where(removes, 0, _ints(np, times, np.int64))
+        self.chunks.append((removes, codes, path, t))
+
+    def collected(self) -> FileActions:
+        import pyarrow.compute as pc
+
+        np, pa = self.np, self.pa
+        removes = np.concatenate([c[0] for c in self.chunks]) if self.chunks else np.zeros(0, bool)
+        times = (
+            np.concatenate([c[3] for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
+        )
+        size = len(removes)
+        words = list(self.words)
+        columns = (
+            [
+                (np.concatenate([c[1][i] for c in self.chunks]), words)
+                for i in range(len(self.partition_by))
+            ]
+            if self.chunks
+            else [(np.zeros(0, np.int32), words) for _ in self.partition_by]
+        )
+        values = VALUES.ids_of_words(columns, size)
+        paths = np.zeros(0, np.int64)
+        if size:
+            encoded = pc.dictionary_encode(pa.concat_arrays([c[2] for c in self.chunks]))
+            paths = _ints(np, encoded.indices, np.int32).astype(np.int64)
+        self.chunks = []
+        pa.default_memory_pool().release_unused()  # what Arrow's allocator kept of the parse
+        return FileActions(removes, values, paths, times)
+
+
 def _remove_paths(lines: bytes) -> list[str]:
     import pyarrow as pa
     import pyarrow.json as pj
@@ -170,22 +307,18 @@ def _remove_paths(lines: bytes) -> list[str]:
     return found
 
 
-class _Rows:
+class _Rows(_Vocabulary):
     """The live files of a replay: partition values and modification times of the files no
     remove names (`codes`, `times`: numpy chunks), and the actions naming the others, with
     their position in the replay (`seq`; a checkpoint's files come first, at -1)."""
 
     def __init__(self, partition_by: tuple[str, ...], removed: set[str]) -> None:
-        import numpy as np
-        import pyarrow as pa
-
-        self.np, self.pa = np, pa
-        self.partition_by = partition_by
+        super().__init__(partition_by)
+        pa, np = self.pa, self.np
         self.removed = removed
         self.removed_array = _string_array(pa, np, sorted(removed)) if removed else None
-        self.words: dict[str | None, int] = {None: 0}  # this read's distinct partition values
         self.codes: list[list[Codes]] = [[] for _ in partition_by]
-        self.times: list[np.ndarray] = []
+        self.times: list[Times] = []
         self.named: list[tuple[int, str, Values | None, int]] = []  # (seq, path, values, t)
         self.seq = 0
         values = [(c, pa.string()) for c in partition_by]
@@ -303,10 +436,6 @@ class _Rows:
             named[i] = unquote(paths[i].as_py()) in self.removed
         return named
 
-    def code(self, word: str | None) -> int:
-        """The code of a partition value in this read (an empty value is no value)."""
-        return self.words.setdefault(word or None, len(self.words))
-
     def per_partition(self) -> tuple[IntMap[Values], IntMap[Values]]:
         """Per partition, the newest modification time and the number of live files."""
         np = self.np
@@ -323,7 +452,8 @@ class _Rows:
             )
         columns = [np.concatenate(chunks) for chunks in self.codes]
         self.codes, self.times = [], []
-        ids = _value_ids(np, columns, list(self.words))
+        words = list(self.words)
+        ids = VALUES.ids_of_words([(column, words) for column in columns], len(times))
         del columns
         self.pa.default_memory_pool().release_unused()  # what Arrow's allocator kept of the parse
         return IntMap.newest(VALUES, ids, times), IntMap.newest(VALUES, ids, ones, add=True)
@@ -343,30 +473,7 @@ class _Rows:
         self.times.append(np.array([t for _, t in live], np.int64))
 
 
-def _value_ids(np: Any, columns: list[Codes], words: list[str | None]) -> np.ndarray:
-    """The interned values id of each row of partition value codes (distinct rows interned once,
-    in order of first appearance)."""
-    size = max(len(words), 1)
-    if size ** len(columns) < 2**62:
-        combined = np.zeros(len(columns[0]), np.int64)
-        for column in columns:
-            combined = combined * size + column
-        _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-    else:
-        stacked = np.stack(columns, axis=1)
-        _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rows = zip(*(_words_of(words, column[first[order]]) for column in columns), strict=True)
-    ids = np.empty(len(first), np.int64)
-    ids[order] = VALUES.ids_of(rows)
-    return ids[inverse.reshape(-1)]
-
-
-def _words_of(words: list[str | None], codes: np.ndarray) -> list[str | None]:
-    return [words[c] for c in codes.tolist()]
-
-
-def _codes(rows: _Rows, column: pa.Array) -> Codes:
+def _codes(rows: _Vocabulary, column: pa.Array) -> Codes:
     """A column of partition values as codes of this read (null and empty: None's code)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -384,7 +491,7 @@ def _codes(rows: _Rows, column: pa.Array) -> Codes:
     return codes
 
 
-def _map_columns(rows: _Rows, mapped: pa.MapArray) -> list[Codes]:
+def _map_columns(rows: _Vocabulary, mapped: pa.MapArray) -> list[Codes]:
     """Per partition column, the codes of a checkpoint's `partitionValues` maps (the first
     entry of that column in each map; None where it has none)."""
     np = rows.np
@@ -503,19 +610,26 @@ def _meta_lines(block: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _checkpoint_meta(path: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The first metaData and protocol actions of a checkpoint, a batch of rows at a time until
+    both are found (writers put them first; the columns of a million adds are mostly null)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    rows = pq.ParquetFile(path).read(columns=["metaData", "protocol"])  # read_table: pandas
-    found: list[dict[str, Any] | None] = []
-    for kind in ("metaData", "protocol"):
-        column = rows.column(kind)
-        present = column.filter(pc.is_valid(column)).to_pylist()
-        row = present[0] if present else None
-        if row is not None and kind == "metaData":
-            row["configuration"] = dict(row.get("configuration") or [])
-        found.append(row)
-    return found[0], found[1]
+    found: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
+    source = pq.ParquetFile(path)  # not `read_table`, which imports pandas
+    for batch in source.iter_batches(_BATCH, columns=list(found), use_threads=False):
+        for kind in found:
+            if found[kind] is not None:
+                continue
+            column = batch.column(kind)
+            present = column.filter(pc.is_valid(column)).to_pylist()
+            found[kind] = present[0] if present else None
+        if all(row is not None for row in found.values()):
+            break
+    metadata = found["metaData"]
+    if metadata is not None:
+        metadata["configuration"] = dict(metadata.get("configuration") or [])
+    return metadata, found["protocol"]
 
 
 def _newest_checkpoint(log: str, names: list[str]) -> tuple[int, str] | None | Literal[False]:

@@ -74,8 +74,7 @@ def unsettled(
         present |= (now != ABSENT) | is_stale
         consumed = _consumed(np, records, dep.upstream, order, which, low, high)
         fresh &= ~is_stale & (_none(np, now) == _none(np, consumed))
-    keys = KEYS.keys
-    judged = [keys[low + int(i)] for i in np.flatnonzero(present & ~fresh)]
+    judged = KEYS.keys_of(np.flatnonzero(present & ~fresh) + low)
     judged.sort(key=lambda k: k or "")
     return judged
 
@@ -94,7 +93,7 @@ def _dense(np: ModuleType, values: IntMap[Key] | None, low: int, high: int) -> C
     """`values` as one int64 column over ids `low`..`high` (`ABSENT` where it has none)."""
     out = np.full(high - low, ABSENT, np.int64)
     if values is not None and len(values.column):
-        column = np.frombuffer(values.column, np.int64)
+        column = values.slots()
         start, end = max(values.base, low), min(values.base + len(column), high)
         if start < end:
             out[start - low : end - low] = column[start - values.base : end - values.base]
@@ -132,7 +131,7 @@ def _consumed(
         consumed = source.consumed.get(upstream)
         if not isinstance(consumed, IntMap) or not len(positions) or not len(consumed.column):
             continue
-        column = np.frombuffer(consumed.column, np.int64)
+        column = consumed.slots()
         at = positions + (low - consumed.base)
         inside = (at >= 0) & (at < len(column))
         out[positions[inside]] = column[at[inside]]
