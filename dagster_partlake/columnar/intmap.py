@@ -267,6 +267,12 @@ class IntMap(Mapping[K, "int | None"]):
         """A copy with the keys of `ids` set to `values` (stored values: `NONE` for None) and
         the keys of the `gone` ids removed first."""
         np = _numpy()
+        ids = np.asarray(ids, np.int64)
+        values = np.asarray(values, np.int64)
+        gone = np.zeros(0, np.int64) if gone is None else np.asarray(gone, np.int64)
+        patched = self._patched(np, ids, values, gone)
+        if patched is not None:
+            return patched
         own = self.slots()
         bounds = [(self.base, self.base + len(own))] if len(own) else []
         if len(ids):
@@ -281,6 +287,30 @@ class IntMap(Mapping[K, "int | None"]):
             slots[gone - low] = ABSENT
         slots[ids - low] = values
         return IntMap.of_slots(self.interner, low, slots)
+
+    def _patched(self, np: Any, ids: Column, values: Column, gone: Column) -> IntMap[K] | None:
+        """`updated_ids` as a copy of `column` with a few slots set, when the ids lie inside its
+        range and the values fit its width (a memcpy, not a pass of numpy per step)."""
+        end = self.base + len(self.column)
+        if not len(self.column) or (len(ids) and (ids.min() < self.base or ids.max() >= end)):
+            return None
+        narrow = self.column.typecode == "i"
+        stored = values[values != NONE]
+        if narrow and len(stored) and (stored.min() < _NARROW[0] or stored.max() > _NARROW[1]):
+            return None
+        if len(np.unique(ids)) != len(ids):
+            return None  # an id given twice: `updated_ids` keeps its last value
+        absent = _ABSENT32 if narrow else ABSENT
+        column = self.column[:]  # a copy
+        view = np.frombuffer(column, np.int32 if narrow else np.int64)
+        gone = np.unique(gone[(gone >= self.base) & (gone < end)]) - self.base
+        size = self.size - int(np.count_nonzero(view[gone] != absent))
+        view[gone] = absent
+        at = ids - self.base
+        size += int(np.count_nonzero(view[at] == absent))
+        view[at] = np.where(values == NONE, _NONE32, values) if narrow else values
+        del view  # `column` exports no buffer any more
+        return IntMap(self.interner, self.base, column, size)
 
     def __repr__(self) -> str:
         return f"IntMap({dict(self.items())!r})"
