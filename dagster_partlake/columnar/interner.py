@@ -8,11 +8,13 @@ partition values in its partition column order).
 A million partitions per table made a dict entry, a key object and an int object per key
 (about 135 bytes each, twice). Here a key is split into words (a partition key at its `|`, a
 tuple of values into its values), each distinct word is held once (a million partitions have
-ten thousand days and a hundred regions), and a key is the int32 codes of its words: about 32
-bytes per key with its index. The index is a sorted array of 64-bit hashes of the codes (equal
-hashes are told apart by comparing the codes), so a column of keys is looked up and interned
-with numpy, without an object per key (`ids_of_words`); keys looked up one at a time are also
-memoized in a dict (`find`), which holds only those.
+ten thousand days and a hundred regions), and a key is the int32 codes of its words: about 24
+bytes per key with its index. The index is an open-addressing hash table of int32 ids, at most
+half full, keyed by a 64-bit hash of the codes (keys of equal hashes are told apart by their
+codes), probed for a whole column of keys at once with numpy: a column is looked up and interned
+without an object per key (`ids_of_words`, `ids_of_text`). Keys looked up one at a time are
+memoized in a dict (`find`), which holds only those. Ids and lookups are exact: nothing is
+decided by a hash alone.
 """
 
 from __future__ import annotations
@@ -151,14 +153,12 @@ class Interner(Generic[K]):
 
     def key(self, key_id: int) -> K:
         """The key of an id."""
+        if not 0 <= key_id < self._size:
+            raise IndexError(f"key id {key_id} was never given")
         assert self._codes is not None and self._starts is not None
         start, end = int(self._starts[key_id]), int(self._starts[key_id + 1])
         words = self.words
         return self._join([words[c] for c in self._codes[start:end].tolist()])
-
-    def canonical(self, key: K) -> K:
-        """The key equal to `key` as this interner gives it back."""
-        return self.key(self.id(key))
 
     # ---- many keys at once ---------------------------------------------------------------
 

@@ -20,6 +20,9 @@ followed one by one, in log order; for the rest only their partition values (as 
 distinct values of this read) and modification times are kept, and they are grouped by partition
 at once with numpy (the newest modification time and the file count per partition).
 
+`read_file_actions` reads the add and remove actions of commits made since a state was read
+the same way, as columns (`dagster_partlake.delta.state` follows a table with them).
+
 Nothing here converts Arrow data through pandas: pyarrow imports pandas (about 110 MB) for
 `to_numpy`, `group_by`, `pyarrow.parquet.read_table`, `pa.array` and Python scalars, so columns
 are read through their buffers.

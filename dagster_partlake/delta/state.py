@@ -5,7 +5,8 @@ newest modification time of its files (our writer sets that time to the commit t
 read replays the log (`dagster_partlake.delta.log_state`: the newest checkpoint and the JSON
 commits after it), falling back to delta-rs' snapshot for what that replay does not handle.
 Later syncs follow only the new commits: appends and whole-partition replacements from the
-JSON commits alone, other changes through delta-rs re-aggregating just the touched partitions.
+JSON commits alone (read as columns, `log_state.read_file_actions`), other changes through
+delta-rs re-aggregating just the touched partitions.
 A state is held column-wise (`dagster_partlake.columnar`: int64 arrays over interned partition
 values), so a table of a million partitions costs a few arrays, not a million objects.
 
