@@ -5,7 +5,9 @@ exact place when it is killed: between a run's Parquet write and its Delta commi
 the commit, inside a sensor tick. `fault_point(name)` is such a place. It does nothing unless
 `PARTLAKE_FAULT_DIR` is set (one `os.environ` lookup) and that folder's file `points` names it,
 e.g. `before_commit:2,after_commit:1`: pause at the first two passes through `before_commit`,
-across all processes of the drill, and at the first through `after_commit`. The drill writes
+across all processes of the drill, and at the first through `after_commit`. A point may name
+what it is for: `before_commit@clean_events:2` pauses only the commits to clean_events' table (a
+run writing several assets passes the point once per table). The drill writes
 `points` while its servers run, so it arms a point when it is ready. A paused process writes
 `<PARTLAKE_FAULT_DIR>/<name>.<n>.paused` (its pid) and says on stderr what it waits for: that
 file's `.release` sibling, which the drill creates to let it go on, unless it kills the process
@@ -32,8 +34,9 @@ POINTS_FILE = "points"
 POINTS = ("before_commit", "after_commit", "before_write", "sensor_tick", "stream_batch")
 
 
-def fault_point(name: str) -> None:
-    """Pause here when the drill asks for `name` (see the module docstring); else return."""
+def fault_point(name: str, subject: str | None = None) -> None:
+    """Pause here when the drill asks for `name` (for `subject`, e.g. a table, when it names
+    one: see the module docstring); else return."""
     drill = os.environ.get(DIR_ENV)
     if not drill:
         return
@@ -42,8 +45,8 @@ def fault_point(name: str) -> None:
         wanted = (folder / POINTS_FILE).read_text()
     except FileNotFoundError:
         return
-    passes = _passes(wanted).get(name, 0)
-    if not passes:
+    passes, target = _passes(wanted).get(name, (0, None))
+    if not passes or (target is not None and target != subject):
         return
     for number in range(1, passes + 1):
         paused = folder / f"{name}.{number}.paused"
@@ -64,17 +67,19 @@ def fault_point(name: str) -> None:
         return
 
 
-def _passes(spec: str) -> dict[str, int]:
-    """`before_commit:2,after_commit` -> {"before_commit": 2, "after_commit": 1}."""
+def _passes(spec: str) -> dict[str, tuple[int, str | None]]:
+    """`before_commit@clean_events:2,after_commit` -> {"before_commit": (2, "clean_events"),
+    "after_commit": (1, None)}."""
     passes = {}
     for item in spec.replace("\n", ",").split(","):
         if not item.strip():
             continue
-        name, _, count = item.strip().partition(":")
+        point, _, count = item.strip().partition(":")
+        name, _, subject = point.partition("@")
         if name not in POINTS:
             raise PartlakeConfigError(
                 f"{DIR_ENV}/{POINTS_FILE} names an unknown fault point {name!r}; the points are "
                 f"{', '.join(POINTS)}"
             )
-        passes[name] = int(count or 1)
+        passes[name] = (int(count or 1), subject or None)
     return passes

@@ -114,11 +114,16 @@ def test_run_prints_one_line_per_partition_a_summary_and_nothing_else(tmp_path: 
 
 def run_on_a_terminal(command: list[str], env: dict[str, str]) -> str:
     """Everything `command` writes to a pseudo-terminal (its stdout and stderr) until it exits."""
+    import fcntl
     import os
     import pty
+    import struct
     import subprocess
+    import termios
 
     leader, follower = pty.openpty()
+    # A terminal of 40 rows and 120 columns, as a user's.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     proc = subprocess.Popen(
         command, cwd=REPO_ROOT, env=env, stdout=follower, stderr=follower, stdin=follower
     )

@@ -5,6 +5,7 @@ process says what it waits for and goes on when released."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -71,3 +72,16 @@ def test_without_a_drill_or_an_armed_point_nothing_waits(
     (tmp_path / "points").write_text("before_comit:1")
     with pytest.raises(PartlakeConfigError, match="unknown fault point 'before_comit'"):
         fault_point("before_commit")
+
+
+def test_a_point_for_one_table_lets_the_others_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DIR_ENV, str(tmp_path))
+    (tmp_path / "points").write_text("before_commit@clean_events:1")
+    fault_point("before_commit", "staging/events")  # another table's commit goes on
+    fault_point("before_commit")
+    assert not list(tmp_path.glob("*.paused"))
+    (tmp_path / "before_commit.1.release").touch()  # released beforehand: it pauses and goes on
+    fault_point("before_commit", "clean_events")
+    assert (tmp_path / "before_commit.1.paused").read_text() == str(os.getpid())

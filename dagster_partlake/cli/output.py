@@ -60,7 +60,16 @@ class Terminal:
             return
         from tqdm import tqdm
 
-        bar = tqdm(total=total, unit=f" {unit}", file=self.out, leave=False, dynamic_ncols=True)
+        # A terminal that reports no width (0 columns) gets 80: tqdm would draw nothing.
+        sized = os.get_terminal_size(self.out.fileno()).columns > 0
+        bar = tqdm(
+            total=total,
+            unit=f" {unit}",
+            file=self.out,
+            leave=False,
+            dynamic_ncols=sized,
+            ncols=None if sized else 80,
+        )
         self._bar = bar
         try:
             yield _Progress(bar)

@@ -292,7 +292,7 @@ def commit_staged(
     started = time.perf_counter()
     publish_staged(staged)
     published = time.perf_counter() - started
-    fault_point("before_commit")
+    fault_point("before_commit", staged.table_name)
     record = record or _default_record(staged)
     write_id = uuid.uuid4().hex
     delta_schema = DeltaSchema.from_arrow(staged.schema)
@@ -315,7 +315,7 @@ def commit_staged(
             time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
             continue
         landed = _landed(staged, write_id, before, old, attempt=attempt, now_ms=now_ms)
-        fault_point("after_commit")
+        fault_point("after_commit", staged.table_name)
         checkpoint_when_due(staged.root)
         return replace(
             landed,

@@ -143,7 +143,7 @@ def write_output(
     run guard's reason) write no rows and only record what the run consumed."""
     kind = target.kind.kind
     record = replace(record, kind=kind)
-    fault_point("before_write")
+    fault_point("before_write", target.asset_name)
     try:
         return _write(df, target, record, skip)
     except AlreadyWritten as already:
