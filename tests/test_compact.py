@@ -65,3 +65,52 @@ def test_state_and_record_maps_make_values_on_access_and_share_records() -> None
     }
     assert first["b"] == Record("1", None, consumed, "run-1")
     assert both["a"] is both["a"]  # one object per commit and written lastUpdated
+
+
+words = st.sampled_from(["2024-01-01", "2024-01-02", "eu", "us", "", "é", "a/b", "x\x00y"])
+text_keys = st.lists(words, min_size=1, max_size=3).map("|".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.none(), text_keys), max_size=60), max_size=8))
+def test_an_interner_gives_each_key_one_id_however_it_is_asked(batches: list) -> None:
+    """Keys interned one at a time, in bulk (as strings, as text, as word columns) and looked
+    up again get one id each, give back the key, and no other key's."""
+    import numpy as np
+
+    from dagster_partlake.columnar.interner import Interner, _join_key, _split_key, _split_keys
+
+    interner = Interner(_split_key, _join_key, _split_keys, "|")
+    seen: dict[str | None, int] = {}
+    for i, batch in enumerate(batches):
+        how = i % 3
+        if how == 0:
+            ids = [interner.id(k) for k in batch]
+        elif how == 1:
+            ids = interner.ids_of(batch * 80)[: len(batch)]  # past the bulk threshold
+        else:
+            ids = interner.ids_of(batch)
+        for key, found in zip(batch, ids, strict=True):
+            assert seen.setdefault(key, found) == found
+    assert len(interner) == len(seen) and sorted(seen.values()) == list(range(len(seen)))
+    keys = list(seen)
+    assert interner.keys_of(np.array([seen[k] for k in keys], np.int64)) == keys
+    assert all(interner.find(k) == seen[k] for k in keys)
+    assert interner.find_all(keys * 40 + ["never|seen"]).tolist() == [
+        seen[k] for k in keys
+    ] * 40 + [-1]
+    text = [k for k in keys if k is not None and "\x00" not in k]
+    if text:
+        data = np.frombuffer("\x00".join(text).encode(), np.uint8)
+        cuts = np.flatnonzero(data == 0)
+        starts, ends = np.r_[0, cuts + 1], np.r_[cuts, len(data)]
+        assert interner.ids_of_text(data, starts, ends).tolist() == [seen[k] for k in text]
+
+
+@given(st.dictionaries(keys, st.one_of(st.none(), st.integers(-(2**31), 2**31))))
+def test_an_int_map_of_small_values_is_narrow_and_reads_the_same(start: dict) -> None:
+    column = IntMap.build(KEYS, start.items())
+    small = all(v is None or -(2**31) + 2 <= v <= 2**31 - 1 for v in start.values())
+    assert (column.column.typecode == "i") == (small and bool(start))
+    assert column == start and dict(column.items()) == start
+    assert all(column.get(k, "absent") == start.get(k, "absent") for k in ALL_KEYS)

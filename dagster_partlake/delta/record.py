@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypedDict, cast
 
-from dagster_partlake.columnar.interner import KEYS, Key
+from dagster_partlake.columnar.interner import KEYS, Key, KeyList
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.errors import PartlakeError
 
@@ -54,7 +54,8 @@ class CommitRecord:
     """What one partlake commit wrote and read."""
 
     asset_key: str
-    partition_keys: tuple[str, ...]  # Dagster partition keys written; () for a whole table
+    # Dagster partition keys written; () for a whole table (a compact record: a `KeyList`).
+    partition_keys: Sequence[str]
     code_version: str | None
     run_id: str | None
     # Upstream asset -> partition id -> lastUpdated (ms) of that partition when it was read.
@@ -82,14 +83,19 @@ class CommitRecord:
     table_version: int | None = None
 
     @property
-    def partition_ids(self) -> tuple[str, ...]:
+    def partition_ids(self) -> Sequence[str]:
         """The written partitions' ids: their keys, or `WHOLE_TABLE_ID` for a whole table."""
         return self.partition_keys or (WHOLE_TABLE_ID,)
 
     @cached_property  # asked once per written partition: 100,000 of them in one commit
     def empty_partition_ids(self) -> frozenset[str]:
         """Written partitions that got no rows (the write removed their data)."""
-        zeros = [pid for pid, rows in (self.rows_by_partition or {}).items() if rows == 0]
+        rows_by_partition = self.rows_by_partition or {}
+        written_ids = self.partition_keys
+        if isinstance(rows_by_partition, IntMap) and isinstance(written_ids, KeyList):
+            zeros = rows_by_partition.keys_with(0, among=written_ids.ids.astype("int64"))
+            return frozenset(zeros)  # compact
+        zeros = [pid for pid, rows in rows_by_partition.items() if rows == 0]
         if not zeros:
             return frozenset()
         written = set(self.partition_ids)
@@ -175,7 +181,7 @@ class CommitRecord:
     def from_columns(
         cls,
         small: Mapping[str, object],
-        partition_keys: tuple[str, ...],
+        partition_keys: Sequence[str],
         per_partition: Mapping[str, IntMap[Key]],
         table_version: int | None,
     ) -> CommitRecord:
@@ -241,10 +247,16 @@ class CommitRecord:
         # Compact: a commit that wrote a million partitions is a few arrays, not millions of
         # dict entries.
         per_partition = _per_partition if compact else _as_dict
-        keys = (str(k) for k in body["partition_keys"] or ())
+        written = body["partition_keys"]
+        keys: Sequence[str]
+        if isinstance(written, KeyList) and compact:  # read in bulk (`delta.commit_scan`)
+            keys = written
+        else:
+            listed = [str(k) for k in written or ()]
+            keys = _interned(listed) if compact else tuple(listed)
         return cls(
             asset_key=str(body["asset_key"]),
-            partition_keys=_canonical(list(keys)) if compact else tuple(keys),
+            partition_keys=keys,
             code_version=body.get("code_version"),
             run_id=body.get("run_id"),
             consumed={
@@ -299,10 +311,11 @@ def _per_partition(values: Mapping[Any, Any]) -> Mapping[str, int]:
     return cast("Mapping[str, int]", built)
 
 
-def _canonical(partition_ids: list[str]) -> tuple[str, ...]:
-    """The interned objects equal to `partition_ids` (equal ids share one object)."""
-    keys = KEYS.keys
-    return tuple(cast(str, keys[i]) for i in KEYS.ids_of(partition_ids))
+def _interned(partition_ids: list[str]) -> Sequence[str]:
+    """`partition_ids` as their ids in `KEYS` (a commit may have written a million)."""
+    import numpy as np
+
+    return KeyList(np.asarray(KEYS.ids_of(partition_ids), np.int32))
 
 
 def compact_pairs(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:

@@ -5,7 +5,8 @@ newest modification time of its files (our writer sets that time to the commit t
 read replays the log (`dagster_partlake.delta.log_state`: the newest checkpoint and the JSON
 commits after it), falling back to delta-rs' snapshot for what that replay does not handle.
 Later syncs follow only the new commits: appends and whole-partition replacements from the
-JSON commits alone, other changes through delta-rs re-aggregating just the touched partitions.
+JSON commits alone (read as columns, `log_state.read_file_actions`), other changes through
+delta-rs re-aggregating just the touched partitions.
 A state is held column-wise (`dagster_partlake.columnar`: int64 arrays over interned partition
 values), so a table of a million partitions costs a few arrays, not a million objects.
 
@@ -30,15 +31,22 @@ import json
 import os
 import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.columnar.interner import VALUES
-from dagster_partlake.columnar.intmap import IntMap
+from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
+from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.delta import state_file
-from dagster_partlake.delta.log_state import TEXT_TYPES, LogState, read_log_state
+from dagster_partlake.delta.log_state import (
+    TEXT_TYPES,
+    FileActions,
+    LogState,
+    read_file_actions,
+    read_log_state,
+)
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.table import (
@@ -50,15 +58,19 @@ from dagster_partlake.delta.table import (
     unreadable,
 )
 from dagster_partlake.errors import PartlakeError, TableUnreadableError
-from dagster_partlake.layout import commit_file
+from dagster_partlake.layout import commit_file, log_dir
 
 if TYPE_CHECKING:
     from types import ModuleType
 
+    import numpy as np
+    import numpy.typing as npt
     import pyarrow as pa
     from deltalake import DeltaTable
 
     from dagster_partlake.delta.schema import DeltaType
+
+    Ids = npt.NDArray[np.int64]
 
 Values = tuple[str | None, ...]
 
@@ -78,7 +90,7 @@ class TableState:
     # Set when this state was derived from the state at version `follows` by its new commits:
     # the partitions whose lastUpdated or version may differ from that one's (not persisted).
     follows: int | None = field(default=None, compare=False)
-    moved: frozenset[Values] | None = field(default=None, compare=False)
+    moved: Ids | None = field(default=None, compare=False)  # ids in `VALUES`
     # Live files per partition, where known: lets `sync` follow appends and partition
     # replacements from the JSON commits alone.
     file_counts: IntMap[Values] | None = field(default=None, compare=False)
@@ -159,12 +171,16 @@ class StateCache:
             if followed is not None:  # appends and partition replacements: no delta-rs needed
                 return self._keep(root, followed, with_commits=with_commits)
         if cached is None:
-            if not table_exists(root):
+            if not os.path.isdir(log_dir(root)):
                 return None
+            # A log that replays is a table's: delta-rs (about 20 MB once imported) is asked
+            # only about the others.
             replayed = read_log_state(root)
             if replayed is not None:  # the log replayed without a delta-rs snapshot
                 state = _state_of_log(root, replayed, with_commits=with_commits)
                 return self._keep(root, state, with_commits=with_commits)
+            if not table_exists(root):
+                return None
         # Imported here: a process whose states all come from the persisted cache (or whose
         # tables do not exist yet) never needs it.
         from deltalake import DeltaTable
@@ -295,6 +311,7 @@ def _read_state(
             IntMap.build(VALUES, m.items()) for m in _newest(pa, pc, actions, partition_by, None)
         )
     del actions
+    touched_ids = None if touched is None else _values_ids(touched)
     commits: tuple[CommitRecord, ...] = ()
     if with_commits:
         commits = _partlake_commits(root, version, previous)
@@ -304,10 +321,10 @@ def _read_state(
         partition_by=partition_by,
         column_types=delta_types(arrow_schema(table)),
         last_updated=last_updated,
-        touched_in=_touched_in(commits, last_updated, previous, touched),
+        touched_in=_touched_in(commits, last_updated, previous, touched_ids),
         commits=commits,
         follows=None if touched is None or previous is None else previous.version,
-        moved=None if touched is None else frozenset(touched),
+        moved=None if touched is None else touched_ids,
         file_counts=counts,
     )
 
@@ -331,23 +348,62 @@ def _touched_in(
     commits: Sequence[CommitRecord],
     last_updated: IntMap[Values],
     previous: TableState | None,
-    touched: set[Values] | None,
+    touched: Ids | None,
 ) -> IntMap[Values]:
     """Per partition, the version of the partlake commit that set its lastUpdated (only the
-    `touched` partitions are looked up again when the previous state is followed)."""
+    `touched` partitions, ids in `VALUES`, are looked up again when the previous state is
+    followed)."""
+    import numpy as np
+
     by_time = {c.commit_time_ms: c.table_version for c in commits if c.table_version is not None}
     if touched is None or previous is None:
-        found = [(i, by_time[t]) for i, t in last_updated.raw_items() if t in by_time]
-        return IntMap.from_ids(VALUES, [i for i, _ in found], (v for _, v in found))
-    changes: dict[Values, int | None] = {}
-    gone = []
-    for values in touched:
-        now = last_updated.get(values)
-        if now is not None and now in by_time:
-            changes[values] = by_time[now]
-        else:
-            gone.append(values)
-    return previous.touched_in.updated(changes, gone)
+        return _versions_by_time(by_time, last_updated)
+    now = _at(np, last_updated, touched)  # ABSENT and NONE are no commit's time
+    times = sorted(t for t in by_time if t is not None)
+    found = np.zeros(len(touched), bool)
+    versions = np.zeros(len(touched), np.int64)
+    if times:
+        keys = np.array(times, np.int64)
+        at = np.minimum(np.searchsorted(keys, now), len(keys) - 1)
+        found = keys[at] == now
+        versions = np.array([by_time[t] for t in times], np.int64)[at]
+    return previous.touched_in.updated_ids(touched[found], versions[found], touched[~found])
+
+
+def _values_ids(values: set[Values]) -> Ids:
+    import numpy as np
+
+    return np.unique(np.asarray(VALUES.ids_of(list(values)), np.int64))
+
+
+def _at(np: ModuleType, values: IntMap[Values], ids: Ids) -> Ids:
+    """The stored value of each id (`ABSENT` where none)."""
+    slots = values.slots()
+    out = np.full(len(ids), ABSENT, np.int64)
+    at = ids - values.base
+    inside = (at >= 0) & (at < len(slots))
+    out[inside] = slots[at[inside]]
+    return out
+
+
+def _versions_by_time(
+    by_time: Mapping[int | None, int], last_updated: IntMap[Values]
+) -> IntMap[Values]:
+    """Per partition whose lastUpdated is a commit time of `by_time`, that commit's version."""
+    import numpy as np
+
+    times = [t for t in by_time if t is not None]
+    if not times or not len(last_updated):
+        return IntMap(VALUES)
+    keys = np.array(times, np.int64)
+    versions = np.array([by_time[t] for t in times], np.int64)
+    order = np.argsort(keys)
+    keys, versions = keys[order], versions[order]
+    slots = last_updated.slots()
+    at = np.minimum(np.searchsorted(keys, slots), len(keys) - 1)
+    hit = (keys[at] == slots) & (slots != ABSENT)
+    found = np.flatnonzero(hit)
+    return IntMap.from_ids(VALUES, found + last_updated.base, versions[at[found]])
 
 
 def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> TableState | None:
@@ -355,6 +411,8 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
     (no delta-rs), when each touched partition was only appended to or wholly replaced; None
     when that cannot be told (another kind of action, a partition partly rewritten, unknown
     file counts): `sync` then reads the table."""
+    import numpy as np
+
     counts = previous.file_counts
     partition_by = previous.partition_by
     if (
@@ -363,54 +421,23 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
         or any(previous.column_types.get(c) not in TEXT_TYPES for c in partition_by)
     ):
         return None
-    changes: dict[Values, tuple[dict[str, int], list[int]]] = {}  # added files, old removed
     version = previous.version
     while _has_commit(root, version + 1):
         version += 1
-        actions = _file_actions(root, version)
-        if actions is None:
-            return None
-        for action in actions:
-            kinds = set(action) - {"commitInfo", "txn"}
-            if not kinds:
-                continue
-            if kinds not in ({"add"}, {"remove"}):
-                return None  # a schema change, a protocol upgrade, ...: read the table
-            kind = kinds.pop()
-            body = action[kind]
-            values = body.get("partitionValues")
-            if values is None or any(c not in values for c in partition_by):
-                return None
-            added, removed = changes.setdefault(
-                tuple(values[c] or None for c in partition_by), ({}, [0])
-            )
-            if kind == "add":
-                added[body["path"]] = int(body["modificationTime"])
-            elif body["path"] in added:
-                del added[body["path"]]
-            else:
-                removed[0] += 1
     if version == previous.version:
         return None
-    newest: dict[Values, int | None] = {}
-    new_counts: dict[Values, int | None] = {}
-    gone: list[Values] = []
-    for values, (added, removed) in changes.items():
-        old = counts.get(values, 0) or 0
-        if removed[0] == old:  # every file it had is gone (or it is new)
-            if added:
-                newest[values] = max(added.values())
-                new_counts[values] = len(added)
-            else:
-                gone.append(values)
-        elif removed[0] == 0:  # appended to: its newest file is the newest of all
-            newest[values] = max([previous.last_updated[values] or 0, *added.values()])
-            new_counts[values] = old + len(added)
-        else:  # some of its files replaced: which of the rest is newest needs the table
-            return None
-    last_updated = previous.last_updated.updated(newest, gone)
+    paths = [commit_file(root, v) for v in range(previous.version + 1, version + 1)]
+    actions = read_file_actions(paths, partition_by)
+    if actions is None:
+        return None
+    changes = _partition_changes(np, actions)
+    followed = _followed(np, previous, counts, *changes)
+    if followed is None:
+        return None
+    touched, newest, new_counts, gone = followed
+    last_updated = previous.last_updated.updated_ids(newest[0], newest[1], gone)
     commits = _partlake_commits(root, version, previous) if with_commits else ()
-    touched = set(changes)
+    give_back()  # the parse's temporaries (`columnar.memory`)
     return replace(
         previous,
         version=version,
@@ -418,9 +445,78 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
         touched_in=_touched_in(commits, last_updated, previous, touched),
         commits=commits,
         follows=previous.version,
-        moved=frozenset(touched),
-        file_counts=counts.updated(new_counts, gone),
+        moved=touched,
+        file_counts=counts.updated_ids(new_counts[0], new_counts[1], gone),
     )
+
+
+def _partition_changes(np: ModuleType, actions: FileActions) -> tuple[Ids, Ids, Ids, Ids]:
+    """Per partition the commits touched (ids in `VALUES`, ascending): how many files they
+    added that are still there, the newest of those files' times (`ABSENT`: none), and how many
+    files from before them they removed. A file is its partition and path: a remove of a file
+    the same commits added takes that add back, as a replay in log order would."""
+    kinds, values, paths, times = actions.removes, actions.values, actions.paths, actions.times
+    touched = np.unique(values)
+    pair = values * (int(paths.max()) + 1 if len(paths) else 1) + paths
+    removed_pairs = np.unique(pair[kinds])
+    mixed = np.isin(pair, removed_pairs) & np.isin(pair, pair[~kinds])  # added and removed
+    rank = {v: i for i, v in enumerate(touched.tolist())}
+    added = np.zeros(len(touched), np.int64)
+    newest = np.full(len(touched), ABSENT, np.int64)
+    removed = np.zeros(len(touched), np.int64)
+    # Files only removed: each remove takes one file of before.
+    np.add.at(removed, np.searchsorted(touched, values[kinds & ~mixed]), 1)
+    # Files only added: the last add of each counts (once), with its time.
+    plain = np.flatnonzero(~kinds & ~mixed)
+    last = plain[len(plain) - 1 - np.unique(pair[plain][::-1], return_index=True)[1]]
+    where = np.searchsorted(touched, values[last])
+    np.add.at(added, where, 1)
+    np.maximum.at(newest, where, times[last])
+    # Files both added and removed: replayed in log order.
+    state: dict[int, tuple[int, int] | None] = {}  # pair -> (partition rank, time) if there
+    for i in np.flatnonzero(mixed).tolist():
+        key, part = int(pair[i]), rank[int(values[i])]
+        if not kinds[i]:
+            state[key] = (part, int(times[i]))
+        elif state.get(key) is not None:
+            state[key] = None
+        else:
+            removed[part] += 1
+    for found in state.values():
+        if found is not None:
+            added[found[0]] += 1
+            newest[found[0]] = max(int(newest[found[0]]), found[1])
+    return touched, added, newest, removed
+
+
+def _followed(
+    np: ModuleType,
+    previous: TableState,
+    counts: IntMap[Values],
+    touched: Ids,
+    added: Ids,
+    newest: Ids,
+    removed: Ids,
+) -> tuple[Ids, tuple[Ids, Ids], tuple[Ids, Ids], Ids] | None:
+    """(touched, (ids, newest lastUpdated), (ids, file counts), gone ids) after the changes;
+    None when a partition had only some of its files replaced (which of the rest is newest
+    needs the table)."""
+    old = _at(np, counts, touched)
+    old[(old == ABSENT) | (old == NONE)] = 0
+    replaced = removed == old  # every file it had is gone (or it is new)
+    appended = ~replaced & (removed == 0)  # its newest file is the newest of all
+    if not np.all(replaced | appended):
+        return None
+    before = _at(np, previous.last_updated, touched[appended])
+    if np.any(before == ABSENT):
+        raise KeyError("a partition with files but no lastUpdated")
+    before[before == NONE] = 0
+    lately = np.maximum(before, np.where(newest[appended] == ABSENT, 0, newest[appended]))
+    kept = replaced & (added > 0)
+    ids = np.concatenate([touched[kept], touched[appended]])
+    times = np.concatenate([newest[kept], lately])
+    files = np.concatenate([added[kept], old[appended] + added[appended]])
+    return touched, (ids, times), (ids, files), touched[replaced & (added == 0)]
 
 
 def _newest(

@@ -5,9 +5,11 @@ is a few arrays, and so is its file: a `marshal` header (what the state was read
 partition columns, each record's small fields, and where each column lies) followed by raw int32
 and int64 columns. Partition values are stored per partition column as codes into that column's
 distinct values; the record fields with one value per partition (what was consumed, rows, kept
-partitions) and the written partition keys as codes into one list of the file's partition keys.
-A reader maps the file and copies only the columns it asks for (a source's records are never
-read), building no Python object per partition but the interned values and keys themselves.
+partitions) and the written partition keys as codes into one list of the file's partition keys,
+itself stored as word columns (a key's parts between `|`, each as codes into its distinct
+parts). A reader maps the file and copies only the columns it asks for (a source's records are
+never read), and interns values and keys from those codes (`Interner.ids_of_words`): no Python
+object per partition.
 
 marshal's format is tied to the Python version, which is stamped in the header and checked.
 """
@@ -18,11 +20,18 @@ import marshal
 import mmap
 import struct
 import sys
-from array import array
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dagster_partlake.columnar.interner import KEYS, VALUES, Interner, Key, Values
+from dagster_partlake.columnar.interner import (
+    KEYS,
+    VALUES,
+    Interner,
+    Key,
+    KeyList,
+    Values,
+    WordColumn,
+)
 from dagster_partlake.columnar.intmap import ABSENT, IntMap
 from dagster_partlake.delta.record import CommitRecord
 
@@ -40,7 +49,7 @@ K = TypeVar("K", bound=Hashable)
 # Where a raw column lies after the header: (offset, size in bytes, numpy dtype char).
 Where = tuple[int, int, str]
 
-FORMAT = (2, marshal.version, *sys.version_info[:2])
+FORMAT = (3, marshal.version, *sys.version_info[:2])
 _LENGTH = struct.Struct("<Q")
 # Record fields holding one int per written partition (`IntMap`s in a compact record).
 _PER_PARTITION = ("rows_by_partition", "kept")
@@ -67,14 +76,7 @@ def dump(header: Mapping[str, object], state: TableState, *, with_commits: bool)
 
     writer = _Writer()
     values_ids = _ids(np, state.last_updated)
-    rows = [VALUES.keys[i] for i in values_ids.tolist()]
-    table = list(zip(*rows, strict=True)) if rows else [() for _ in state.partition_by]
-    vocab, codes = [], []
-    for column in table:
-        words = list(dict.fromkeys(column))
-        index = {w: i for i, w in enumerate(words)}
-        vocab.append(words)
-        codes.append(writer.add(np.array([index[w] for w in column], np.int32)))
+    vocab, codes = _dump_words(np, writer, VALUES, values_ids, len(state.partition_by))
     columns = {
         name: None if values is None else writer.add(_at(np, values, values_ids))
         for name, values in (
@@ -84,11 +86,9 @@ def dump(header: Mapping[str, object], state: TableState, *, with_commits: bool)
         )
     }
     commits: list[dict[str, object]] = []
-    keys: list[str | None] = []
+    keys: dict[str, object] | None = None
     if with_commits:
         commits, keys = _dump_records(np, writer, state.commits)
-    if keys:
-        key_list = writer.add(np.frombuffer(marshal.dumps(keys), np.uint8))
     body = {
         **header,
         "format": FORMAT,
@@ -96,20 +96,68 @@ def dump(header: Mapping[str, object], state: TableState, *, with_commits: bool)
         "version": state.version,
         "partition_by": list(state.partition_by),
         "column_types": state.column_types,
-        "rows": len(rows),
+        "rows": len(values_ids),
         "vocab": vocab,
         "codes": codes,
         "columns": columns,
         "commits": commits,
-        "keys": key_list if keys else None,
+        "keys": keys,
     }
     head = marshal.dumps(body)
     return b"".join([_LENGTH.pack(len(head)), head, *writer.parts])
 
 
+def _dump_words(
+    np: ModuleType, writer: _Writer, interner: Interner[K], ids: Ints, arity: int
+) -> tuple[list[list[str | None]], list[Where]]:
+    """Interned keys of `arity` words as one column of codes per word, each into its own
+    list of the words it holds."""
+    columns = interner.words_of(ids)
+    if columns is None or (len(ids) and len(columns) != arity):
+        raise ValueError("keys of different lengths")
+    if not len(ids):
+        columns = [np.zeros(0, np.int32) for _ in range(arity)]
+    vocab, codes = [], []
+    for column in columns:
+        used, local = np.unique(column, return_inverse=True)
+        vocab.append([interner.words[c] for c in used.tolist()])
+        codes.append(writer.add(local.reshape(-1).astype(np.int32)))
+    return vocab, codes
+
+
+def _dump_keys(np: ModuleType, writer: _Writer, ids: Ints) -> dict[str, object]:
+    """Partition keys (by id) as word columns when they all have as many words, else as a
+    list."""
+    columns = KEYS.words_of(ids)
+    if columns is None or not len(ids):
+        keys = KEYS.keys_of(ids)
+        return {"list": writer.add(np.frombuffer(marshal.dumps(keys), np.uint8))}
+    vocab, codes = _dump_words(np, writer, KEYS, ids, len(columns))
+    return {"rows": len(ids), "vocab": vocab, "codes": codes}
+
+
+def _load_keys(header: Mapping[str, Any], reader: _Reader) -> Ints:
+    """The interned ids of the keys `_dump_keys` wrote."""
+    import numpy as np
+
+    if "list" in header:
+        return np.asarray(KEYS.ids_of(marshal.loads(reader.column(header["list"]).tobytes())))
+    return KEYS.ids_of_words(_word_columns(header, reader), header["rows"])
+
+
+def _word_columns(header: Mapping[str, Any], reader: _Reader) -> list[WordColumn]:
+    columns = []
+    for words, where in zip(header["vocab"], header["codes"], strict=True):
+        codes = reader.column(where)
+        if len(codes) != header["rows"] or (len(codes) and int(codes.max()) >= len(words)):
+            raise ValueError("a damaged state file")
+        columns.append((codes, words))
+    return columns
+
+
 def _dump_records(
     np: ModuleType, writer: _Writer, records: Sequence[CommitRecord]
-) -> tuple[list[dict[str, object]], list[str | None]]:
+) -> tuple[list[dict[str, object]], dict[str, object] | None]:
     """Each record's small fields, and its per-partition columns as codes into one key list."""
     per_record: list[dict[str, tuple[Ints, Ints | None]]] = []
     every: list[Ints] = []
@@ -119,12 +167,11 @@ def _dump_records(
             ids = _ids(np, values)
             fields[name] = (ids, _at(np, values, ids))
             every.append(ids)
-        written = np.asarray(KEYS.ids_of(record.partition_keys), np.int64)
+        written = _key_ids(np, record.partition_keys)
         fields["partition_keys"] = (written, None)
         every.append(written)
         per_record.append(fields)
     known = np.unique(np.concatenate(every)) if every else np.zeros(0, np.int64)
-    keys = [KEYS.keys[i] for i in known.tolist()]
     out: list[dict[str, object]] = []
     for record, fields in zip(records, per_record, strict=True):
         small = record.small_fields()
@@ -136,7 +183,13 @@ def _dump_records(
             for name, (ids, values) in fields.items()
         }
         out.append({"info": small, "version": record.table_version, "columns": columns})
-    return out, keys
+    return out, _dump_keys(np, writer, known) if len(known) else None
+
+
+def _key_ids(np: ModuleType, keys: Sequence[str]) -> Ints:
+    if isinstance(keys, KeyList):
+        return keys.ids.astype("int64")
+    return np.asarray(KEYS.ids_of(list(keys)), np.int64)
 
 
 def _per_partition_fields(record: CommitRecord) -> dict[str, IntMap[Key]]:
@@ -154,13 +207,12 @@ def _per_partition_fields(record: CommitRecord) -> dict[str, IntMap[Key]]:
 
 
 def _ids(np: ModuleType, values: IntMap[K]) -> Ints:
-    column = np.frombuffer(values.column, np.int64)
-    return np.flatnonzero(column != ABSENT) + values.base
+    return np.flatnonzero(values.slots() != ABSENT) + values.base
 
 
 def _at(np: ModuleType, values: IntMap[K], ids: Ints) -> Ints:
     """The stored value of each id (`ABSENT` where none)."""
-    column = np.frombuffer(values.column, np.int64)
+    column = values.slots()
     out = np.full(len(ids), ABSENT, np.int64)
     at = ids - values.base
     inside = (at >= 0) & (at < len(column))
@@ -200,21 +252,12 @@ class _Reader:
         self.mapped.close()
 
 
-def values_of(header: Mapping[str, Any], reader: _Reader) -> list[int]:
+def values_of(header: Mapping[str, Any], reader: _Reader) -> Ints:
     """The interned ids of the state's partition values, in the file's row order."""
-    columns = []
-    for words, where in zip(header["vocab"], header["codes"], strict=True):
-        codes = reader.column(where)
-        if len(codes) != header["rows"]:
-            raise ValueError("a damaged state file")
-        columns.append([words[c] for c in codes.tolist()])
-    rows: list[Values] = list(zip(*columns, strict=True)) if columns else []
-    if not columns and header["rows"]:
-        rows = [()] * header["rows"]
-    return VALUES.ids_of(rows)
+    return VALUES.ids_of_words(_word_columns(header, reader), header["rows"])
 
 
-def state_column(reader: _Reader, where: Where | None, ids: list[int]) -> IntMap[Values]:
+def state_column(reader: _Reader, where: Where | None, ids: Ints) -> IntMap[Values]:
     """One of the state's columns over the interned values `ids`."""
     if where is None:
         raise ValueError("no such column")
@@ -236,7 +279,7 @@ def _int_map(interner: Interner[K], ids: npt.ArrayLike, values: npt.ArrayLike) -
     base = int(keys.min())
     slots = np.full(int(keys.max()) - base + 1, ABSENT, np.int64)
     slots[keys - base] = numbers
-    return IntMap(interner, base, array("q", slots.tobytes()), len(keys))
+    return IntMap.of_slots(interner, base, slots)
 
 
 def records_of(header: Mapping[str, Any], reader: _Reader) -> tuple[CommitRecord, ...]:
@@ -245,13 +288,12 @@ def records_of(header: Mapping[str, Any], reader: _Reader) -> tuple[CommitRecord
 
     if not header["commits"]:
         return ()
-    keys = marshal.loads(reader.column(header["keys"]).tobytes())
-    ids = np.asarray(KEYS.ids_of(keys), np.int64)
+    ids = _load_keys(header["keys"], reader) if header["keys"] is not None else np.zeros(0)
     records = []
     for commit in header["commits"]:
         columns = dict(commit["columns"])
         written_at, _ = columns.pop("partition_keys")
-        written = tuple(KEYS.keys[i] for i in ids[reader.column(written_at)].tolist())
+        written = KeyList(ids[reader.column(written_at)].astype(np.int32))
         fields = {
             name: _int_map(KEYS, ids[reader.column(codes)], reader.column(values))
             for name, (codes, values) in columns.items()

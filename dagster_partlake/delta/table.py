@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import unquote
 
 from dagster_partlake.delta.record import CommitRecord, compact_pairs
@@ -249,8 +249,50 @@ def commit_actions(
 def read_record(root: str, version: int, *, compact: bool = False) -> CommitRecord | None:
     """The partlake record of one commit (None if partlake did not write it; `compact`: see
     `CommitRecord.from_commit_info`)."""
-    info = commit_info(root, version, pairs_hook=compact_pairs if compact else None)
+    info = _compact_commit_info(root, version) if compact else commit_info(root, version)
     return CommitRecord.from_commit_info(info, table_version=version, compact=compact)
+
+
+def _compact_commit_info(root: str, version: int) -> dict[str, Any]:
+    """`commit_info` for a compact record: a large line is read in bulk
+    (`dagster_partlake.delta.commit_scan`), a small one with `compact_pairs`."""
+    from dagster_partlake.delta.commit_scan import scan_commit_info
+
+    try:
+        with open(commit_file(root, version), "rb") as log_file:
+            span = _line_span(log_file, b'{"commitInfo"')
+            if span is None:
+                return {}
+            log_file.seek(span[0])
+            line = log_file.read(span[1] - span[0])  # one copy: `readline` makes several
+        if len(line) > _LARGE_LINE:
+            return scan_commit_info(line)
+        return dict(json.loads(line, object_pairs_hook=compact_pairs)["commitInfo"])
+    except ValueError as error:  # a damaged commit file
+        raise unreadable(root, error) from error
+    except FileNotFoundError:
+        return {}  # as `commit_info`
+
+
+def _line_span(log_file: BinaryIO, prefix: bytes) -> tuple[int, int] | None:
+    """(start, end) of the first line starting with `prefix`, found a block at a time."""
+    position, carry = 0, b""
+    found = None
+    while block := log_file.read(1 << 22):
+        data = carry + block
+        base = position - len(carry)
+        cut = 0
+        while (newline := data.find(b"\n", cut)) >= 0:
+            if found is None and data.startswith(prefix, cut):
+                found = base + cut
+            if found is not None:
+                return found, base + newline
+            cut = newline + 1
+        if found is None and data.startswith(prefix, cut):
+            found = base + cut
+        carry = data[cut:] if found is None else b""
+        position += len(block)
+    return (found, position) if found is not None else None
 
 
 def find_record(

@@ -46,6 +46,8 @@ from dagster_partlake.errors import PartitionMismatchError, PartlakeConfigError
 from dagster_partlake.metadata import PARTITION_EXPR_KEY
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     from dagster import DagsterInstance
 
     from dagster_partlake.delta.schema import DeltaType
@@ -484,6 +486,37 @@ class KeyCodec:
             return [None if None in row else join(row) for row in zip(*ordered, strict=True)]
         joined = self._joined
         return [None if None in row else joined(row) for row in zip(*parts, strict=True)]
+
+    def key_words(
+        self, columns: Sequence[tuple[npt.NDArray[np.int32], Sequence[str | None]]]
+    ) -> tuple[list[tuple[npt.NDArray[np.int32], list[str | None]]], npt.NDArray[np.bool_]] | None:
+        """`keys` of rows given column-wise as codes into each column's words, without a string
+        per row: per dimension (in key order) its key as codes into a list of dimension keys,
+        and which rows are inside the partitions. None where a key is not its dimensions' keys
+        joined by `|` (a combined dimension, a dimension key holding `|`): use `keys`."""
+        import numpy as np
+
+        if not self.columns or any(len(g) != 1 for g in self._groups):
+            return None
+        if any(c is not None for c in self._combined):
+            return None
+        parts = []
+        inside = np.ones(len(columns[0][0]) if columns else 0, bool)
+        for group in self._groups:
+            index = group[0]
+            codes, words = columns[index]
+            seen = np.zeros(len(words), bool)  # codes index `words`: no sort of the rows
+            seen[codes] = True
+            used = np.flatnonzero(seen)
+            local = (np.cumsum(seen) - 1)[codes]
+            self._know_windows(index, len(used))
+            mapped = [self._dimension_key(index, words[c]) for c in used.tolist()]
+            if any(k is not None and _SEPARATOR in k for k in mapped):
+                return None
+            codes_of_keys: npt.NDArray[np.int32] = local.reshape(-1).astype(np.int32)
+            inside &= ~np.array([k is None for k in mapped], bool)[codes_of_keys]
+            parts.append((codes_of_keys, mapped))
+        return parts, inside
 
     def _know_windows(self, index: int, distinct: int) -> None:
         """Before mapping many values of a time dimension, learn its partition keys at once:

@@ -10,12 +10,11 @@ it returns names the keys that may differ, so the planner compares only those.
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from dagster_partlake.columnar.interner import KEYS, VALUES, Key, Values
+from dagster_partlake.columnar.interner import KEYS, VALUES, Key, KeyList, Values
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
@@ -24,6 +23,12 @@ from dagster_partlake.partitions.keys import KeyCodec
 from dagster_partlake.planning.graph import LakeAsset
 from dagster_partlake.planning.planner import PartitionState, Record
 from dagster_partlake.planning.state_maps import RecordMap, StateMap
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import numpy as np
+    import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -123,37 +128,66 @@ class KeyIds:
     UNKNOWN, OUTSIDE = -1, -2
 
     def __init__(self, codec: KeyCodec, order: Sequence[int]) -> None:
+        import numpy as np
+
         self.codec = codec
         self.order = list(order)
-        self._memo = array("q")
+        self._memo = np.zeros(0, np.int64)
 
-    def memo(self) -> array:
+    def memo(self) -> npt.NDArray[np.int64]:
         """Key ids by values id, `UNKNOWN` where not looked up yet (covers every values id)."""
-        if len(self._memo) < len(VALUES.keys):
-            self._memo.extend(array("q", [self.UNKNOWN]) * (len(VALUES.keys) - len(self._memo)))
+        import numpy as np
+
+        if len(self._memo) < len(VALUES):
+            grown = np.full(max(len(VALUES), len(self._memo) * 5 // 4), self.UNKNOWN, np.int64)
+            grown[: len(self._memo)] = self._memo
+            self._memo = grown
         return self._memo
 
-    def bulk(self, values_ids: Sequence[int]) -> array:
+    def bulk(
+        self, values_ids: npt.NDArray[np.int64], *, ascending: bool = False
+    ) -> npt.NDArray[np.int64]:
         """The key id of each values id (`OUTSIDE` for values outside the partitions), looking
-        up the ones not memoized yet together (`KeyCodec.keys`)."""
+        up the ones not memoized yet together, a column at a time (`KeyCodec.key_words`).
+        `ascending`: the values ids are distinct and ascending already."""
+        import numpy as np
+
         memo = self.memo()
-        unknown = sorted({v for v in values_ids if memo[v] == self.UNKNOWN})
-        if unknown:
-            table = list(zip(*(VALUES.keys[v] for v in unknown), strict=True))  # by column
-            keys = self.codec.keys([table[i] for i in self.order])
-            intern = KEYS.id
-            for values_id, key in zip(unknown, keys, strict=True):
-                memo[values_id] = self.OUTSIDE if key is None else intern(key)
-        return array("q", [memo[v] for v in values_ids])
+        values_ids = np.asarray(values_ids, np.int64)
+        unknown = values_ids[memo[values_ids] == self.UNKNOWN]
+        if not ascending:
+            unknown = np.unique(unknown)
+        if len(unknown):
+            memo[unknown] = self._look_up(np, unknown)
+        return memo[values_ids]
+
+    def _look_up(self, np: ModuleType, unknown: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        columns = VALUES.words_of(unknown)
+        keyed = None
+        if columns is not None and len(columns) > max(self.order, default=-1):
+            words = VALUES.words
+            keyed = self.codec.key_words([(columns[i], words) for i in self.order])
+        if keyed is None:  # keys that are not their dimension keys joined by "|": as strings
+            rows = VALUES.keys_of(unknown)
+            table = list(zip(*rows, strict=True)) if rows else []
+            keys = self.codec.keys([table[i] for i in self.order]) if table else []
+            found = [self.OUTSIDE if k is None else KEYS.id(k) for k in keys]
+            return np.asarray(found, np.int64)
+        parts, inside = keyed
+        out = np.full(len(unknown), self.OUTSIDE, np.int64)
+        chosen = [(codes[inside], words) for codes, words in parts]
+        out[inside] = KEYS.ids_of_words(chosen, int(inside.sum()))
+        return out
 
     def __call__(self, values_id: int) -> int:
         """The key's id, or `OUTSIDE` for values outside the asset's partitions."""
         memo = self.memo()
-        found = memo[values_id]
+        found = int(memo[values_id])
         if found == self.UNKNOWN:
-            values = VALUES.keys[values_id]
+            values = VALUES.key(values_id)
             key = self.codec.key([values[i] for i in self.order])
-            found = memo[values_id] = self.OUTSIDE if key is None else KEYS.id(key)
+            found = self.OUTSIDE if key is None else KEYS.id(key)
+            memo[values_id] = found
         return found
 
 
@@ -192,39 +226,40 @@ def _newest_per_key(state: TableState, keys: KeyIds) -> StateMap:
     the days of a month) and the version that touched that one, on whole columns."""
     import numpy as np
 
-    column = np.frombuffer(state.last_updated.column, np.int64)
+    column = state.last_updated.slots()
     positions = np.flatnonzero(column != ABSENT)
     if not len(positions):
         return StateMap.build(())
     values_ids = positions + state.last_updated.base
-    key_ids = np.frombuffer(keys.bulk(values_ids.tolist()), np.int64)
+    key_ids = keys.bulk(values_ids, ascending=True)
     inside = key_ids >= 0
     values_ids, key_ids, times = values_ids[inside], key_ids[inside], column[positions[inside]]
     if not len(key_ids):
         return StateMap.build(())
-    # The newest per key; of equal times the first values id, as a loop in id order would keep.
-    sort = np.lexsort((values_ids, -times, key_ids))
-    key_ids, values_ids, times = key_ids[sort], values_ids[sort], times[sort]
-    first = np.ones(len(key_ids), bool)
-    first[1:] = key_ids[1:] != key_ids[:-1]
-    key_ids, values_ids, times = key_ids[first], values_ids[first], times[first]
-    touched = state.touched_in
-    versions = np.full(len(values_ids), NONE, np.int64)
-    if len(touched.column):
-        touched_column = np.frombuffer(touched.column, np.int64)
-        at = values_ids - touched.base
-        found = (at >= 0) & (at < len(touched_column))
-        versions[found] = touched_column[at[found]]
+    del positions, inside
+    # The newest per key; of equal times the first values id, as a loop in id order would keep
+    # (unbuffered reductions over the keys' slots: no sort of a million rows).
+    base = int(key_ids.min())
+    at = key_ids - base
+    newest = np.full(int(key_ids.max()) - base + 1, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(newest, at, times)
+    best = at[times == newest[at]]
+    chosen = np.full(len(newest), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(chosen, best, values_ids[times == newest[at]])
+    present = chosen != np.iinfo(np.int64).max
+    newest[~present] = ABSENT
+    version_column = np.full(len(newest), ABSENT, np.int64)
+    version_column[present] = NONE
+    touched = state.touched_in.slots()
+    if len(touched):
+        which = chosen[present] - state.touched_in.base
+        found = (which >= 0) & (which < len(touched))
+        versions = np.full(len(which), NONE, np.int64)
+        versions[found] = touched[which[found]]
         versions[versions == ABSENT] = NONE
-    base = int(key_ids[0])
-    newest = np.full(int(key_ids[-1]) - base + 1, ABSENT, np.int64)
-    version_column = newest.copy()
-    newest[key_ids - base] = times
-    version_column[key_ids - base] = versions
-    size = len(key_ids)
+        version_column[present] = versions
     return StateMap(
-        IntMap(KEYS, base, array("q", newest.tobytes()), size),
-        IntMap(KEYS, base, array("q", version_column.tobytes()), size),
+        IntMap.of_slots(KEYS, base, newest), IntMap.of_slots(KEYS, base, version_column)
     )
 
 
@@ -236,7 +271,7 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
     if asset.stream is not None:
         return _stream_record(state)
     sources: list[Record] = []
-    written: list[tuple[list[int], list[int] | int]] = []
+    written: list[tuple[Sequence[int] | npt.NDArray[np.int64], list[int] | int]] = []
     for commit in state.commits:  # oldest first: later writes replace earlier ones
         if commit.commit_time_ms is None:
             continue  # written before partlake recorded what it consumed: treat as unknown
@@ -251,18 +286,23 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
         }
         sources.append(Record(commit.code_version, None, consumed, commit.run_id))
         raw_ids = commit.partition_ids
-        ids = KEYS.ids_of(raw_ids if WHOLE_TABLE_ID not in raw_ids else map(_key, raw_ids))
+        ids: Sequence[int] | npt.NDArray[np.int64]
+        if isinstance(raw_ids, KeyList) and WHOLE_TABLE_ID not in raw_ids:
+            ids = raw_ids.ids.astype("int64")  # a compact record's keys: their ids already
+        else:
+            ids = KEYS.ids_of(raw_ids if WHOLE_TABLE_ID not in raw_ids else map(_key, raw_ids))
         values: list[int] | int = commit.commit_time_ms
         if commit.kept or commit.empty_partition_ids:
             values = [_unbox(commit.written_last_updated(raw)) for raw in commit.partition_ids]
         written.append((ids, values))
-    if not any(ids for ids, _ in written):
+    if not any(len(ids) for ids, _ in written):
         return RecordMap.empty()
     return _record_columns(tuple(sources), written)
 
 
 def _record_columns(
-    sources: tuple[Record, ...], written: list[tuple[list[int], list[int] | int]]
+    sources: tuple[Record, ...],
+    written: Sequence[tuple[Sequence[int] | npt.NDArray[np.int64], list[int] | int]],
 ) -> RecordMap:
     """The records of `sources` (oldest first), each written for its key ids with its written
     lastUpdated (one for all, or one per key), as `RecordMap` columns: later writes win."""
@@ -276,11 +316,8 @@ def _record_columns(
     for source, (ids, (_, values)) in enumerate(zip(every, written, strict=True)):
         which[ids - base] = source
         last_updated[ids - base] = np.asarray(values, np.int64)
-    size = int(np.count_nonzero(which != ABSENT))
     return RecordMap(
-        sources,
-        IntMap(KEYS, base, array("q", which.tobytes()), size),
-        IntMap(KEYS, base, array("q", last_updated.tobytes()), size),
+        sources, IntMap.of_slots(KEYS, base, which), IntMap.of_slots(KEYS, base, last_updated)
     )
 
 
@@ -345,32 +382,52 @@ def _follow_states(
         or tuple(c.column for c in asset.columns) != state.partition_by
     ):
         return to_partition_states(asset, state, keys), None
-    old, new = before.last_updated, state.last_updated
-    moved: Iterable[Values]
+    import numpy as np
+
     if state.follows == before.version and state.moved is not None:
         moved = state.moved  # the state cache followed the new commits: it knows
     else:
-        changed = {v for v, t in new.items() if old.get(v) != t}
-        changed.update(v for v in old if v not in new)
-        changed.update(
-            v
-            for v in {*state.touched_in, *before.touched_in}
-            if state.touched_in.get(v) != before.touched_in.get(v)
+        moved = np.union1d(
+            _differing(np, before.last_updated, state.last_updated),
+            _differing(np, before.touched_in, state.touched_in),
         )
-        moved = changed
-    changes: dict[Key, PartitionState] = {}
-    gone: list[Key] = []
-    for values in moved:
-        key_id = keys(VALUES.id(values))
-        if key_id < 0:
-            continue
-        key = KEYS.keys[key_id]
-        last_updated = new.get(values)
-        if last_updated is not None:
-            changes[key] = PartitionState(last_updated, state.touched_in.get(values))
-        else:
-            gone.append(key)
-    return converted.updated(changes, gone), {*changes, *gone}
+    key_ids = keys.bulk(moved)
+    inside = key_ids >= 0
+    moved, key_ids = moved[inside], key_ids[inside]
+    if not len(moved):
+        return converted, set()
+    times = _values_at(np, state.last_updated, moved)
+    present = (times != ABSENT) & (times != NONE)
+    versions = _values_at(np, state.touched_in, moved)
+    versions[versions == ABSENT] = NONE
+    # Of several moved partitions holding one key, the newest one's state (the first id of
+    # equal times).
+    order = np.lexsort((moved, -times, ~present, key_ids))
+    first = order[np.r_[True, key_ids[order][1:] != key_ids[order][:-1]]]
+    keep, gone = first[present[first]], first[~present[first]]
+    updated = converted.updated_ids(key_ids[keep], times[keep], versions[keep], key_ids[gone])
+    return updated, set(KEYS.keys_of(key_ids[first]))
+
+
+def _differing(np: ModuleType, old: IntMap[Values], new: IntMap[Values]) -> npt.NDArray[np.int64]:
+    """The ids whose value differs between two maps (present in one only included)."""
+    bounds = [(m.base, m.base + len(m.column)) for m in (old, new) if len(m.column)]
+    if not bounds:
+        return np.zeros(0, np.int64)
+    low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    return np.flatnonzero(old.over(low, high).slots() != new.over(low, high).slots()) + low
+
+
+def _values_at(
+    np: ModuleType, values: IntMap[Values], ids: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """The stored value of each id (`ABSENT` where none)."""
+    slots = values.slots()
+    out = np.full(len(ids), ABSENT, np.int64)
+    at = ids - values.base
+    inside = (at >= 0) & (at < len(slots))
+    out[inside] = slots[at[inside]]
+    return out
 
 
 def _follow_records(

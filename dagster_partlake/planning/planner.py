@@ -89,13 +89,13 @@ class PlanAsset:
     stream: bool = False  # judged as a whole (`judge_stream`); see the module docstring
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a plan at scale makes 100,000s
 class PartitionState:
     last_updated: int  # ms since epoch
     version: int | None = None  # table version that last touched it, where known
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a plan at scale makes 100,000s
 class Record:
     code_version: str | None
     written_last_updated: int | None  # None: the write produced no rows for this partition
@@ -115,7 +115,7 @@ class PlanInput:
     unreadable: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a plan at scale makes 100,000s
 class StalePartition:
     asset: str
     partition: Key
@@ -221,9 +221,13 @@ def plan(inputs: PlanInput) -> Plan:
         states = inputs.states.get(asset.name, {})
         records = inputs.records.get(asset.name, {})
         own = [d for d in asset.deps if d.upstream == asset.name]
-        candidates = None if own else _unsettled(asset, inputs, stale)
-        if candidates is None:
-            candidates = sorted(candidates_of(asset, inputs, stale), key=lambda k: k or "")
+        bulk = None if own else bulk_verdicts(asset, inputs, stale)
+        if bulk is not None:
+            found = bulk[1]
+            items.extend(found)
+            stale[asset.name].update(item.partition for item in found)
+            continue
+        candidates = sorted(candidates_of(asset, inputs, stale), key=lambda k: k or "")
         if own:
             items.extend(_judge_in_order(asset, own, candidates, inputs, stale))
             continue
@@ -246,14 +250,19 @@ def plan(inputs: PlanInput) -> Plan:
     return Plan(tuple(items), tuple(a.name for a in order), unreadable)
 
 
-def _unsettled(
-    asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]
-) -> list[Key] | None:
-    """The candidates the bulk pass cannot show fresh (`dagster_partlake.planning.bulk`)."""
+def bulk_verdicts(
+    asset: PlanAsset,
+    inputs: PlanInput,
+    stale: Mapping[str, set[Key]],
+    keys: Sequence[Key] | None = None,
+) -> tuple[list[Key], list[StalePartition]] | None:
+    """`judge` on the candidates of `asset` (or on `keys`) on whole columns: the keys judged and
+    the stale ones' items, in key order; None where that does not apply
+    (`dagster_partlake.planning.bulk`)."""
     # Imported here: it builds on the column-wise maps, which build on this module.
-    from dagster_partlake.planning.bulk import unsettled
+    from dagster_partlake.planning.bulk import verdicts
 
-    return unsettled(asset, inputs, stale)
+    return verdicts(asset, inputs, stale, keys)
 
 
 def _judge_in_order(

@@ -35,6 +35,7 @@ from dagster_partlake.planning.planner import (
     PlanAsset,
     PlanInput,
     StalePartition,
+    bulk_verdicts,
     candidates_of,
     judge,
     judge_stream,
@@ -133,7 +134,7 @@ def replan(memo: PlanMemo, inputs: PlanInput, changed: Mapping[str, Iterable[Key
         stale[asset.name] = set(current)
         if own:
             _rejudge_in_order(asset, own, dirty, own_changed, allowed, inputs, stale, current)
-        else:
+        elif not _rejudge_bulk(asset, dirty, inputs, stale, current):
             for key in dirty:
                 _rejudge(asset, key, inputs, stale, current)
         flipped[asset.name] = set(current).symmetric_difference(previous)
@@ -236,6 +237,28 @@ def _rejudge(
     else:
         current[key] = item
         stale[asset.name].add(key)
+
+
+def _rejudge_bulk(
+    asset: PlanAsset,
+    dirty: set[Key],
+    inputs: PlanInput,
+    stale: dict[str, set[Key]],
+    current: dict[Key, StalePartition],
+) -> bool:
+    """`_rejudge` of every dirty key on whole columns (`planner.bulk_verdicts`); False where
+    that does not apply."""
+    found = bulk_verdicts(asset, inputs, stale, list(dirty))
+    if found is None:
+        return False
+    judged, items = found
+    for key in judged:
+        current.pop(key, None)
+        stale[asset.name].discard(key)
+    for item in items:
+        current[item.partition] = item
+        stale[asset.name].add(item.partition)
+    return True
 
 
 def _rejudge_in_order(

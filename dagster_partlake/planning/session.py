@@ -26,6 +26,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from dagster_partlake.columnar.interner import Key
+from dagster_partlake.columnar.memory import give_back
+from dagster_partlake.delta.commit_scan import forget as forget_key_sequence
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
 from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
@@ -133,6 +135,7 @@ class PlanningSession:
             self._resume(dynamic_partitions_store)
         inputs, states = self.gather(dynamic_partitions_store)
         whole = self._plan(inputs)
+        give_back()  # the plan's temporaries (`columnar.memory`)
         if self.cache.persist_dir is not None:
             self._save(self.cache.persist_dir, inputs, states, whole)
         result = _with_increments(self.graph, whole, states)
@@ -161,6 +164,7 @@ class PlanningSession:
                 raw[name] = read_state(asset, self.cache)
             except TableUnreadableError as error:
                 unreadable[name] = str(error)
+        forget_key_sequence()  # kept only for the records of the tables read together
         return self._to_input(raw, unreadable, dynamic_partitions_store), raw
 
     def _to_input(
@@ -184,6 +188,7 @@ class PlanningSession:
                 conversion, move = convert(
                     asset, state, conversion, self._keys(asset, state), check=check
                 )
+                give_back()  # its temporaries, before the next table's (`columnar.memory`)
                 self._conversions[name] = conversion
                 self._moves.pop(name, None)
                 if move is not None:
@@ -225,6 +230,9 @@ class PlanningSession:
                 missed = {a: k - changed.get(a, set()) for a, k in reference.items()}
                 if any(missed.values()):
                     raise AssertionError(f"changed partitions not found: {missed}")
+            # The conversions the moves hold before them are not needed any more (at a million
+            # partitions per asset, tens of megabytes each).
+            self._moves.clear()
             memo = replan(memo, inputs, changed)
             if check and memo.plan.items != plan(inputs).items:
                 raise AssertionError(
@@ -342,9 +350,16 @@ def _with_increments(
     """For an incremental input, `because` names the range it will read instead of the
     upstream partitions: `events[versions 4..6]`, `changes[updated_at > 2024-01-02 10:00:00]`."""
     ranges: dict[str, dict[str, str]] = {}
+    inputs: dict[str, Mapping[str, Incremental]] = {}
+    for name in {item.asset for item in result.items}:
+        found = graph.incremental_inputs(name)
+        if found:
+            inputs[name] = found
+    if not inputs:
+        return result
     items = []
     for item in result.items:
-        incremental = graph.incremental_inputs(item.asset)
+        incremental = inputs.get(item.asset)
         if not incremental:
             items.append(item)
             continue

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import Self, TypeVar, overload
+from typing import TYPE_CHECKING, Self, TypeVar, overload
 
 from dagster_partlake.columnar.interner import KEYS, Key
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
 from dagster_partlake.planning.planner import PartitionState, Record
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Column = npt.NDArray[np.int64]
 
 V = TypeVar("V")
 T = TypeVar("T")
@@ -96,13 +102,23 @@ class StateMap(_Rows[PartitionState]):
         return self.last_updated
 
     def _value(self, index: int) -> PartitionState:
-        version = self.versions.column[index]
+        version = self.versions.raw(index)
         return PartitionState(
-            self.last_updated.column[index], None if version in (NONE, ABSENT) else version
+            self.last_updated.raw(index), None if version in (NONE, ABSENT) else version
         )
 
     def _same(self, other: Self) -> bool:
         return self.last_updated == other.last_updated and self.versions == other.versions
+
+    def updated_ids(
+        self, ids: Column, last_updated: Column, versions: Column, gone: Column
+    ) -> StateMap:
+        """`updated` for keys given by id: `last_updated` and `versions` (`NONE` for None) of
+        `ids`, the `gone` ids removed."""
+        return StateMap(
+            self.last_updated.updated_ids(ids, last_updated, gone),
+            self.versions.updated_ids(ids, versions, gone),
+        )
 
     def updated(
         self, changes: Mapping[str | None, PartitionState], delete: Iterable[str | None] = ()
@@ -141,7 +157,7 @@ class RecordMap(_Rows[Record]):
 
     def _value(self, index: int) -> Record:
         """One `Record` object per commit and written lastUpdated."""
-        source, written = self.which.column[index], self.written.column[index]
+        source, written = self.which.raw(index), self.written.raw(index)
         made = self._made.get((source, written))
         if made is None:
             last_updated = None if written in (NONE, ABSENT) else written

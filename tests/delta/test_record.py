@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.errors import PartlakeError
@@ -89,3 +92,102 @@ def test_foreign_or_malformed_records_are_refused_clearly() -> None:
     newer["partlake"]["format"] = 3
     with pytest.raises(PartlakeError, match="format 3, newer than this dagster_partlake reads"):
         CommitRecord.from_commit_info(newer)
+
+
+_keys = st.lists(
+    st.sampled_from(["a", "b", "|", "-", "é", '"', "\\", "/", " ", "\x01", "2024-01-0", "\u2028"]),
+    max_size=6,
+).map("".join)
+_ints = st.integers(min_value=-(2**63) + 2, max_value=2**63 - 1)
+
+
+@st.composite
+def _commit_lines(draw: st.DrawFn) -> bytes:
+    """A commitInfo line with a partlake record, large or small, compact or spaced, with
+    escapes, control characters, duplicate keys and numbers of 19 digits."""
+    plain = draw(st.integers(0, 3)) > 0  # mostly the form read in bulk
+    keys = [] if plain else draw(st.lists(_keys, min_size=0, max_size=300))
+    if plain or draw(st.booleans()):  # large enough to be read in bulk
+        size = draw(st.integers(0, 3000))
+        keys = keys + [f"2024-01-{i % 28 + 1:02d}|r{i // 28:03d}" for i in range(size)]
+    consumed = {
+        name: [
+            (k, draw(_ints) if draw(st.booleans()) else 1_700_000_000_000 + i)
+            for i, k in enumerate(draw(st.permutations(keys))[: draw(st.integers(0, len(keys)))])
+        ]
+        for name in draw(st.lists(st.sampled_from(["src", 'a\\"b', "up"]), max_size=2, unique=True))
+    }
+    rows = [(k, draw(st.integers(0, 5))) for k in keys] if draw(st.booleans()) else None
+    separators = (",", ":") if plain or draw(st.booleans()) else (", ", ": ")
+    body = {
+        "format": 2,
+        "asset_key": "a1",
+        "partition_keys": keys,
+        "code_version": "1",
+        "run_id": "r",
+        "commit_time_ms": 1_700_000_000_000,
+        "consumed": "CONSUMED",
+        "rows_by_partition": "ROWS",
+    }
+    text = json.dumps(
+        {
+            "commitInfo": {
+                "timestamp": 1,
+                "operationParameters": {"x": '{"a":"\\"}'},
+                "partlake": body,
+            }
+        },
+        separators=separators,
+        ensure_ascii=draw(st.booleans()),
+    )
+
+    def pairs(items: list[tuple[str, int]]) -> str:
+        inner = separators[0].join(json.dumps(k) + separators[1] + str(v) for k, v in items)
+        return "{" + inner + "}"
+
+    consumed_text = (
+        "{"
+        + separators[0].join(
+            json.dumps(n) + separators[1] + pairs(items) for n, items in consumed.items()
+        )
+        + "}"
+    )
+    text = text.replace('"CONSUMED"', consumed_text)
+    text = text.replace('"ROWS"', "null" if rows is None else pairs(rows))
+    return text.encode()
+
+
+@settings(max_examples=150, deadline=None)
+@given(_commit_lines())
+def test_a_large_record_read_with_numpy_is_the_record_json_reads(line: bytes) -> None:
+    """`commit_scan` reads the per-partition values of a large record in bulk where they have
+    the compact form, and gives the record `json` gives, in its compact form (`KeyList`,
+    `IntMap`s), whatever the form (escapes, spaces, duplicate keys, long numbers)."""
+    from dagster_partlake.delta.commit_scan import scan_commit_info
+    from dagster_partlake.delta.record import compact_pairs
+
+    expected = dict(json.loads(line, object_pairs_hook=compact_pairs)["commitInfo"])
+    scanned = scan_commit_info(line)
+    a = CommitRecord.from_commit_info(scanned, table_version=1, compact=True)
+    b = CommitRecord.from_commit_info(expected, table_version=1, compact=True)
+    assert a == b
+    assert list(a.partition_keys) == list(b.partition_keys)
+    assert {k: dict(v) for k, v in a.consumed.items()} == {
+        k: dict(v) for k, v in b.consumed.items()
+    }
+    assert dict(a.rows_by_partition or {}) == dict(b.rows_by_partition or {})
+    assert a.empty_partition_ids == b.empty_partition_ids
+
+
+def test_a_damaged_large_record_is_an_error_as_json_says() -> None:
+    from dagster_partlake.columnar.interner import KeyList
+    from dagster_partlake.delta.commit_scan import scan_commit_info
+
+    keys = [f"2024-01-01|r{i:04d}" for i in range(3000)]
+    record = {"asset_key": "a", "partition_keys": keys}
+    line = json.dumps({"commitInfo": {"partlake": record}}, separators=(",", ":"))
+    with pytest.raises(ValueError):
+        scan_commit_info(line.encode()[: len(line) // 2])
+    info = scan_commit_info(line.encode())
+    assert isinstance(info["partlake"]["partition_keys"], KeyList)  # read in bulk
+    assert list(info["partlake"]["partition_keys"]) == keys

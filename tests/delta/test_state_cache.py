@@ -252,3 +252,30 @@ def test_a_large_log_gets_a_checkpoint_and_a_cold_read_starts_from_it(tmp_path: 
         str(table), DeltaTable(str(table)), None, with_commits=True
     )
     same(fresh(table), by_delta_rs)
+
+
+def test_a_cold_read_does_not_import_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas (about 110 MB of memory) for `to_numpy`, `group_by`,
+    `pyarrow.parquet.read_table`, `pa.array` and Python scalars: the log replay reads Arrow
+    columns through their buffers instead, from a checkpoint and from JSON commits with a
+    remove after it."""
+    import subprocess
+    import sys
+
+    from dagster_partlake.delta.writer import checkpoint_when_due
+
+    table = tmp_path / "t"
+    for day in range(1, 4):
+        write(table, f"2024-01-0{day}", 3)
+    assert checkpoint_when_due(str(table), log_bytes=100)
+    write(table, "2024-01-01", 2, mode="overwrite")
+    code = (
+        "import sys\n"
+        "from dagster_partlake.delta.log_state import read_log_state\n"
+        "before = 'pandas' in sys.modules\n"
+        f"state = read_log_state({str(table)!r})\n"
+        "assert state is not None and state.version == 3, state\n"
+        "print(before, 'pandas' in sys.modules, 'pyarrow' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True"], out.stdout + out.stderr
