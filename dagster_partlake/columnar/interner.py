@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from dagster_partlake.columnar.text import text_words
@@ -51,7 +52,7 @@ _TEXT = 4096  # more string keys than this are split as one text (`ids_of_text`)
 _ROWS = 1 << 18  # keys interned in bulk at a time
 
 
-def _numpy() -> Any:
+def _numpy() -> ModuleType:
     import numpy
 
     return numpy
@@ -67,7 +68,7 @@ def _hash(codes: Sequence[int]) -> int:
     return h ^ (h >> 32)
 
 
-def _hashes(np: Any, columns: Sequence[Codes], size: int) -> npt.NDArray[np.uint64]:
+def _hashes(np: ModuleType, columns: Sequence[Codes], size: int) -> npt.NDArray[np.uint64]:
     """`_hash` of every row of `columns` (uint64 arithmetic wraps as `_MASK` does)."""
     h = np.full(size, (len(columns) * _K1) & _MASK, np.uint64)
     for column in columns:
@@ -196,7 +197,7 @@ class Interner(Generic[K]):
                 found[rows[known]] = self._lookup(np, codes, hashes)
         return found
 
-    def _word_groups(self, np: Any, keys: list[K]) -> list[tuple[Ids, list[WordColumn]]]:
+    def _word_groups(self, np: ModuleType, keys: list[K]) -> list[tuple[Ids, list[WordColumn]]]:
         """Keys as their words: per number of words, the rows that have it and their words as
         columns (codes into each column's distinct words). Many string keys are cut as one
         text, with numpy (`ids_of_text`); others one at a time."""
@@ -303,13 +304,13 @@ class Interner(Generic[K]):
     def _word_codes_of(self, words: Sequence[Word]) -> list[int]:
         return [self._word_code(w) for w in words]
 
-    def _starts_of(self, np: Any, ids: Ids) -> tuple[Codes, Codes]:
+    def _starts_of(self, np: ModuleType, ids: Ids) -> tuple[Codes, Codes]:
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self._size):
             raise IndexError("an id that was never given")
         assert self._starts is not None
         return self._starts[ids], self._starts[ids + 1]
 
-    def _reserve(self, np: Any, keys: int, codes: int) -> None:
+    def _reserve(self, np: ModuleType, keys: int, codes: int) -> None:
         """Room for `keys` more keys of `codes` more word codes."""
         if self._used + codes >= 2**31:
             raise OverflowError("more than 2**31 words of keys in one interner")
@@ -337,7 +338,7 @@ class Interner(Generic[K]):
         self._starts[self._size] = self._used
         return self._size - 1
 
-    def _append(self, np: Any, columns: Sequence[Codes], size: int) -> Ids:
+    def _append(self, np: ModuleType, columns: Sequence[Codes], size: int) -> Ids:
         """New keys, one per row of `columns`; their ids."""
         arity = len(columns)
         self._reserve(np, size, size * arity)
@@ -383,7 +384,7 @@ class Interner(Generic[K]):
             slot = (slot + 1) & mask
         table[slot] = key_id
 
-    def _make_room(self, np: Any, more: int) -> bool:
+    def _make_room(self, np: ModuleType, more: int) -> bool:
         """A table at most half full with `more` keys more; whether it was rebuilt (with every
         key interned so far)."""
         needed = 2 * (self._size + more)
@@ -405,7 +406,7 @@ class Interner(Generic[K]):
                 self._insert_many(np, ids[chosen], _hashes(np, columns, len(chosen)))
         return True
 
-    def _insert_many(self, np: Any, ids: Ids, hashes: npt.NDArray[np.uint64]) -> None:
+    def _insert_many(self, np: ModuleType, ids: Ids, hashes: npt.NDArray[np.uint64]) -> None:
         """Put ids into the table (which has room), each at the first free slot of its probe."""
         assert self._table is not None
         table = self._table
@@ -425,7 +426,9 @@ class Interner(Generic[K]):
             pending = pending[left]
             slots[pending] = (slots[pending] + 1) & mask
 
-    def _lookup(self, np: Any, columns: Sequence[Codes], hashes: npt.NDArray[np.uint64]) -> Ids:
+    def _lookup(
+        self, np: ModuleType, columns: Sequence[Codes], hashes: npt.NDArray[np.uint64]
+    ) -> Ids:
         """The ids of the rows of `columns` (-1 where not interned), probing for all at once."""
         found = np.full(len(hashes), -1, np.int64)
         table = self._table
@@ -444,7 +447,7 @@ class Interner(Generic[K]):
             slots[pending] = (slots[pending] + 1) & mask
         return found
 
-    def _bulk(self, np: Any, columns: Sequence[Codes], size: int) -> Ids:
+    def _bulk(self, np: ModuleType, columns: Sequence[Codes], size: int) -> Ids:
         """The ids of `size` keys of these word code columns, interning the new ones."""
         if not size:
             return np.zeros(0, np.int64)
@@ -456,7 +459,9 @@ class Interner(Generic[K]):
                 ids[new] = self._add_new(np, [c[new] for c in columns], hashes[new])
             return ids
 
-    def _same_codes(self, np: Any, ids: Ids, columns: Sequence[Codes]) -> npt.NDArray[np.bool_]:
+    def _same_codes(
+        self, np: ModuleType, ids: Ids, columns: Sequence[Codes]
+    ) -> npt.NDArray[np.bool_]:
         assert self._codes is not None and self._starts is not None
         starts, ends = self._starts[ids], self._starts[ids + 1]
         same = ends - starts == len(columns)
@@ -465,7 +470,9 @@ class Interner(Generic[K]):
             same &= self._codes[at] == column
         return same
 
-    def _add_new(self, np: Any, columns: Sequence[Codes], hashes: npt.NDArray[np.uint64]) -> Ids:
+    def _add_new(
+        self, np: ModuleType, columns: Sequence[Codes], hashes: npt.NDArray[np.uint64]
+    ) -> Ids:
         """Ids for rows not interned yet, equal rows sharing one, in order of first appearance."""
         _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -481,7 +488,7 @@ class Interner(Generic[K]):
         self._insert_many(np, ids, hashes[rows])
         return ids[rank[inverse]]
 
-    def _one_by_one(self, np: Any, columns: Sequence[Codes]) -> Ids:
+    def _one_by_one(self, np: ModuleType, columns: Sequence[Codes]) -> Ids:
         """Ids for new rows a row at a time: for rows whose hash another row shares."""
         size = len(columns[0]) if columns else 0
         ids = np.empty(size, np.int64)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar, cast, overload
 
 from dagster_partlake.columnar.interner import Interner
 
@@ -43,7 +44,7 @@ def _unbox(value: int | None) -> int:
     return NONE if value is None else value
 
 
-def _numpy() -> Any:
+def _numpy() -> ModuleType:
     import numpy
 
     return numpy
@@ -288,7 +289,9 @@ class IntMap(Mapping[K, "int | None"]):
         slots[ids - low] = values
         return IntMap.of_slots(self.interner, low, slots)
 
-    def _patched(self, np: Any, ids: Column, values: Column, gone: Column) -> IntMap[K] | None:
+    def _patched(
+        self, np: ModuleType, ids: Column, values: Column, gone: Column
+    ) -> IntMap[K] | None:
         """`updated_ids` as a copy of `column` with a few slots set, when the ids lie inside its
         range and the values fit its width (a memcpy, not a pass of numpy per step)."""
         end = self.base + len(self.column)

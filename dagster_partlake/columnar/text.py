@@ -8,7 +8,8 @@ reader (`dagster_partlake.delta.commit_scan`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 _DIGITS = 18  # longer integers are left to `json` (10**18 still fits in int64)
 
 
-def windows(np: Any, data: Bytes, starts: Ids, ends: Ids) -> Bytes:
+def windows(np: ModuleType, data: Bytes, starts: Ids, ends: Ids) -> Bytes:
     """The spans `data[starts[i]:ends[i]]` as the rows of a matrix as wide as the longest,
     zero after each span's end."""
     lengths = ends - starts
@@ -40,7 +41,7 @@ def windows(np: Any, data: Bytes, starts: Ids, ends: Ids) -> Bytes:
     return matrix
 
 
-def span_words(np: Any, data: Bytes, starts: Ids, ends: Ids) -> tuple[Codes, list[str]]:
+def span_words(np: ModuleType, data: Bytes, starts: Ids, ends: Ids) -> tuple[Codes, list[str]]:
     """Spans of UTF-8 text as codes into their distinct texts (each decoded once)."""
     matrix = windows(np, data, starts, ends)
     width = matrix.shape[1]
@@ -60,7 +61,7 @@ def span_words(np: Any, data: Bytes, starts: Ids, ends: Ids) -> tuple[Codes, lis
 
 
 def text_words(
-    np: Any, data: Bytes, starts: Ids, ends: Ids, separator: int
+    np: ModuleType, data: Bytes, starts: Ids, ends: Ids, separator: int
 ) -> list[tuple[Ids, list[tuple[Codes, list[str]]]]]:
     """Text spans cut at the byte `separator`: per number of words, the rows that have it and
     their words as columns (codes into each column's distinct words)."""
@@ -80,7 +81,7 @@ def text_words(
     return groups
 
 
-def integers(np: Any, data: Bytes, starts: Ids, ends: Ids) -> Ids | None:
+def integers(np: ModuleType, data: Bytes, starts: Ids, ends: Ids) -> Ids | None:
     """The JSON integer literals at these spans (`-?(0|[1-9][0-9]*)`, at most 18 digits);
     None if any span is something else."""
     if not len(starts):

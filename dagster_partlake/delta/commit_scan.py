@@ -16,6 +16,7 @@ by `json.loads` too, so the result is what `json.loads` gives, in the compact fo
 from __future__ import annotations
 
 import json
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.columnar.interner import KEYS, Key, KeyList
@@ -87,7 +88,7 @@ class _Line:
     """The structure of one JSON line: unescaped quotes, and the positions, bytes and depths
     (after each) of the brackets, commas and colons outside strings."""
 
-    def __init__(self, np: Any, line: bytes) -> None:
+    def __init__(self, np: ModuleType, line: bytes) -> None:
         self.np = np
         data = np.frombuffer(line, np.uint8)
         self.data = data
@@ -236,7 +237,7 @@ class _Line:
         return IntMap.from_ids(KEYS, _key_ids(np, self.data, opens, closes), values)
 
 
-def _positions(np: Any, data: npt.NDArray[np.uint8], chars: bytes) -> npt.NDArray[np.int32]:
+def _positions(np: ModuleType, data: npt.NDArray[np.uint8], chars: bytes) -> npt.NDArray[np.int32]:
     """Where `data` holds one of `chars`, as int32, a chunk of `data` at a time (a 50 MB line
     needs no 50 MB temporaries)."""
     table = np.zeros(256, bool)
@@ -250,7 +251,7 @@ def _positions(np: Any, data: npt.NDArray[np.uint8], chars: bytes) -> npt.NDArra
 
 
 def _escaped(
-    np: Any, data: npt.NDArray[np.uint8], quotes: Ids, slashes: Ids
+    np: ModuleType, data: npt.NDArray[np.uint8], quotes: Ids, slashes: Ids
 ) -> npt.NDArray[np.bool_]:
     """Which quotes an odd run of backslashes escapes."""
     escaped = np.zeros(len(quotes), bool)
@@ -277,7 +278,7 @@ def forget() -> None:
 
 
 def _key_ids(
-    np: Any, data: npt.NDArray[np.uint8], opens: Ids, closes: Ids
+    np: ModuleType, data: npt.NDArray[np.uint8], opens: Ids, closes: Ids
 ) -> npt.NDArray[np.int64]:
     """The `KEYS` ids of the strings between these quotes (plain: no escapes)."""
     global _last
@@ -293,7 +294,7 @@ def _key_ids(
     return ids
 
 
-def _joined(np: Any, data: npt.NDArray[np.uint8], starts: Ids, ends: Ids) -> bytes:
+def _joined(np: ModuleType, data: npt.NDArray[np.uint8], starts: Ids, ends: Ids) -> bytes:
     """The spans' bytes one after the other, a chunk of spans at a time."""
     parts = []
     for i in range(0, len(starts), _ROWS):

@@ -39,6 +39,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dagster_partlake.delta.schema import DeltaType
+
+    Flags = npt.NDArray[np.bool_]
 
     Codes = npt.NDArray[np.int32]
     Times = npt.NDArray[np.int64]
@@ -517,17 +520,17 @@ def _map_columns(rows: _Vocabulary, mapped: pa.MapArray) -> list[Codes]:
     return found
 
 
-def _ints(np: Any, array: pa.Array, dtype: Any) -> np.ndarray:
+def _ints(np: ModuleType, array: pa.Array, dtype: Any) -> np.ndarray:
     """A primitive Arrow array's values as a numpy view (values under nulls unspecified)."""
     width = np.dtype(dtype).itemsize
     return np.frombuffer(array.buffers()[1], dtype, count=len(array), offset=array.offset * width)
 
 
-def _bools(np: Any, array: pa.Array) -> np.ndarray:
+def _bools(np: ModuleType, array: pa.Array) -> np.ndarray:
     """A boolean Arrow array as numpy (null: False)."""
     validity, data = array.buffers()[:2]
 
-    def unpacked(buffer: pa.Buffer) -> np.ndarray:
+    def unpacked(buffer: pa.Buffer) -> Flags:
         bits = np.unpackbits(np.frombuffer(buffer, np.uint8), bitorder="little")
         return bits[array.offset : array.offset + len(array)].astype(bool)
 
@@ -535,16 +538,16 @@ def _bools(np: Any, array: pa.Array) -> np.ndarray:
     return values & unpacked(validity) if validity is not None and array.null_count else values
 
 
-def _true(np: Any, array: pa.Array) -> np.ndarray:
+def _true(np: ModuleType, array: pa.Array) -> np.ndarray:
     return np.flatnonzero(_bools(np, array))
 
 
-def _indices(pa: Any, np: Any, positions: np.ndarray) -> pa.Array:
+def _indices(pa: ModuleType, np: ModuleType, positions: np.ndarray) -> pa.Array:
     values = np.ascontiguousarray(positions, np.int64)
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-def _string_array(pa: Any, np: Any, words: Sequence[str]) -> pa.Array:
+def _string_array(pa: ModuleType, np: ModuleType, words: Sequence[str]) -> pa.Array:
     encoded = [w.encode() for w in words]
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
