@@ -111,7 +111,8 @@ class Memory(threading.Thread):
                 rss = proc.memory_info().rss / 2**20
             except psutil.Error:
                 continue
-            if "dagster-daemon" in command and " run" in command:
+            # `dagster dev` starts the daemon as `python -m dagster._daemon run`.
+            if ("dagster-daemon" in command or "dagster._daemon" in command) and " run" in command:
                 found["daemon"] = found.get("daemon", 0.0) + rss
             elif " api grpc" in command or "code-server" in command:
                 found["code_server"] = found.get("code_server", 0.0) + rss
@@ -136,19 +137,23 @@ def runs(dev: DagsterDev, since: float) -> list[dict[str, Any]]:
     return [r for r in found if r["creationTime"] >= since]
 
 
-def minimal_runs(lake: Path, rewrites: list[tuple[float, str, str]], ticks: list[float]) -> int:
-    """The runs needed to refresh the rewrites promptly, given when they landed.
+def minimal_runs(
+    lake: Path, rewrites: list[tuple[float, str, str]], ticks: list[float]
+) -> tuple[int, int]:
+    """The fewest runs that refresh the rewrites, and the runs of refreshing each promptly.
 
-    A sensor sees the lake at its ticks: the rewrites that landed between two ticks are seen
-    together, so their closures may share runs; rewrites seen at different ticks cannot be
-    refreshed by a run requested before the later one landed. For each tick interval with
-    rewrites, the closure of those rewrites is what the planner finds stale when exactly those
-    source partitions move in the final, fresh lake (every asset of the code location, the SQL
-    models and a merge's later days included), and it takes the runs partlake's own batching
-    makes of it (`planning.runs`). The sum over the intervals is the minimum for a scheduler that
-    refreshes each change at the first tick that can see it. (One that waited could batch more,
-    and be later; the sensor can also come out below it when a rewrite lands while the runs of
-    an earlier one are still queued.)
+    Both are what partlake's planner and batching (`planning.runs`) make of the closure that is
+    stale when the rewritten source partitions move in the final, fresh lake (every asset of the
+    code location, the SQL models and a merge's later days included):
+
+    - the minimum: all rewrites seen at once. Every asset partition in the closure must be
+      written after its last upstream change, and one plan over all of them puts each in one
+      run, sharing runs as far as partlake's batching can; no schedule needs fewer.
+    - prompt: the rewrites that landed between two sensor ticks seen together, one plan per
+      tick interval, summed: what refreshing every change at the first tick that can see it
+      costs. The sensor comes out below it when a rewrite lands while an earlier one's runs are
+      in flight (it waits for them and then plans both at once), above the minimum whenever
+      rewrites land while their closure is being refreshed.
     """
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.planning.graph import LakeGraph
@@ -162,12 +167,8 @@ def minimal_runs(lake: Path, rewrites: list[tuple[float, str, str]], ticks: list
     assert not result.plan.items, "the lake must be fresh before the minimum is derived"
     inputs = result.inputs
     rules = graph.run_rules(inputs.assets)
-    waves: dict[int, set[str]] = {}
-    for when, day, region in rewrites:
-        wave = next((i for i, t in enumerate(ticks) if t >= when), len(ticks))
-        waves.setdefault(wave, set()).add(f"{day}|{region}")
-    total = 0
-    for changed in waves.values():
+
+    def runs_for(changed: set[str]) -> int:
         source = dict(inputs.states["raw_events"])
         for key in changed:  # moved: its lastUpdated differs from what every reader consumed
             source[key] = PartitionState(source[key].last_updated + 1)
@@ -178,8 +179,14 @@ def minimal_runs(lake: Path, rewrites: list[tuple[float, str, str]], ticks: list
             inputs.partition_keys,
             inputs.unreadable,
         )
-        total += len(runs_of(plan(moved), rules).runs)
-    return total
+        return len(runs_of(plan(moved), rules).runs)
+
+    waves: dict[int, set[str]] = {}
+    for when, day, region in rewrites:
+        wave = next((i for i, t in enumerate(ticks) if t >= when), len(ticks))
+        waves.setdefault(wave, set()).add(f"{day}|{region}")
+    everything = set().union(*waves.values()) if waves else set()
+    return runs_for(everything), sum(runs_for(changed) for changed in waves.values())
 
 
 def soak(args: argparse.Namespace) -> dict[str, Any]:
@@ -237,7 +244,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             t["timestamp"] for t in state["ticks"] if t["timestamp"] >= writing_from
         )
     differences = compare_lake(lake)
-    minimum = minimal_runs(lake, writer.rewrites, tick_times)
+    minimum, prompt = minimal_runs(lake, writer.rewrites, tick_times)
     writer_samples = {
         role: [(t, mb) for t, mb in samples if t <= writing_until]
         for role, samples in memory.samples.items()
@@ -253,6 +260,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         "runs_requested": len(requested),
         "runs_minimal": minimum,
         "runs_ratio": round(len(requested) / minimum, 3) if minimum else None,
+        "runs_prompt": prompt,
+        "runs_ratio_to_prompt": round(len(requested) / prompt, 3) if prompt else None,
         "runs_failed": sum(r["status"] == "FAILURE" for r in requested),
         "stale_at_end": len(stale),
         "rows_lost": {name: missing for name, (missing, _) in differences.items()},
