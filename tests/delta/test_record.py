@@ -191,3 +191,27 @@ def test_a_damaged_large_record_is_an_error_as_json_says() -> None:
     info = scan_commit_info(line.encode())
     assert isinstance(info["partlake"]["partition_keys"], KeyList)  # read in bulk
     assert list(info["partlake"]["partition_keys"]) == keys
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_whole_table_write_of_no_rows_is_an_empty_partition_in_either_form(
+    compact: bool,
+) -> None:
+    """A skipped incremental run records a whole-table write of no rows: compact or not, its
+    one partition (`WHOLE_TABLE_ID`) is empty, so the planner never sees it as out of band."""
+    info = {
+        "partlake": {
+            "format": 2,
+            "asset_key": "event_log",
+            "partition_keys": [],
+            "code_version": None,
+            "run_id": "r",
+            "consumed": {"events": {WHOLE_TABLE_ID: 1}},
+            "rows_by_partition": {WHOLE_TABLE_ID: 0},
+            "empty_partition_keys": [WHOLE_TABLE_ID],
+            "commit_time_ms": 5,
+        }
+    }
+    record = CommitRecord.from_commit_info(info, table_version=1, compact=compact)
+    assert record is not None
+    assert record.empty_partition_ids == {WHOLE_TABLE_ID}
