@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from dagster_partlake.orchestration.sensor import IN_FLIGHT  # noqa: E402
 from tests.conftest import subprocess_env  # noqa: E402
 from tests.lake_checks import compare_lake  # noqa: E402
 from tests.servers import DagsterDev, dagster_dev, wait_until  # noqa: E402
@@ -229,7 +230,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             in_flight = [
                 r
                 for r in runs(dev, writing_from)
-                if r["status"] in ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
+                if r["status"] in {status.value for status in IN_FLIGHT}
             ]
             return not in_flight and dev.stale() == []
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from dagster_partlake.orchestration.sensor import IN_FLIGHT
 from tests.conftest import REPO_ROOT, run_partlake, subprocess_env
 from tests.servers import DagsterDev, dagster_dev, postgres_server, spark_connect, wait_until
 
@@ -223,7 +224,7 @@ def check_refresh(refreshed: Refreshed) -> None:
     def ended() -> list[dict[str, Any]] | None:
         # A partition is fresh once its commit lands; its run ends a moment later (its events).
         found = [r for r in sensor_runs(dev) if r["creationTime"] >= refreshed.rewritten_at]
-        in_flight = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED"}
+        in_flight = {status.value for status in IN_FLIGHT}
         return found if found and not any(r["status"] in in_flight for r in found) else None
 
     runs = wait_until(ended, timeout=120, interval=1, what="the refresh's runs to end")

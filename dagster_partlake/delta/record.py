@@ -91,13 +91,10 @@ class CommitRecord:
     def empty_partition_ids(self) -> frozenset[str]:
         """Written partitions that got no rows (the write removed their data)."""
         rows_by_partition = self.rows_by_partition or {}
-        written_ids = self.partition_keys
-        # A whole-table write lists no keys: its one id is WHOLE_TABLE_ID (the general path).
-        if (
-            isinstance(rows_by_partition, IntMap)
-            and isinstance(written_ids, KeyList)
-            and len(written_ids)
-        ):
+        # partition_ids, not partition_keys: a whole-table write lists no keys, and its one id
+        # (WHOLE_TABLE_ID) is a plain tuple, which takes the general path below.
+        written_ids = self.partition_ids
+        if isinstance(rows_by_partition, IntMap) and isinstance(written_ids, KeyList):
             zeros = rows_by_partition.keys_with(0, among=written_ids.ids.astype("int64"))
             return frozenset(zeros)  # compact
         zeros = [pid for pid, rows in rows_by_partition.items() if rows == 0]
