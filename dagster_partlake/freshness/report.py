@@ -20,7 +20,8 @@ until a partition comes up again, then takes a new one; on a SQLite instance eac
 
 The sensor hands its reports to a `ReportWriter`, which records them in a thread of its own, in
 order: a Dagster event costs milliseconds (tens on SQLite), so a tick that reported synchronously
-would take longer the more verdicts changed, and a tick's cost must stay its plan's. A report
+would take longer the more verdicts changed, and a tick's cost must stay its plan's (a tick that
+requests runs waits for its report first, a bounded time: see the sensor). A report
 that could not be recorded is said on the next tick, and the reporter then starts over from
 what the instance holds.
 """

@@ -272,7 +272,26 @@ def evaluate(
         context.log.info(reason)
         return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
     _log_requested(context, ready)
+    _record_before_runs(context, state)
     return SensorResult(run_requests=requests, cursor=new_cursor)
+
+
+# How long a tick that requests runs waits for its partlake_fresh results to be recorded.
+RECORD_BEFORE_RUNS_SECONDS = 10.0
+
+
+def _record_before_runs(context: SensorEvaluationContext, state: _State) -> None:
+    """Wait (a bounded time) until this tick's partlake_fresh results are recorded, before its
+    runs are created. Dagster shows a partition's newest result row, and a run's row is made
+    when the run is created: a failed result recorded after it would hide the run's passed one
+    until the next tick reports the partition fresh again."""
+    if state.writer is None or state.writer.flush(RECORD_BEFORE_RUNS_SECONDS):
+        return
+    context.log.warning(
+        f"partlake_fresh results still being recorded after {RECORD_BEFORE_RUNS_SECONDS:.0f} s; "
+        "runs requested anyway: a partition a run refreshes meanwhile may show its stale "
+        "result until the next tick reports it fresh."
+    )
 
 
 def _running(graph: LakeGraph, in_flight: Sequence[DagsterRun]) -> dict[str, set[Key]]:
