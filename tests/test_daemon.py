@@ -485,7 +485,12 @@ class TestSqliteInstance:
         newest.write_bytes(original)
         repaired_at = time.time()
         wait_until(lambda: dev.stale() == [], timeout=300, what="the refresh after the repair")
-        assert set().union(*(covered(r) for r in finished_since(repaired_at))) >= held
+        # A partition is fresh once its commit lands; its run ends a moment later.
+        wait_until(
+            lambda: set().union(*(covered(r) for r in finished_since(repaired_at))) >= held,
+            timeout=120,
+            what="the runs of the refresh after the repair to end",
+        )
         assert set().union(*(covered(r) for r in finished_since(damaged_at))) == free | held
         assert all(r["status"] == "SUCCESS" for r in finished_since(damaged_at))
 

@@ -135,6 +135,17 @@ def runs_since(dev: DagsterDev, moment: float) -> list[dict[str, Any]]:
     )
 
 
+def ended_runs_since(dev: DagsterDev, moment: float) -> list[dict[str, Any]]:
+    """The runs since `moment`, once every one has ended: a partition is fresh once its commit
+    lands, and its run ends a moment later."""
+
+    def ended() -> list[dict[str, Any]] | None:
+        found = runs_since(dev, moment)
+        return found if all(r["endTime"] is not None for r in found) else None
+
+    return wait_until(ended, timeout=120, what="the refresh's runs to end")
+
+
 def started_run(dev: DagsterDev, moment: float, asset: str) -> dict[str, Any]:
     [run] = [
         r for r in runs_since(dev, moment) if r["status"] == "STARTED" and asset in r["assets"]
@@ -241,7 +252,7 @@ class TestRunWorkerKilled:
         drill.disarm()
         wait_until(lambda: drill.dev.stale() == [], timeout=600, what="the closure to refresh")
         check_lake(drill.lake)
-        runs = runs_since(drill.dev, changed)
+        runs = ended_runs_since(drill.dev, changed)
         # The same partition, three times: two killed attempts, then the retry that landed.
         clean = [r for r in runs if "clean_events" in r["assets"]]
         assert [r["status"] for r in clean] == ["FAILURE", "FAILURE", "SUCCESS"], clean
@@ -267,7 +278,7 @@ class TestRunWorkerKilled:
         drill.disarm()
         wait_until(lambda: drill.dev.stale() == [], timeout=600, what="the closure to refresh")
         check_lake(drill.lake)
-        runs = runs_since(drill.dev, changed)
+        runs = ended_runs_since(drill.dev, changed)
         # Each committed partition was written once: nothing reran what had landed.
         assert sum("clean_events" in r["assets"] for r in runs) == 1, runs
         monthly = [r["status"] for r in runs if "monthly_region_stats" in r["assets"]]
@@ -412,7 +423,7 @@ class TestPostgresRestarted:
         lake_drill.disarm()
         wait_until(lambda: dev.stale() == [], timeout=600, what="the refresh after the restart")
         check_lake(lake_drill.lake)
-        runs = runs_since(dev, changed)
+        runs = ended_runs_since(dev, changed)
         keys = [r["tags"].get(RUN_KEY) for r in runs]
         assert len(keys) == len(set(keys)), keys  # no run key twice
         covered = [
