@@ -50,6 +50,19 @@ def wait_until(
         time.sleep(interval)
 
 
+def ended_runs(
+    find: Callable[[], list[dict[str, Any]]], *, timeout: float = 120, what: str
+) -> list[dict[str, Any]]:
+    """The runs `find` returns (GraphQL run dicts with `endTime`), once there are some and every
+    one has ended: a partition is fresh once its commit lands, and its run ends a moment later."""
+
+    def ended() -> list[dict[str, Any]] | None:
+        found = find()
+        return found if found and all(r["endTime"] is not None for r in found) else None
+
+    return wait_until(ended, timeout=timeout, interval=1, what=what)
+
+
 def _own_session_default_signals() -> None:
     # A process started from a script may inherit ignored SIGINT/SIGTERM (GOTCHAS: `dagster dev`
     # then outlives its parent); restore the defaults and give it its own process group.

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO_ROOT, run_partlake, subprocess_env
-from tests.servers import dagster_dev, wait_until
+from tests.servers import dagster_dev, ended_runs, wait_until
 from tests.test_daemon import ingest
 
 pytestmark = [pytest.mark.dagster_cli, pytest.mark.daemon]
@@ -63,13 +63,10 @@ def test_partlake_stale_refreshes_exactly_the_stale_closure_upstream_first(tmp_p
             ("monthly_region_stats", "2024-01|us"),
         }
         wait_until(lambda: dev.stale(MODULE) == [], timeout=600, what="the closure to refresh")
-
-        def ended() -> list[dict[str, Any]] | None:
-            # A partition is fresh once its commit lands; its run ends a moment later.
-            found = [r for r in runs(dev) if r["creationTime"] >= rewritten_at]
-            return found if all(r["endTime"] is not None for r in found) else None
-
-        after = wait_until(ended, timeout=120, what="the refresh's runs to end")
+        after = ended_runs(
+            lambda: [r for r in runs(dev) if r["creationTime"] >= rewritten_at],
+            what="the refresh's runs to end",
+        )
         assert all(r["status"] == "SUCCESS" for r in after), after
         requested = [
             (asset, r["tags"]["dagster/partition"]) for r in after for asset in r["assets"]

@@ -23,9 +23,15 @@ from typing import Any
 
 import pytest
 
-from dagster_partlake.orchestration.sensor import IN_FLIGHT
 from tests.conftest import REPO_ROOT, run_partlake, subprocess_env
-from tests.servers import DagsterDev, dagster_dev, postgres_server, spark_connect, wait_until
+from tests.servers import (
+    DagsterDev,
+    dagster_dev,
+    ended_runs,
+    postgres_server,
+    spark_connect,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.dagster_cli, pytest.mark.daemon]
 
@@ -220,14 +226,10 @@ def covered(run: dict[str, Any]) -> set[tuple[str, str]]:
 def check_refresh(refreshed: Refreshed) -> None:
     """The daemon's own runs did exactly the closure; its ticks list them; later ticks are idle."""
     dev = refreshed.dev
-
-    def ended() -> list[dict[str, Any]] | None:
-        # A partition is fresh once its commit lands; its run ends a moment later (its events).
-        found = [r for r in sensor_runs(dev) if r["creationTime"] >= refreshed.rewritten_at]
-        in_flight = {status.value for status in IN_FLIGHT}
-        return found if found and not any(r["status"] in in_flight for r in found) else None
-
-    runs = wait_until(ended, timeout=120, interval=1, what="the refresh's runs to end")
+    runs = ended_runs(
+        lambda: [r for r in sensor_runs(dev) if r["creationTime"] >= refreshed.rewritten_at],
+        what="the refresh's runs to end",
+    )
     assert all(r["status"] == "SUCCESS" for r in runs), runs
     assert set().union(*(covered(r) for r in runs)) == CLOSURE
     assert sum(len(covered(r)) for r in runs) == len(CLOSURE)  # nothing requested twice

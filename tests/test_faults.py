@@ -32,6 +32,7 @@ from tests.servers import (
     DagsterDev,
     Postgres,
     dagster_dev,
+    ended_runs,
     free_port,
     postgres_server,
     wait_until,
@@ -136,14 +137,8 @@ def runs_since(dev: DagsterDev, moment: float) -> list[dict[str, Any]]:
 
 
 def ended_runs_since(dev: DagsterDev, moment: float) -> list[dict[str, Any]]:
-    """The runs since `moment`, once every one has ended: a partition is fresh once its commit
-    lands, and its run ends a moment later."""
-
-    def ended() -> list[dict[str, Any]] | None:
-        found = runs_since(dev, moment)
-        return found if all(r["endTime"] is not None for r in found) else None
-
-    return wait_until(ended, timeout=120, what="the refresh's runs to end")
+    """The runs since `moment`, once every one has ended."""
+    return ended_runs(lambda: runs_since(dev, moment), what="the refresh's runs to end")
 
 
 def started_run(dev: DagsterDev, moment: float, asset: str) -> dict[str, Any]:
