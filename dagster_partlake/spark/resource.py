@@ -21,6 +21,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, model_validator
 
 from dagster_partlake.errors import PartlakeConfigError, SparkUnavailableError
+from dagster_partlake.spark.cds import java_options
 from dagster_partlake.spark.conf import DEFAULT_CONF
 
 if TYPE_CHECKING:
@@ -88,6 +89,14 @@ class SparkResource(LazyPySparkResource):
             "pyspark's own default retries for 10 minutes without a word."
         ),
     )
+    class_data_sharing: bool = Field(
+        default=True,
+        description=(
+            "Local Spark only: start the JVM from a class-data-sharing archive of Spark's "
+            "classes (built once in the background, in $PARTLAKE_SPARK_CDS_DIR or the user's "
+            "cache folder), about 2 s faster per session and faster first queries."
+        ),
+    )
     _owns_session: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -132,6 +141,10 @@ class SparkResource(LazyPySparkResource):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = SparkSession.builder.master(self.master)
             conf = self.effective_conf()
+            options = java_options() if self.class_data_sharing and self._new_jvm() else None
+            if options:
+                extra = conf.get("spark.driver.extraJavaOptions", "")
+                conf["spark.driver.extraJavaOptions"] = f"{extra} {options}".strip()
         builder = builder.appName(self.app_name)
         for key, value in conf.items():
             builder = builder.config(key, value)
@@ -146,6 +159,12 @@ class SparkResource(LazyPySparkResource):
             self._spark_session.client.set_retry_policies(
                 [_reporting_policy(self.remote, self.connect_wait_seconds)]
             )
+
+    def _new_jvm(self) -> bool:
+        """Whether a local session started now starts a JVM (none runs in this process yet)."""
+        from pyspark import SparkContext
+
+        return self.master.startswith("local") and SparkContext._gateway is None
 
     @contextmanager
     def server_errors(self) -> Iterator[None]:
