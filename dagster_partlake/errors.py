@@ -49,3 +49,8 @@ class SqlModelError(PartlakeConfigError):
 class InvalidPredicateError(PartlakeError):
     """A row predicate (`partlake delete --where`) does not parse, is not a condition, or names a
     column the table lacks."""
+
+
+class UpstreamRunFailedError(PartlakeError):
+    """A run requested to wait for the runs writing what it reads found one failed, canceled or
+    never started: it computed and committed nothing."""

@@ -36,6 +36,12 @@ def plain(value: object) -> object:
 # Tags of the runs partlake plans (partlake run, the sensor): why, and which partitions.
 REASONS_TAG = "partlake/reasons"
 PARTITIONS_TAG = "partlake/partitions"
+# A sensor run that others requested in the same tick wait for: its id among the sensor's runs.
+CHAIN_TAG = "partlake/chain"
+# On a run requested to wait for others (`dagster_partlake.io_manager.chain`): their
+# CHAIN_TAG values, comma-separated; set to the failed one's run id when one of them failed.
+WAITS_FOR_TAG = "partlake/waits_for"
+UPSTREAM_FAILED_TAG = "partlake/upstream_failed"
 
 FRESH_CHECK = "partlake_fresh"
 # Metadata of its results.

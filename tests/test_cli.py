@@ -290,10 +290,11 @@ def test_demo_instance_limits_parallel_runs(tmp_path: Path) -> None:
     config = instance.get_concurrency_config().run_queue_config
     assert config.max_concurrent_runs == 4
     assert [dict(limit) for limit in config.tag_concurrency_limits] == [
-        {"key": "partlake/sensor", "limit": 2}
+        {"key": "partlake/sensor", "limit": 3}
     ]
     # The run queue holds runs whose pool is full, and every step claims a slot of the pool.
     assert config.should_block_op_concurrency_limited_runs
+    assert config.op_concurrency_slot_buffer == 4  # runs waiting for others start early
     pools = instance.get_concurrency_config().pool_config
     assert pools.pool_granularity == PoolGranularity.OP
     from definitions import defs

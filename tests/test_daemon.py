@@ -235,6 +235,12 @@ def check_refresh(refreshed: Refreshed) -> None:
     assert sum(len(covered(r)) for r in runs) == len(CLOSURE)  # nothing requested twice
     assert all(r["tags"]["partlake/reasons"] == "upstream_changed" for r in runs)
     assert all(r["tags"]["partlake/sensor"] == SENSOR for r in runs)
+    # The monthly level was requested in the tick of the daily runs it reads, and waited for
+    # them in its run (their `partlake/chain` ids) instead of waiting for a later tick.
+    chained = [r for r in runs if "partlake/waits_for" in r["tags"]]
+    assert {a for r in chained for a in r["assets"]} >= {"monthly_region_stats"}, runs
+    chain_ids = {r["tags"].get("partlake/chain") for r in runs}
+    assert all(set(r["tags"]["partlake/waits_for"].split(",")) <= chain_ids for r in chained)
     after = [t for t in ticks(dev) if t["timestamp"] >= refreshed.rewritten_at]
     requested = [run_id for t in after for run_id in t["runIds"]]
     assert sorted(requested) == sorted(r["runId"] for r in runs)
@@ -527,6 +533,16 @@ class TestSqliteInstance:
         )[:2]
         assert first["status"] == second["status"] == "FAILURE"
         assert "partlake/attempt" not in first["tags"]
+        # The monthly rollups, requested to wait for the broken run, failed with it at once
+        # without computing, saying which run failed (not counted as failures of their own).
+        chained = [
+            r
+            for r in sensor_runs(dev)
+            if first["tags"]["partlake/chain"] in r["tags"].get("partlake/waits_for", "").split(",")
+        ]
+        assert chained, "the broken run's readers were requested with it"
+        assert all(r["status"] == "FAILURE" for r in chained), chained
+        assert all(r["tags"]["partlake/upstream_failed"] == first["runId"] for r in chained)
         assert second["tags"]["partlake/attempt"] == "2"
         waited = second["creationTime"] - first["endTime"]
         assert waited >= RETRY_SECONDS - 1, f"retried {waited:.1f} s after the failure"

@@ -7,8 +7,12 @@ SkipReason at once, without planning or reading the event log. (2) Otherwise syn
 state, plan, leave out partitions of runs already queued or running and partitions backing off
 after failures, and request the runs of the plan that wait for no other run
 (`dagster_partlake.planning.runs`, the same runs `partlake plan` shows): upstream before downstream,
-partitions of one asset batched as its backfill policy allows. Runs carry the tags
-`partlake/sensor`, `partlake/reasons` and `partlake/partitions`, visible in the UI.
+partitions of one asset batched as its backfill policy allows. With them, up to
+`max_chained_runs` runs of the next levels that wait only for those: they carry
+`partlake/waits_for` and wait in their run until those have succeeded
+(`dagster_partlake.io_manager.chain`), so their start-up overlaps that work instead of following
+the next tick. Runs carry the tags `partlake/sensor`, `partlake/reasons` and
+`partlake/partitions`, visible in the UI.
 
 A partition whose run failed is retried after `retry_base_seconds * 2**(failures-1)` (capped at
 `retry_max_seconds`), not every tick; the retry carries `partlake/attempt` and a run key of its
@@ -59,6 +63,7 @@ from dagster_partlake.freshness.report import (
     checked_assets,
 )
 from dagster_partlake.layout import resolve_root
+from dagster_partlake.metadata import CHAIN_TAG, UPSTREAM_FAILED_TAG, WAITS_FOR_TAG
 from dagster_partlake.planning.graph import LakeGraph, repository_root
 from dagster_partlake.planning.planner import Key, StalePartition, render_partition
 from dagster_partlake.planning.runs import PlannedRun
@@ -71,6 +76,7 @@ if TYPE_CHECKING:
 
 SENSOR_TAG = "partlake/sensor"
 ATTEMPT_TAG = "partlake/attempt"  # on retries: 2 for the first retry of a failed partition
+PRIORITY_TAG = "dagster/priority"  # Dagster's run queue starts higher values first (default 0)
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -152,6 +158,7 @@ def build_invalidation_sensor(
     max_runs_in_flight: int = 20,
     io_manager_key: str = "io_manager",
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
+    max_chained_runs: int = 4,
 ) -> SensorDefinition:
     """A sensor that keeps every partitioned Delta asset of the code location fresh.
 
@@ -171,6 +178,11 @@ def build_invalidation_sensor(
         io_manager_key: the resource key of the code location's `DeltaPartitionIOManager`,
             whose `root` is the lake's.
         default_status: whether the sensor starts running when the code location loads.
+        max_chained_runs: most runs per tick requested ahead of the runs they read (the next
+            levels of a closure, when whether they run does not hang on an early cutoff): each
+            is launched at once, starts Spark, and waits in its run until those have succeeded
+            (`dagster_partlake.io_manager.chain`), instead of waiting for a later tick. 0:
+            request a run only once the runs it reads have ended.
 
     Example:
         .. code-block:: python
@@ -179,6 +191,8 @@ def build_invalidation_sensor(
     """
     if max_runs_in_flight < 1:
         raise ValueError(f"max_runs_in_flight must be at least 1, got {max_runs_in_flight}")
+    if max_chained_runs < 0:
+        raise ValueError(f"max_chained_runs must be 0 or more, got {max_chained_runs}")
 
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
     # Dagster run each request's assets in the code location's asset job.
@@ -198,6 +212,7 @@ def build_invalidation_sensor(
             retry_max_seconds=retry_max_seconds,
             max_runs_in_flight=max_runs_in_flight,
             io_manager_key=io_manager_key,
+            max_chained_runs=max_chained_runs,
         )
 
     return _invalidation
@@ -212,6 +227,7 @@ def evaluate(
     retry_max_seconds: int,
     max_runs_in_flight: int = 20,
     io_manager_key: str = "io_manager",
+    max_chained_runs: int = 0,
 ) -> SensorResult | SkipReason:
     """One tick of the sensor (see the module docstring).
 
@@ -249,9 +265,8 @@ def evaluate(
     runs = session.runs(result, blocked=_union(running, backing_off))
     room = max(0, max_runs_in_flight - len(in_flight))
     ready = runs.ready[:room]
-    requests = [
-        _request(graph, run, name, result.versions, _attempt(run, failures)) for run in ready
-    ]
+    chained = runs.chainable([r.number for r in ready], min(max_chained_runs, room - len(ready)))
+    requests = _requests(graph, [*ready, *chained], name, result.versions, failures)
     report = _report(context, state, result)
     new_cursor = _Cursor(
         versions=result.versions,
@@ -271,7 +286,13 @@ def evaluate(
         reason = _skip_text(result.plan.items, running, backing_off, failures, now)
         context.log.info(reason)
         return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
-    _log_requested(context, ready)
+    _log_requested(context, [*ready, *chained])
+    if chained:
+        context.log.info(
+            f"{len(chained)} of the {len(requests)} runs wait in their run for the runs writing "
+            "what they read (tag partlake/waits_for), so their launch and Spark start-up "
+            "overlap that work."
+        )
     _record_before_runs(context, state)
     return SensorResult(run_requests=requests, cursor=new_cursor)
 
@@ -429,6 +450,8 @@ def _count_failures(
         if updated <= seen_until:
             continue
         newest = max(newest, updated)
+        if UPSTREAM_FAILED_TAG in record.dagster_run.tags:
+            continue  # ended because a run it waited for failed: that run's failure counts
         for asset, key in _run_partitions(graph, record.dagster_run):
             count = int(failures.get(_fkey(asset, key), [0, 0])[0]) + 1
             wait = min(retry_max_seconds, retry_base_seconds * 2 ** (count - 1))
@@ -442,27 +465,57 @@ def _attempt(run: PlannedRun, failures: Mapping[str, list[float]]) -> int:
     return int(max(counts, default=0))
 
 
-def _request(
-    graph: LakeGraph, run: PlannedRun, name: str, versions: Mapping[str, int], attempt: int
-) -> RunRequest:
-    tags = {SENSOR_TAG: name, **run.run_tags()}
-    if attempt:
-        tags[ATTEMPT_TAG] = str(attempt + 1)
-    kwargs: dict[str, Any] = {}
-    if run.partition_key is not None:
-        kwargs["partition_key"] = run.partition_key
-    # Same run against the same table versions = same request (Dagster skips a run key it has
-    # seen); new commits give a new key, and so does a retry after a failure, which Dagster
-    # would otherwise skip as already requested.
-    digest = hashlib.sha1(
-        json.dumps([run.assets, run.keys, sorted(versions.items()), attempt], default=str).encode()
-    ).hexdigest()[:16]
-    return RunRequest(
-        run_key=f"{name}:{digest}",
-        asset_selection=[graph.assets[a].key for a in run.assets],
-        tags=tags,
-        **kwargs,
-    )
+def _requests(
+    graph: LakeGraph,
+    runs: Sequence[PlannedRun],
+    name: str,
+    versions: Mapping[str, int],
+    failures: Mapping[str, list[float]],
+) -> list[RunRequest]:
+    """The run requests of `runs`, upstream first: a run that waits for others (requested in
+    the same tick) is tagged with their chain ids and a lower priority, so the run queue starts
+    the runs it waits for before it."""
+    digests: dict[int, str] = {}
+    for run in runs:  # upstream first: a run's digest covers those of the runs it waits for
+        after = [digests[n] for n in run.waits_for]
+        digests[run.number] = _digest(run, versions, _attempt(run, failures), after)
+    awaited = {n for r in runs for n in r.waits_for}
+    requests = []
+    for run in runs:
+        attempt = _attempt(run, failures)
+        tags = {SENSOR_TAG: name, **run.run_tags()}
+        if attempt:
+            tags[ATTEMPT_TAG] = str(attempt + 1)
+        if run.number in awaited:
+            tags[CHAIN_TAG] = digests[run.number]
+        if run.waits_for:
+            tags[WAITS_FOR_TAG] = ",".join(digests[n] for n in run.waits_for)
+            tags[PRIORITY_TAG] = "-1"
+        kwargs: dict[str, Any] = {}
+        if run.partition_key is not None:
+            kwargs["partition_key"] = run.partition_key
+        requests.append(
+            RunRequest(
+                run_key=f"{name}:{digests[run.number]}",
+                asset_selection=[graph.assets[a].key for a in run.assets],
+                tags=tags,
+                **kwargs,
+            )
+        )
+    return requests
+
+
+def _digest(
+    run: PlannedRun, versions: Mapping[str, int], attempt: int, after: Sequence[str]
+) -> str:
+    """Same run against the same table versions = same digest, so the same run key (Dagster
+    skips a run key it has seen); new commits give a new key, and so does a retry after a
+    failure, which Dagster would otherwise skip as already requested, and a run waiting for a
+    retried one."""
+    value: list[object] = [run.assets, run.keys, sorted(versions.items()), attempt]
+    if after:
+        value.append(list(after))
+    return hashlib.sha1(json.dumps(value, default=str).encode()).hexdigest()[:16]
 
 
 def _run_partitions(graph: LakeGraph, run: DagsterRun) -> list[tuple[str, Key]]:

@@ -33,6 +33,9 @@ class PlannedRun:
     partition_range: tuple[str, str] | None  # (first, last) when the run is a range
     items: tuple[StalePartition, ...]
     waits_for: tuple[int, ...] = ()  # numbers of the runs that must succeed first
+    # Reads a partition that a run it waits for may leave unchanged (early cutoff): whether it
+    # runs at all is known only once that run has committed.
+    after_cutoff: bool = False
 
     @property
     def partition_key(self) -> str | None:
@@ -89,6 +92,21 @@ class RunPlan:
         """The runs that wait for no other run."""
         return tuple(r for r in self.runs if not r.waits_for)
 
+    def chainable(self, requested: Collection[int], limit: int) -> tuple[PlannedRun, ...]:
+        """At most `limit` runs, upstream first, that wait only for runs in `requested` or
+        chained before them, and whose partitions are stale whatever those write (none reads an
+        early-cutoff output): the sensor requests them in the same tick, each to wait in its
+        run for the runs it reads (`io_manager.chain`)."""
+        known = set(requested)
+        chained: list[PlannedRun] = []
+        for run in self.runs:
+            if len(chained) >= limit:
+                break
+            if run.waits_for and set(run.waits_for) <= known and not run.after_cutoff:
+                chained.append(run)
+                known.add(run.number)
+        return tuple(chained)
+
     def to_json(self) -> list[dict[str, object]]:
         return [run.to_json() for run in self.runs]
 
@@ -131,9 +149,8 @@ def runs_of(
         written: dict[tuple[str, Key], int] = {}
         for batch in batches:
             number = len(runs) + 1
-            waits = {
-                writer_of[up] for item in batch.items for up in rules.reads(item) if up in writer_of
-            }
+            read = [up for item in batch.items for up in rules.reads(item) if up in writer_of]
+            waits = {writer_of[up] for up in read}
             runs.append(
                 PlannedRun(
                     number,
@@ -142,6 +159,7 @@ def runs_of(
                     batch.partition_range,
                     batch.items,
                     tuple(sorted(waits)),
+                    after_cutoff=any(up[0] in rules.cutoff for up in read),
                 )
             )
             written.update({(i.asset, i.partition): number for i in batch.items})
