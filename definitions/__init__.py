@@ -59,11 +59,14 @@ defs = Definitions(
     assets=ASSETS,
     # The quality gates declared in the assets' metadata, as asset checks the UI lists.
     asset_checks=partlake_asset_checks(ASSETS),
-    # The intervals are environment knobs so a demo or a test can tick faster than production.
+    # The intervals are environment knobs so a demo or a test can tick faster than production;
+    # PARTLAKE_SENSOR_CHAINED_RUNS=0 requests each level of a closure only once the one before
+    # has ended.
     sensors=[
         build_invalidation_sensor(
             minimum_interval_seconds=int(os.environ.get("PARTLAKE_SENSOR_INTERVAL_SECONDS", "2")),
             retry_base_seconds=int(os.environ.get("PARTLAKE_SENSOR_RETRY_SECONDS", "60")),
+            max_chained_runs=int(os.environ.get("PARTLAKE_SENSOR_CHAINED_RUNS", "4")),
         )
     ],
     jobs=[maintenance],

@@ -103,6 +103,7 @@ class Refreshed:
     rewritten_at: float
     fill_seconds: float
     refresh_seconds: float
+    chained: bool  # the sensor requests a closure's next levels ahead (max_chained_runs > 0)
 
 
 def ingest(env: dict[str, str], *args: str) -> None:
@@ -124,6 +125,7 @@ def refreshed_demo(
     spark_remote: str | None = None,
     *,
     filled_by_partlake: bool = False,
+    chained_runs: int = 4,
 ) -> Iterator[Refreshed]:
     """`dagster dev` on a fresh demo instance; the sensor, turned on with the Dagster CLI, fills
     the lake (or finds it filled by `partlake run`: a few minutes less of one process per run);
@@ -139,6 +141,7 @@ def refreshed_demo(
         PARTLAKE_SENSOR_INTERVAL_SECONDS=str(TICK_SECONDS),
         PARTLAKE_SENSOR_RETRY_SECONDS=str(RETRY_SECONDS),
         SPARK_LOCAL_IP="127.0.0.1",
+        PARTLAKE_SENSOR_CHAINED_RUNS=str(chained_runs),
         **({"PARTLAKE_SPARK_REMOTE": spark_remote} if spark_remote else {}),
     )
     ingest(env, "--date", "2024-01-01", "--date", "2024-01-02", "--region", "eu", "--region", "us")
@@ -162,7 +165,9 @@ def refreshed_demo(
             f"daemon ({label}): {filled} in {fill_seconds:.0f} s; "
             f"source rewrite -> everything fresh in {refresh_seconds:.0f} s"
         )
-        yield Refreshed(dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds)
+        yield Refreshed(
+            dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds, chained_runs > 0
+        )
 
 
 def chromium() -> str:
@@ -235,12 +240,15 @@ def check_refresh(refreshed: Refreshed) -> None:
     assert sum(len(covered(r)) for r in runs) == len(CLOSURE)  # nothing requested twice
     assert all(r["tags"]["partlake/reasons"] == "upstream_changed" for r in runs)
     assert all(r["tags"]["partlake/sensor"] == SENSOR for r in runs)
-    # The monthly level was requested in the tick of the daily runs it reads, and waited for
-    # them in its run (their `partlake/chain` ids) instead of waiting for a later tick.
+    # Chained: the monthly level was requested in the tick of the daily runs it reads, and
+    # waited for them in its run (their `partlake/chain` ids) instead of for a later tick.
     chained = [r for r in runs if "partlake/waits_for" in r["tags"]]
-    assert {a for r in chained for a in r["assets"]} >= {"monthly_region_stats"}, runs
-    chain_ids = {r["tags"].get("partlake/chain") for r in runs}
-    assert all(set(r["tags"]["partlake/waits_for"].split(",")) <= chain_ids for r in chained)
+    if refreshed.chained:
+        assert {a for r in chained for a in r["assets"]} >= {"monthly_region_stats"}, runs
+        chain_ids = {r["tags"].get("partlake/chain") for r in runs}
+        assert all(set(r["tags"]["partlake/waits_for"].split(",")) <= chain_ids for r in chained)
+    else:
+        assert chained == [] and len(runs) == 2, runs  # one run per level, one after the other
     after = [t for t in ticks(dev) if t["timestamp"] >= refreshed.rewritten_at]
     requested = [run_id for t in after for run_id in t["runIds"]]
     assert sorted(requested) == sorted(r["runId"] for r in runs)
@@ -333,103 +341,6 @@ class TestSqliteInstance:
                 expect(page.get_by_text(tag).first).to_be_visible()
             page.wait_for_timeout(1000)  # the dialog fades in; let it finish before the picture
             page.screenshot(path=out / "ui-run-tags.png")
-            browser.close()
-
-    @pytest.mark.browser
-    def test_a_stale_partition_shows_as_a_failed_partlake_fresh_check_until_refreshed(
-        self, refreshed: Refreshed, tmp_path: Path
-    ) -> None:
-        """A source rewrite: the sensor's next tick reports partlake_fresh failed (warn) for each
-        partition of the stale closure, with its reason, and the check's page in the browser
-        shows it; after the refresh, the runs report them passed. The refresh is held back
-        meanwhile by the pool's limit set to 0 with the Dagster CLI, as an operator would: the
-        first run starts (its checks in progress) and waits for a slot, the second waits for it,
-        so monthly_region_stats shows the sensor's verdict until then."""
-        from playwright.sync_api import expect, sync_playwright
-
-        dev = refreshed.dev
-        out = Path(os.environ.get("PARTLAKE_SCREENSHOTS") or tmp_path)
-        out.mkdir(parents=True, exist_ok=True)
-        closure = {
-            ("clean_events", "2024-01-01|us"),
-            ("daily_region_stats", "2024-01-01|us"),
-            ("monthly_region_stats", "2024-01|us"),
-        }
-        held = dev.dagster("instance", "concurrency", "set", "partlake", "0")
-        assert held.returncode == 0, held.stderr[-3000:]
-        try:
-            rewritten_at = time.time()
-            ingest(dev.env, "--date", "2024-01-01", "--region", "us", "--seed", "11")
-            stale = wait_until(
-                lambda: fresh_results(dev, closure, after=rewritten_at, passed=False),
-                timeout=120,
-                what="the sensor's partlake_fresh results for the stale closure",
-            )
-            assert all(r["runId"].startswith("partlake-fresh-") for r in stale.values())
-            clean = stale["clean_events", "2024-01-01|us"]
-            assert clean["evaluation"]["severity"] == "WARN"
-            assert clean["evaluation"]["description"] == (
-                "upstream_changed because raw_events[2024-01-01|us]"
-            )
-            metadata = {m["label"]: m for m in clean["evaluation"]["metadataEntries"]}
-            assert metadata["partlake/reason"]["text"] == "upstream_changed"
-            assert "partlake/last_updated" in metadata
-            monthly = stale["monthly_region_stats", "2024-01|us"]
-            because = "upstream_changed because daily_region_stats[2024-01-01|us]"
-            assert monthly["evaluation"]["description"] == because
-            # The tick that reported them says why, in partlake plan's words.
-            logged = [
-                e["message"]
-                for t in ticks(dev)
-                if t["timestamp"] >= rewritten_at
-                for e in t["logEvents"]["events"]
-            ]
-            assert any(
-                "clean_events[2024-01-01|us] upstream_changed because raw_events[2024-01-01|us]"
-                in m
-                for m in logged
-            ), logged
-
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                page.set_default_timeout(60_000)
-                page.goto(
-                    f"{dev.url}/assets/monthly_region_stats?view=checks&checkDetail=partlake_fresh"
-                )
-                dismiss_welcome(page)
-                expect(page.get_by_text(because)).to_be_visible()
-                expect(page.get_by_text("2024-01|us", exact=True).first).to_be_visible()
-                expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
-                page.screenshot(path=out / "ui-stale-partitions.png")
-                # The check's partitions: the one stale partition counts as failed.
-                page.get_by_text("Partitions", exact=True).last.click()
-                expect(page.get_by_text("Failed (1)", exact=True)).to_be_visible()
-                browser.close()
-        finally:
-            released = dev.dagster("instance", "concurrency", "set", "partlake", "2")
-            assert released.returncode == 0, released.stderr[-3000:]
-
-        wait_until(lambda: dev.stale() == [], timeout=360, what="the refresh of the closure")
-        fresh = wait_until(
-            lambda: fresh_results(dev, closure, after=rewritten_at, passed=True),
-            timeout=60,
-            what="partlake_fresh passed for the refreshed closure",
-        )
-        assert not any(r["runId"].startswith("partlake-fresh-") for r in fresh.values())
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(60_000)
-            page.goto(
-                f"{dev.url}/assets/monthly_region_stats?view=checks&checkDetail=partlake_fresh"
-            )
-            dismiss_welcome(page)
-            expect(page.get_by_text("Succeeded").first).to_be_visible()
-            page.get_by_text("Partitions", exact=True).last.click()
-            expect(page.get_by_text("Failed (0)", exact=True)).to_be_visible()
-            expect(page.get_by_text("Passed (2)", exact=True)).to_be_visible()
-            page.screenshot(path=tmp_path / "fresh-again.png")
             browser.close()
 
     def test_damaged_table_fails_ticks_with_its_message_and_holds_back_its_closure(
@@ -586,8 +497,14 @@ class TestPostgresInstance:
         tmp = tmp_path_factory.mktemp("daemon-postgres")
         env = subprocess_env(SPARK_LOCAL_IP="127.0.0.1")
         with postgres_server() as postgres, spark_connect(tmp / "spark", env) as remote:
-            label = "postgres + Spark Connect"
-            with refreshed_demo(tmp, label, postgres.dagster_yaml(), remote) as demo:
+            label = "postgres + Spark Connect, chained runs off"
+            # Chained runs off (PARTLAKE_SENSOR_CHAINED_RUNS=0): each level of a closure is
+            # requested once the one before has ended, as before chaining existed; the SQLite
+            # class runs the demo's default. The stale-partition test needs it: a chained run's
+            # planned partlake_fresh shows in the UI as in progress from the moment it exists.
+            with refreshed_demo(
+                tmp, label, postgres.dagster_yaml(), remote, chained_runs=0
+            ) as demo:
                 yield demo
 
     def test_sensor_refreshes_exactly_the_closure_under_the_daemon(
@@ -596,3 +513,100 @@ class TestPostgresInstance:
         storage = (refreshed.dev.env["DAGSTER_HOME"], "dagster.yaml")
         assert "postgres_db" in Path(*storage).read_text()
         check_refresh(refreshed)
+
+    @pytest.mark.browser
+    def test_a_stale_partition_shows_as_a_failed_partlake_fresh_check_until_refreshed(
+        self, refreshed: Refreshed, tmp_path: Path
+    ) -> None:
+        """A source rewrite: the sensor's next tick reports partlake_fresh failed (warn) for each
+        partition of the stale closure, with its reason, and the check's page in the browser
+        shows it; after the refresh, the runs report them passed. The refresh is held back
+        meanwhile by the pool's limit set to 0 with the Dagster CLI, as an operator would: the
+        first run starts (its checks in progress) and waits for a slot, the second waits for it,
+        so monthly_region_stats shows the sensor's verdict until then."""
+        from playwright.sync_api import expect, sync_playwright
+
+        dev = refreshed.dev
+        out = Path(os.environ.get("PARTLAKE_SCREENSHOTS") or tmp_path)
+        out.mkdir(parents=True, exist_ok=True)
+        closure = {
+            ("clean_events", "2024-01-01|us"),
+            ("daily_region_stats", "2024-01-01|us"),
+            ("monthly_region_stats", "2024-01|us"),
+        }
+        held = dev.dagster("instance", "concurrency", "set", "partlake", "0")
+        assert held.returncode == 0, held.stderr[-3000:]
+        try:
+            rewritten_at = time.time()
+            ingest(dev.env, "--date", "2024-01-01", "--region", "us", "--seed", "11")
+            stale = wait_until(
+                lambda: fresh_results(dev, closure, after=rewritten_at, passed=False),
+                timeout=120,
+                what="the sensor's partlake_fresh results for the stale closure",
+            )
+            assert all(r["runId"].startswith("partlake-fresh-") for r in stale.values())
+            clean = stale["clean_events", "2024-01-01|us"]
+            assert clean["evaluation"]["severity"] == "WARN"
+            assert clean["evaluation"]["description"] == (
+                "upstream_changed because raw_events[2024-01-01|us]"
+            )
+            metadata = {m["label"]: m for m in clean["evaluation"]["metadataEntries"]}
+            assert metadata["partlake/reason"]["text"] == "upstream_changed"
+            assert "partlake/last_updated" in metadata
+            monthly = stale["monthly_region_stats", "2024-01|us"]
+            because = "upstream_changed because daily_region_stats[2024-01-01|us]"
+            assert monthly["evaluation"]["description"] == because
+            # The tick that reported them says why, in partlake plan's words.
+            logged = [
+                e["message"]
+                for t in ticks(dev)
+                if t["timestamp"] >= rewritten_at
+                for e in t["logEvents"]["events"]
+            ]
+            assert any(
+                "clean_events[2024-01-01|us] upstream_changed because raw_events[2024-01-01|us]"
+                in m
+                for m in logged
+            ), logged
+
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.set_default_timeout(60_000)
+                page.goto(
+                    f"{dev.url}/assets/monthly_region_stats?view=checks&checkDetail=partlake_fresh"
+                )
+                dismiss_welcome(page)
+                expect(page.get_by_text(because)).to_be_visible()
+                expect(page.get_by_text("2024-01|us", exact=True).first).to_be_visible()
+                expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
+                page.screenshot(path=out / "ui-stale-partitions.png")
+                # The check's partitions: the one stale partition counts as failed.
+                page.get_by_text("Partitions", exact=True).last.click()
+                expect(page.get_by_text("Failed (1)", exact=True)).to_be_visible()
+                browser.close()
+        finally:
+            released = dev.dagster("instance", "concurrency", "set", "partlake", "2")
+            assert released.returncode == 0, released.stderr[-3000:]
+
+        wait_until(lambda: dev.stale() == [], timeout=360, what="the refresh of the closure")
+        fresh = wait_until(
+            lambda: fresh_results(dev, closure, after=rewritten_at, passed=True),
+            timeout=60,
+            what="partlake_fresh passed for the refreshed closure",
+        )
+        assert not any(r["runId"].startswith("partlake-fresh-") for r in fresh.values())
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(
+                f"{dev.url}/assets/monthly_region_stats?view=checks&checkDetail=partlake_fresh"
+            )
+            dismiss_welcome(page)
+            expect(page.get_by_text("Succeeded").first).to_be_visible()
+            page.get_by_text("Partitions", exact=True).last.click()
+            expect(page.get_by_text("Failed (0)", exact=True)).to_be_visible()
+            expect(page.get_by_text("Passed (2)", exact=True)).to_be_visible()
+            page.screenshot(path=tmp_path / "fresh-again.png")
+            browser.close()
