@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,11 +172,17 @@ def partition_rows(lake: Path, table: str, date: str, region: str) -> list[tuple
 
 
 def kill_paused_run(
-    drill: Drill, point: str, number: int, since: float, asset: str
+    drill: Drill,
+    point: str,
+    number: int,
+    since: float,
+    asset: str,
+    then: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Kill with SIGKILL the run worker (writing `asset`) paused at `point`'s `number`th pass;
     return its run once run monitoring marked it failed, which must happen within its
-    interval."""
+    interval, and its pool slot is freed. `then` runs as soon as it is marked failed: the
+    sensor's retry may commit while the slot waits to be freed (up to 45 s)."""
     pid = drill.paused(point, number)
     run = started_run(drill.dev, since, asset)
     os.kill(pid, signal.SIGKILL)
@@ -188,6 +194,8 @@ def kill_paused_run(
         what=f"run monitoring to mark run {run['runId']} failed",
     )
     noticed = time.monotonic() - killed
+    if then is not None:
+        then()
     assert noticed <= MONITORING_SECONDS + 30, f"marked failed {noticed:.0f} s after the kill"
     # Whoever noticed first says why: the code server that launched the worker ("terminated by
     # signal 9"), or run monitoring through partlake's launcher ("process N on host H ... is
@@ -237,13 +245,18 @@ class TestRunWorkerKilled:
         changed = time.time()
         ingest(drill.dev.env, "--date", "2024-01-02", "--region", "us", "--seed", "21")
         failed = []
+
+        def old_partition() -> None:
+            check_readable(drill.lake)
+            assert partition_rows(drill.lake, "clean_events", "2024-01-02", "us") == before
+
         for number in (1, 2):
             drill.paused("before_commit", number)
-            check_readable(drill.lake)
-            assert partition_rows(drill.lake, "clean_events", "2024-01-02", "us") == before
-            failed.append(kill_paused_run(drill, "before_commit", number, changed, "clean_events"))
-            check_readable(drill.lake)
-            assert partition_rows(drill.lake, "clean_events", "2024-01-02", "us") == before
+            old_partition()
+            run = kill_paused_run(
+                drill, "before_commit", number, changed, "clean_events", then=old_partition
+            )
+            failed.append(run)
         drill.disarm()
         wait_until(lambda: drill.dev.stale() == [], timeout=600, what="the closure to refresh")
         check_lake(drill.lake)
