@@ -21,7 +21,8 @@ daemon did, run by run:
 - JVM start: the Spark session the run started (`partlake/spark_start_seconds`);
 - hand-off: for a run the sensor requested ahead of the runs it reads (`partlake/waits_for`),
   whose launch and Spark start-up overlap those runs: from the end of the one of them that
-  ended last to the end of its wait (the poll, or what was left of its own start-up);
+  ended last to the end of its wait (the poll, or what was left of its own start-up; 0 when it
+  went on before that run ended, every asset of that run committed);
 - compute: Spark reading, computing and staging the outputs, and the quality gates
   (`partlake/write_seconds` - `partlake/commit_seconds`);
 - commit: the Delta commits (`partlake/commit_seconds`);

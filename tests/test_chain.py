@@ -10,7 +10,19 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from dagster import DagsterInstance, DagsterRun, Failure, RunsFilter, instance_for_test, job, op
+from dagster import (
+    AssetCheckResult,
+    DagsterInstance,
+    DagsterRun,
+    Definitions,
+    Failure,
+    RunsFilter,
+    asset,
+    asset_check,
+    instance_for_test,
+    job,
+    op,
+)
 
 from dagster_partlake.errors import UpstreamRunFailedError
 from dagster_partlake.io_manager.chain import RESUMED, wait_for_upstream_runs, waits_for
@@ -173,3 +185,41 @@ def test_an_instance_that_stops_answering_for_a_while_is_waited_out(
     with pytest.raises(Exception, match="no such table"):
         wait_for_upstream_runs(instance, run, None, poll=0.05, unreachable_timeout=0.5)
     back.join()
+
+
+def test_goes_on_once_the_awaited_run_has_committed_every_asset_before_it_ends(
+    instance: DagsterInstance, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The awaited run's asset is materialized, then its check step takes 3 s: what the
+    waiting run reads is written, so it goes on while the awaited run is still running."""
+
+    @asset
+    def written() -> int:
+        return 1
+
+    @asset_check(asset=written)
+    def slow_check() -> AssetCheckResult:
+        time.sleep(3.0)
+        return AssetCheckResult(passed=True)
+
+    run = waiting_run(instance, "upstream")
+
+    def go() -> None:
+        job_def = Definitions(
+            assets=[written], asset_checks=[slow_check]
+        ).resolve_implicit_global_asset_job_def()
+        job_def.execute_in_process(
+            instance=instance,
+            tags={CHAIN_TAG: "upstream"},
+            asset_selection=[written.key],  # the run names its assets, as the sensor's runs do
+        )
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    caplog.set_level(logging.INFO, logger="dagster_partlake.io_manager.chain")
+    wait_for_upstream_runs(instance, run, None, poll=0.05)
+    upstream = instance.get_runs(filters=RunsFilter(tags={CHAIN_TAG: "upstream"}))[0]
+    assert not upstream.is_finished  # its check step is still sleeping
+    assert "has committed every asset it writes" in caplog.text
+    thread.join(timeout=30)
+    assert instance.get_run_by_id(upstream.run_id).is_success  # type: ignore[union-attr]

@@ -4,10 +4,11 @@ The invalidation sensor requests, in one tick, a closure's first runs and the ru
 what those write (`RunPlan.chainable`), tagged `partlake/waits_for` with the first runs'
 `partlake/chain` ids. Such a run is launched at once, so its launch and its Spark session start
 while the runs it reads compute; `DeltaPartitionIOManager` then holds it here, at resource set-up
-(before any step claims a pool slot), until those runs have succeeded. Without this, the next
-level of a closure waits for the sensor's next tick, a launch and its own Spark start-up.
+(before any step claims a pool slot), until those runs have committed what they write (every
+asset of theirs materialized) or succeeded. Without this, the next level of a closure waits for
+the sensor's next tick, a launch and its own Spark start-up.
 
-A run waited for that fails or is canceled ends this run too, with `UpstreamRunFailedError` and
+A run waited for that fails or is canceled before that ends this run too, with `UpstreamRunFailedError` and
 the tag `partlake/upstream_failed` (the sensor does not count that as a failure of this run's
 partitions: they are requested again once what they read is fresh). A run waited for that has
 not started after `START_TIMEOUT_SECONDS` (a full queue) ends it the same way, freeing its place.
@@ -20,7 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dagster import DagsterInstance, DagsterLogManager, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterLogManager,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+)
 
 from dagster_partlake.errors import UpstreamRunFailedError
 from dagster_partlake.metadata import (
@@ -35,7 +43,7 @@ START_TIMEOUT_SECONDS = 300.0  # a run waited for that is still queued after thi
 POLL_SECONDS = 0.25
 STILL_WAITING_EVERY_SECONDS = 30.0
 UNREACHABLE_SECONDS = 120.0  # the instance not answering status queries this long: give up
-RESUMED = "Every run this run waits for has succeeded"  # the log line that ends the wait
+RESUMED = "Every run this run waits for has written what it reads"  # the line ending the wait
 FAILED = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED, DagsterRunStatus.CANCELING)
 NOT_STARTED = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
 
@@ -71,7 +79,8 @@ def wait_for_upstream_runs(
     poll: float = POLL_SECONDS,
     unreachable_timeout: float = UNREACHABLE_SECONDS,
 ) -> float:
-    """Block until every run `run` waits for has succeeded, saying what it waits for; the
+    """Block until every run `run` waits for has succeeded or committed every asset it writes
+    (what is left of it then does not change what `run` reads), saying what it waits for; the
     seconds waited.
 
     Raises:
@@ -103,6 +112,12 @@ def wait_for_upstream_runs(
             waited = time.monotonic() - started
             if status == DagsterRunStatus.SUCCESS:
                 say(f"{item.describe()} succeeded.")
+                awaited.remove(item)
+                continue
+            if status == DagsterRunStatus.STARTED and _all_written(instance, item.run):
+                # What it writes is committed; what is left of it (check steps, tear-down,
+                # Dagster's bookkeeping) does not change what this run reads.
+                say(f"{item.describe()} has committed every asset it writes.")
                 awaited.remove(item)
                 continue
             if status in FAILED or (status in (None, *NOT_STARTED) and waited > start_timeout):
@@ -143,6 +158,22 @@ def _unreachable(
     if now - since > timeout:
         raise error
     return since
+
+
+def _all_written(instance: DagsterInstance, run: DagsterRun | None) -> bool:
+    """Whether `run` has recorded a materialization of every asset it targets: each asset's
+    step commits all its partitions at once, and records them after the commit."""
+    if run is None or not run.asset_selection:
+        return False
+    records = instance.get_records_for_run(
+        run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    written = {
+        r.event_log_entry.dagster_event.asset_key
+        for r in records
+        if r.event_log_entry.dagster_event
+    }
+    return set(run.asset_selection) <= written
 
 
 def _status(item: _Awaited) -> str:

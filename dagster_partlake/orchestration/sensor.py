@@ -9,7 +9,7 @@ after failures, and request the runs of the plan that wait for no other run
 (`dagster_partlake.planning.runs`, the same runs `partlake plan` shows): upstream before downstream,
 partitions of one asset batched as its backfill policy allows. With them, up to
 `max_chained_runs` runs of the next levels that wait only for those: they carry
-`partlake/waits_for` and wait in their run until those have succeeded
+`partlake/waits_for` and wait in their run until those have committed what they write
 (`dagster_partlake.io_manager.chain`), so their start-up overlaps that work instead of following
 the next tick. Runs carry the tags `partlake/sensor`, `partlake/reasons` and
 `partlake/partitions`, visible in the UI.
@@ -180,7 +180,7 @@ def build_invalidation_sensor(
         default_status: whether the sensor starts running when the code location loads.
         max_chained_runs: most runs per tick requested ahead of the runs they read (the next
             levels of a closure, when whether they run does not hang on an early cutoff): each
-            is launched at once, starts Spark, and waits in its run until those have succeeded
+            is launched at once, starts Spark, and waits in its run until those have committed
             (`dagster_partlake.io_manager.chain`), instead of waiting for a later tick. 0:
             request a run only once the runs it reads have ended.
 
