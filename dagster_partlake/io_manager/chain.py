@@ -8,10 +8,11 @@ while the runs it reads compute; `DeltaPartitionIOManager` then holds it here, a
 asset of theirs materialized) or succeeded. Without this, the next level of a closure waits for
 the sensor's next tick, a launch and its own Spark start-up.
 
-A run waited for that fails or is canceled before that ends this run too, with `UpstreamRunFailedError` and
-the tag `partlake/upstream_failed` (the sensor does not count that as a failure of this run's
-partitions: they are requested again once what they read is fresh). A run waited for that has
-not started after `START_TIMEOUT_SECONDS` (a full queue) ends it the same way, freeing its place.
+A run waited for that fails or is canceled before that ends this run too, with
+`UpstreamRunFailedError` and the tag `partlake/upstream_failed` (the sensor does not count that
+as a failure of this run's partitions: they are requested again once what they read is fresh).
+A run waited for that has not started after `START_TIMEOUT_SECONDS` (a full queue) ends it the
+same way, freeing its place.
 """
 
 from __future__ import annotations
