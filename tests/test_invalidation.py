@@ -90,7 +90,9 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     defs, graph = example
     from definitions.ingest import write_partition
 
-    patient = build_invalidation_sensor("inv", retry_base_seconds=3600)
+    # One level at a time (max_chained_runs=0): this is about the first level's runs in flight
+    # and failing; runs requested ahead of them are tested in test_chain.py and test_daemon.py.
+    patient = build_invalidation_sensor("inv", retry_base_seconds=3600, max_chained_runs=0)
     _, cursor, _ = tick(defs, instance, patient, None)
     write_partition(dt.date(2024, 1, 1), "us", 200, seed=2, root=str(lake))
     requests, cursor, _ = tick(defs, instance, patient, cursor)
@@ -131,7 +133,7 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     assert again == []
 
     # The same failure seen by a sensor without backoff: requested again at once.
-    eager = build_invalidation_sensor("inv", retry_base_seconds=0)
+    eager = build_invalidation_sensor("inv", retry_base_seconds=0, max_chained_runs=0)
     again, _, _ = tick(defs, instance, eager, before_failure)
     assert [r.partition_key for r in again] == ["2024-01-01|us"]
     # A retry needs a run key of its own: the daemon skips a run key it has already seen.
