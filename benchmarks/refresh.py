@@ -15,8 +15,8 @@ repeat refreshes a closure of the same shape) and waits until the planner, polle
 process every 0.25 s, finds nothing stale. Then it reads back from the Dagster instance what the
 daemon did, run by run:
 
-- tick wait: from the moment a run could have been requested (the rewrite, or the end of the
-  run it waited for) to its creation by a sensor tick;
+- tick wait: from the moment a run could have been requested (the rewrite's commit, or the end
+  of the run it waited for) to its creation by a sensor tick;
 - launch: creation -> RUN_START (queue, a worker process, the code location loaded);
 - JVM start: the Spark session the run started (`partlake/spark_start_seconds`);
 - hand-off: for a run the sensor requested ahead of the runs it reads (`partlake/waits_for`),
@@ -223,6 +223,14 @@ def setting(mode: str, work: Path) -> Iterator[dict[str, str]]:
         yield {**env, **extra}
 
 
+def _newest_commit_time(lake: Path) -> float:
+    """When raw_events' newest Delta commit was written (its log file's mtime)."""
+    from definitions.ingest import raw_events_path
+
+    log_dir = Path(raw_events_path(str(lake))) / "_delta_log"
+    return max(p.stat().st_mtime for p in log_dir.glob("*.json"))
+
+
 def measure(mode: str, repeats: int, rows: int) -> dict[str, Any]:
     from dagster import DagsterInstance
 
@@ -252,7 +260,9 @@ def measure(mode: str, repeats: int, rows: int) -> dict[str, Any]:
             for number in range(repeats):
                 date, region = DATES[number % 2], REGIONS[(number // 2) % 2]
                 ingest(env, rows, "--date", date, "--region", region, "--seed", str(100 + number))
-                rewritten = time.time()
+                # The rewrite's commit, not the end of the ingest process: a watching sensor
+                # tick may act on it while that process still exits.
+                rewritten = _newest_commit_time(work / "lake")
                 closure = freshness.stale()
                 wait_until(
                     lambda: not freshness.stale(),

@@ -61,12 +61,14 @@ defs = Definitions(
     asset_checks=partlake_asset_checks(ASSETS),
     # The intervals are environment knobs so a demo or a test can tick faster than production;
     # PARTLAKE_SENSOR_CHAINED_RUNS=0 requests each level of a closure only once the one before
-    # has ended.
+    # has ended; PARTLAKE_SENSOR_WATCH_SECONDS=0 makes a tick with no new commit skip at once
+    # instead of watching the tables until about the daemon's next pass.
     sensors=[
         build_invalidation_sensor(
             minimum_interval_seconds=int(os.environ.get("PARTLAKE_SENSOR_INTERVAL_SECONDS", "2")),
             retry_base_seconds=int(os.environ.get("PARTLAKE_SENSOR_RETRY_SECONDS", "60")),
             max_chained_runs=int(os.environ.get("PARTLAKE_SENSOR_CHAINED_RUNS", "4")),
+            watch_seconds=float(os.environ.get("PARTLAKE_SENSOR_WATCH_SECONDS", "4.5")),
         )
     ],
     jobs=[maintenance],

@@ -68,7 +68,7 @@ TICKS = """
 query Ticks($sel: SensorSelector!) {
   sensorOrError(sensorSelector: $sel) {
     ... on Sensor { sensorState { status ticks(limit: 500) {
-      timestamp status runIds skipReason error { message causes { message } }
+      timestamp endTimestamp status runIds skipReason error { message causes { message } }
       logEvents { events { message level } } } } }
   }
 }
@@ -249,7 +249,9 @@ def check_refresh(refreshed: Refreshed) -> None:
         assert all(set(r["tags"]["partlake/waits_for"].split(",")) <= chain_ids for r in chained)
     else:
         assert chained == [] and len(runs) == 2, runs  # one run per level, one after the other
-    after = [t for t in ticks(dev) if t["timestamp"] >= refreshed.rewritten_at]
+    # A tick may start before the rewrite and act on it (the example's sensor watches the
+    # tables for 4.5 s before it skips): ticks that ended after it.
+    after = [t for t in ticks(dev) if (t["endTimestamp"] or 0) >= refreshed.rewritten_at]
     requested = [run_id for t in after for run_id in t["runIds"]]
     assert sorted(requested) == sorted(r["runId"] for r in runs)
     assert all(t["status"] == "SUCCESS" for t in after if t["runIds"])
@@ -257,7 +259,11 @@ def check_refresh(refreshed: Refreshed) -> None:
     # Fresh: the next ticks request nothing (and no tick failed meanwhile).
     done = max(r["endTime"] for r in runs)
     idle = wait_until(
-        lambda: [t for t in ticks(dev) if t["timestamp"] > done + 1][1:] or None,
+        # Ended ticks: the one in progress (watching, 4.5 s) has no status yet.
+        lambda: (
+            [t for t in ticks(dev) if t["timestamp"] > done + 1 and t["status"] != "STARTED"][1:]
+            or None
+        ),
         timeout=60,
         interval=DAEMON_LOOP_SECONDS,
         what="two sensor ticks after the refresh",
@@ -367,7 +373,9 @@ class TestSqliteInstance:
 
         def failed_ticks() -> list[dict[str, Any]] | None:
             failed = [
-                t for t in ticks(dev) if t["timestamp"] > damaged_at and t["status"] == "FAILURE"
+                t
+                for t in ticks(dev)
+                if (t["endTimestamp"] or 0) > damaged_at and t["status"] == "FAILURE"
             ]
             return failed or None
 
@@ -560,7 +568,7 @@ class TestPostgresInstance:
             logged = [
                 e["message"]
                 for t in ticks(dev)
-                if t["timestamp"] >= rewritten_at
+                if (t["endTimestamp"] or 0) >= rewritten_at
                 for e in t["logEvents"]["events"]
             ]
             assert any(

@@ -6,6 +6,8 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,84 @@ def test_source_rewrite_invalidates_exactly_its_downstream_closure(example, lake
     assert skip == "Everything is fresh."
     requests, cursor, skip = tick(defs, instance, sensor, cursor)
     assert requests == [] and skip.startswith("No new commits")
+
+
+def test_a_watching_tick_acts_on_a_commit_made_while_it_watches(example, lake, instance) -> None:
+    """With `watch_seconds`, a tick that finds no new commit keeps checking: it skips after the
+    watch when nothing moves, and requests the closure's first runs when a source partition is
+    rewritten while it watches, in that tick, not the next."""
+    defs, _ = example
+    from definitions.ingest import write_partition
+
+    watching = build_invalidation_sensor("watch", minimum_interval_seconds=1, watch_seconds=30)
+    at_once = build_invalidation_sensor("watch", minimum_interval_seconds=1)
+    requests, cursor, skip = tick(defs, instance, at_once, None)
+    assert requests == [] and skip == "Everything is fresh."
+
+    short = build_invalidation_sensor("watch", minimum_interval_seconds=1, watch_seconds=1)
+    started = time.monotonic()
+    requests, cursor, skip = tick(defs, instance, short, cursor)
+    assert requests == [] and skip.startswith("No new commits")
+    assert time.monotonic() - started >= 1 - 0.2  # it watched (to within one poll), then skipped
+
+    rewrite = threading.Timer(
+        1.0,
+        write_partition,
+        args=(dt.date(2024, 1, 2), "eu", 200),
+        kwargs={"seed": 3, "root": str(lake)},
+    )
+    rewrite.start()
+    try:
+        requests, cursor, skip = tick(defs, instance, watching, cursor)
+    finally:
+        rewrite.join()
+    assert skip is None
+    first = set().union(*(requested(r) for r in requests if "partlake/waits_for" not in r.tags))
+    assert first >= {("clean_events", "2024-01-02|eu"), ("staging/events", "2024-01-02|eu")}
+    assert set().union(*(requested(r) for r in requests)) <= EXPECTED
+
+
+def test_a_watching_tick_requests_the_next_level_when_the_run_it_waits_for_ends(
+    example, lake, instance
+) -> None:
+    """A tick that finds the first level's run in flight requests nothing; watching, it sees
+    that run commit and end, evaluates again and requests the next level in the same tick."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    defs, _ = example
+    from definitions.ingest import write_partition
+
+    sensor = build_invalidation_sensor("watch", watch_seconds=45, max_chained_runs=0)
+    at_once = build_invalidation_sensor("watch", max_chained_runs=0)
+    _, cursor, _ = tick(defs, instance, at_once, None)
+    write_partition(dt.date(2024, 1, 2), "eu", 200, seed=4, root=str(lake))
+    [first], cursor, _ = tick(defs, instance, sensor, cursor)
+    assert "monthly_region_stats" not in {k.to_user_string() for k in first.asset_selection}
+
+    worker = threading.Thread(target=execute, args=(defs, instance, first))
+    worker.start()
+    try:
+
+        def in_flight() -> bool:
+            started = RunsFilter(tags={SENSOR_TAG: "watch"}, statuses=[DagsterRunStatus.STARTED])
+            return bool(instance.get_run_ids(filters=started))
+
+        while not in_flight():
+            assert worker.is_alive(), "the first level's run ended before it was seen started"
+            time.sleep(0.05)
+        requests, cursor, skip = tick(defs, instance, sensor, cursor)
+    finally:
+        worker.join()
+    assert skip is None, skip
+    assert set().union(*(requested(r) for r in requests)) >= {
+        ("monthly_region_stats", "2024-01|eu"),
+        ("marts/monthly_region_summary", "2024-01|eu"),
+    }
+
+
+def test_watch_seconds_out_of_range_is_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="watch_seconds must be between 0 and 45.*got 90"):
+        build_invalidation_sensor("watch", watch_seconds=90)
 
 
 def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake, instance) -> None:

@@ -12,7 +12,10 @@ partitions of one asset batched as its backfill policy allows. With them, up to
 `partlake/waits_for` and wait in their run until those have committed what they write
 (`dagster_partlake.io_manager.chain`), so their start-up overlaps that work instead of following
 the next tick. Runs carry the tags `partlake/sensor`, `partlake/reasons` and
-`partlake/partitions`, visible in the UI.
+`partlake/partitions`, visible in the UI. (3) With `watch_seconds`, a tick that requests nothing
+keeps checking until then (every `WATCH_POLL_SECONDS`) whether a table moved or one of its runs
+in flight ended, and if so goes back to (1): a commit or a run's end between the daemon's passes
+(every 5 s) is acted on at once instead of at the next pass.
 
 A partition whose run failed is retried after `retry_base_seconds * 2**(failures-1)` (capped at
 `retry_max_seconds`), not every tick; the retry carries `partlake/attempt` and a run key of its
@@ -83,6 +86,14 @@ IN_FLIGHT = [
     DagsterRunStatus.STARTING,
     DagsterRunStatus.STARTED,
 ]
+
+# How often a watching tick re-checks the tables (two `stat`s per table).
+WATCH_POLL_SECONDS = 0.2
+# ... and whether a run of the sensor in flight ended, every this many checks (a query of the
+# run storage: once a second).
+RUNS_POLL_EVERY = 5
+# Dagster ends a sensor evaluation after 60 s (its gRPC timeout): a tick must end well before.
+MAX_WATCH_SECONDS = 45.0
 
 # One state cache per sensor and one planning session per sensor and lake per process: the code
 # server keeps them across ticks, so a tick re-reads and re-converts only the tables whose version
@@ -159,6 +170,7 @@ def build_invalidation_sensor(
     io_manager_key: str = "io_manager",
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
     max_chained_runs: int = 4,
+    watch_seconds: float = 0.0,
 ) -> SensorDefinition:
     """A sensor that keeps every partitioned Delta asset of the code location fresh.
 
@@ -183,6 +195,14 @@ def build_invalidation_sensor(
             is launched at once, starts Spark, and waits in its run until those have committed
             (`dagster_partlake.io_manager.chain`), instead of waiting for a later tick. 0:
             request a run only once the runs it reads have ended.
+        watch_seconds: how long a tick that requests nothing keeps checking (every
+            `WATCH_POLL_SECONDS`) whether a table got a commit or one of its runs in flight
+            ended, and evaluates again when one did. The daemon starts a pass every 5 s; a
+            watch of about 4.5 s covers the time between its passes, so a source rewrite (or
+            the end of a run that others wait for) is acted on within a second instead of
+            0-5 s later. Each such tick then lasts that long (one code-server thread watching;
+            the daemon evaluates its other sensors after it unless `sensors: use_threads`).
+            0 (default): skip at once. At most 45 s (Dagster ends an evaluation after 60 s).
 
     Example:
         .. code-block:: python
@@ -193,6 +213,12 @@ def build_invalidation_sensor(
         raise ValueError(f"max_runs_in_flight must be at least 1, got {max_runs_in_flight}")
     if max_chained_runs < 0:
         raise ValueError(f"max_chained_runs must be 0 or more, got {max_chained_runs}")
+    if not 0 <= watch_seconds <= MAX_WATCH_SECONDS:
+        raise ValueError(
+            f"watch_seconds must be between 0 and {MAX_WATCH_SECONDS:g} (Dagster ends a sensor "
+            f"evaluation after 60 s), got {watch_seconds}; about 4.5 covers the daemon's 5 s "
+            "between passes"
+        )
 
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
     # Dagster run each request's assets in the code location's asset job.
@@ -213,6 +239,7 @@ def build_invalidation_sensor(
             max_runs_in_flight=max_runs_in_flight,
             io_manager_key=io_manager_key,
             max_chained_runs=max_chained_runs,
+            watch_seconds=watch_seconds,
         )
 
     return _invalidation
@@ -228,15 +255,57 @@ def evaluate(
     max_runs_in_flight: int = 20,
     io_manager_key: str = "io_manager",
     max_chained_runs: int = 0,
+    watch_seconds: float = 0.0,
 ) -> SensorResult | SkipReason:
-    """One tick of the sensor (see the module docstring).
+    """One tick of the sensor (see the module docstring). With `watch_seconds`, a tick that
+    requests nothing watches until then for a table to move or a run of this sensor in flight
+    to end, and then evaluates again.
 
     Raises:
         TableUnreadableError: a table cannot be read and nothing else can be requested, so the
             tick fails with its message (with requests, the message is logged on the tick).
     """
+    started = time.time()
+    until = started + watch_seconds
+    cursor_text = context.cursor
+    while True:
+        outcome, cursor_text, in_flight = _evaluate_once(
+            context,
+            cursor_text,
+            name=name,
+            root=root,
+            retry_base_seconds=retry_base_seconds,
+            retry_max_seconds=retry_max_seconds,
+            max_runs_in_flight=max_runs_in_flight,
+            io_manager_key=io_manager_key,
+            max_chained_runs=max_chained_runs,
+        )
+        if isinstance(outcome, SensorResult) and outcome.run_requests:
+            return outcome
+        state = _state(context, name, root, io_manager_key)
+        versions = _Cursor.from_json(cursor_text).versions
+        what = _watch(state.session, versions, context.instance, in_flight, until)
+        if what is None:
+            return outcome
+        context.log.info(f"{what} after {time.time() - started:.1f} s of this tick's watch.")
+
+
+def _evaluate_once(
+    context: SensorEvaluationContext,
+    cursor_text: str | None,
+    *,
+    name: str,
+    root: str | None,
+    retry_base_seconds: int,
+    retry_max_seconds: int,
+    max_runs_in_flight: int,
+    io_manager_key: str,
+    max_chained_runs: int,
+) -> tuple[SensorResult | SkipReason, str | None, list[str]]:
+    """Plan and request once: (the outcome, the cursor it leaves, ids of this sensor's runs in
+    flight)."""
     now = time.time()
-    cursor = _Cursor.from_json(context.cursor)
+    cursor = _Cursor.from_json(cursor_text)
     state = _state(context, name, root, io_manager_key)
     session, graph, instance = state.session, state.session.graph, context.instance
     horizon = graph.horizon(instance)
@@ -248,10 +317,12 @@ def evaluate(
         and horizon == cursor.horizon
         and not session.moved(cursor.versions)
     ):
-        return SkipReason("No new commits in any table since the last tick: nothing to plan.")
+        skip = SkipReason("No new commits in any table since the last tick: nothing to plan.")
+        return skip, cursor_text, []
 
     fault_point("sensor_tick")
     in_flight = instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: name}, statuses=IN_FLIGHT))
+    ids = [run.run_id for run in in_flight]
     failures, seen_until = _count_failures(
         instance, graph, name, cursor, now, retry_base_seconds, retry_max_seconds
     )
@@ -285,7 +356,7 @@ def evaluate(
             raise TableUnreadableError(" ".join(errors))
         reason = _skip_text(result.plan.items, running, backing_off, failures, now)
         context.log.info(reason)
-        return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
+        return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor), new_cursor, ids
     _log_requested(context, [*ready, *chained])
     if chained:
         context.log.info(
@@ -294,7 +365,32 @@ def evaluate(
             "overlap that work."
         )
     _record_before_runs(context, state)
-    return SensorResult(run_requests=requests, cursor=new_cursor)
+    return SensorResult(run_requests=requests, cursor=new_cursor), new_cursor, ids
+
+
+def _watch(
+    session: PlanningSession,
+    versions: Mapping[str, int],
+    instance: DagsterInstance,
+    in_flight: Sequence[str],
+    until: float,
+) -> str | None:
+    """What happened first, checking every `WATCH_POLL_SECONDS` until `until`: a table moved
+    from `versions`, or a run of `in_flight` ended (every `RUNS_POLL_EVERY` checks); None if
+    neither did."""
+    polls = 0
+    while time.time() + WATCH_POLL_SECONDS <= until:
+        time.sleep(WATCH_POLL_SECONDS)
+        polls += 1
+        if session.moved(versions):
+            return "A table got a commit"
+        if in_flight and polls % RUNS_POLL_EVERY == 0:
+            still = instance.get_run_ids(
+                filters=RunsFilter(run_ids=list(in_flight), statuses=IN_FLIGHT)
+            )
+            if len(still) < len(in_flight):
+                return "A run of this sensor ended"
+    return None
 
 
 # How long a tick that requests runs waits for its partlake_fresh results to be recorded.
