@@ -220,6 +220,16 @@ def build_invalidation_sensor(
             "between passes"
         )
 
+    settings = _Settings(
+        name=name,
+        root=root,
+        retry_base_seconds=retry_base_seconds,
+        retry_max_seconds=retry_max_seconds,
+        max_runs_in_flight=max_runs_in_flight,
+        io_manager_key=io_manager_key,
+        max_chained_runs=max_chained_runs,
+    )
+
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
     # Dagster run each request's assets in the code location's asset job.
     @sensor(
@@ -230,32 +240,26 @@ def build_invalidation_sensor(
         description="Requests runs for the asset partitions that are out of date (partlake).",
     )
     def _invalidation(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-        return evaluate(
-            context,
-            name=name,
-            root=root,
-            retry_base_seconds=retry_base_seconds,
-            retry_max_seconds=retry_max_seconds,
-            max_runs_in_flight=max_runs_in_flight,
-            io_manager_key=io_manager_key,
-            max_chained_runs=max_chained_runs,
-            watch_seconds=watch_seconds,
-        )
+        return evaluate(context, settings, watch_seconds)
 
     return _invalidation
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """A sensor's parameters (see `build_invalidation_sensor`)."""
+
+    name: str
+    root: str | None
+    retry_base_seconds: int
+    retry_max_seconds: int
+    max_runs_in_flight: int = 20
+    io_manager_key: str = "io_manager"
+    max_chained_runs: int = 0
+
+
 def evaluate(
-    context: SensorEvaluationContext,
-    *,
-    name: str,
-    root: str | None,
-    retry_base_seconds: int,
-    retry_max_seconds: int,
-    max_runs_in_flight: int = 20,
-    io_manager_key: str = "io_manager",
-    max_chained_runs: int = 0,
-    watch_seconds: float = 0.0,
+    context: SensorEvaluationContext, settings: _Settings, watch_seconds: float = 0.0
 ) -> SensorResult | SkipReason:
     """One tick of the sensor (see the module docstring). With `watch_seconds`, a tick that
     requests nothing watches until then for a table to move or a run of this sensor in flight
@@ -269,20 +273,10 @@ def evaluate(
     until = started + watch_seconds
     cursor_text = context.cursor
     while True:
-        outcome, cursor_text, in_flight = _evaluate_once(
-            context,
-            cursor_text,
-            name=name,
-            root=root,
-            retry_base_seconds=retry_base_seconds,
-            retry_max_seconds=retry_max_seconds,
-            max_runs_in_flight=max_runs_in_flight,
-            io_manager_key=io_manager_key,
-            max_chained_runs=max_chained_runs,
-        )
+        outcome, cursor_text, in_flight = _evaluate_once(context, cursor_text, settings)
         if isinstance(outcome, SensorResult) and outcome.run_requests:
             return outcome
-        state = _state(context, name, root, io_manager_key)
+        state = _state(context, settings.name, settings.root, settings.io_manager_key)
         versions = _Cursor.from_json(cursor_text).versions
         what = _watch(state.session, versions, context.instance, in_flight, until)
         if what is None:
@@ -291,19 +285,13 @@ def evaluate(
 
 
 def _evaluate_once(
-    context: SensorEvaluationContext,
-    cursor_text: str | None,
-    *,
-    name: str,
-    root: str | None,
-    retry_base_seconds: int,
-    retry_max_seconds: int,
-    max_runs_in_flight: int,
-    io_manager_key: str,
-    max_chained_runs: int,
+    context: SensorEvaluationContext, cursor_text: str | None, settings: _Settings
 ) -> tuple[SensorResult | SkipReason, str | None, list[str]]:
     """Plan and request once: (the outcome, the cursor it leaves, ids of this sensor's runs in
     flight)."""
+    name, root, io_manager_key = settings.name, settings.root, settings.io_manager_key
+    retry_base_seconds, retry_max_seconds = settings.retry_base_seconds, settings.retry_max_seconds
+    max_runs_in_flight, max_chained_runs = settings.max_runs_in_flight, settings.max_chained_runs
     now = time.time()
     cursor = _Cursor.from_json(cursor_text)
     state = _state(context, name, root, io_manager_key)
