@@ -564,18 +564,23 @@ class TestPostgresInstance:
             monthly = stale["monthly_region_stats", "2024-01|us"]
             because = "upstream_changed because daily_region_stats[2024-01-01|us]"
             assert monthly["evaluation"]["description"] == because
-            # The tick that reported them says why, in partlake plan's words.
-            logged = [
-                e["message"]
-                for t in ticks(dev)
-                if (t["endTimestamp"] or 0) >= rewritten_at
-                for e in t["logEvents"]["events"]
-            ]
-            assert any(
-                "clean_events[2024-01-01|us] upstream_changed because raw_events[2024-01-01|us]"
-                in m
-                for m in logged
-            ), logged
+            # The tick that reported them says why, in partlake plan's words. It may have
+            # started before the rewrite (watching) and still be ending: wait for its log.
+            said = "clean_events[2024-01-01|us] upstream_changed because raw_events[2024-01-01|us]"
+
+            def tick_logs() -> list[str]:
+                return [
+                    e["message"]
+                    for t in ticks(dev)
+                    if (t["endTimestamp"] or 0) >= rewritten_at
+                    for e in t["logEvents"]["events"]
+                ]
+
+            wait_until(
+                lambda: any(said in m for m in tick_logs()),
+                timeout=30,
+                what=f"a tick that ended after the rewrite to log {said!r}",
+            )
 
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)

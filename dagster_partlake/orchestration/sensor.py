@@ -209,17 +209,6 @@ def build_invalidation_sensor(
 
             defs = Definitions(assets=[...], sensors=[build_invalidation_sensor()], ...)
     """
-    if max_runs_in_flight < 1:
-        raise ValueError(f"max_runs_in_flight must be at least 1, got {max_runs_in_flight}")
-    if max_chained_runs < 0:
-        raise ValueError(f"max_chained_runs must be 0 or more, got {max_chained_runs}")
-    if not 0 <= watch_seconds <= MAX_WATCH_SECONDS:
-        raise ValueError(
-            f"watch_seconds must be between 0 and {MAX_WATCH_SECONDS:g} (Dagster ends a sensor "
-            f"evaluation after 60 s), got {watch_seconds}; about 4.5 covers the daemon's 5 s "
-            "between passes"
-        )
-
     settings = _Settings(
         name=name,
         root=root,
@@ -228,6 +217,7 @@ def build_invalidation_sensor(
         max_runs_in_flight=max_runs_in_flight,
         io_manager_key=io_manager_key,
         max_chained_runs=max_chained_runs,
+        watch_seconds=watch_seconds,
     )
 
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
@@ -240,7 +230,7 @@ def build_invalidation_sensor(
         description="Requests runs for the asset partitions that are out of date (partlake).",
     )
     def _invalidation(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-        return evaluate(context, settings, watch_seconds)
+        return evaluate(context, settings)
 
     return _invalidation
 
@@ -256,21 +246,34 @@ class _Settings:
     max_runs_in_flight: int = 20
     io_manager_key: str = "io_manager"
     max_chained_runs: int = 0
+    watch_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_runs_in_flight < 1:
+            raise ValueError(
+                f"max_runs_in_flight must be at least 1, got {self.max_runs_in_flight}"
+            )
+        if self.max_chained_runs < 0:
+            raise ValueError(f"max_chained_runs must be 0 or more, got {self.max_chained_runs}")
+        if not 0 <= self.watch_seconds <= MAX_WATCH_SECONDS:
+            raise ValueError(
+                f"watch_seconds must be between 0 and {MAX_WATCH_SECONDS:g} (Dagster ends a "
+                f"sensor evaluation after 60 s), got {self.watch_seconds}; about 4.5 covers the "
+                "daemon's 5 s between passes"
+            )
 
 
-def evaluate(
-    context: SensorEvaluationContext, settings: _Settings, watch_seconds: float = 0.0
-) -> SensorResult | SkipReason:
-    """One tick of the sensor (see the module docstring). With `watch_seconds`, a tick that
-    requests nothing watches until then for a table to move or a run of this sensor in flight
-    to end, and then evaluates again.
+def evaluate(context: SensorEvaluationContext, settings: _Settings) -> SensorResult | SkipReason:
+    """One tick of the sensor (see the module docstring). With `settings.watch_seconds`, a tick
+    that requests nothing watches until then for a table to move or a run of this sensor in
+    flight to end, and then evaluates again.
 
     Raises:
         TableUnreadableError: a table cannot be read and nothing else can be requested, so the
             tick fails with its message (with requests, the message is logged on the tick).
     """
     started = time.time()
-    until = started + watch_seconds
+    until = started + settings.watch_seconds
     cursor_text = context.cursor
     while True:
         outcome, cursor_text, in_flight = _evaluate_once(context, cursor_text, settings)
