@@ -373,3 +373,56 @@ def test_an_invalid_expression_names_the_fix_and_commits_nothing(
     assert not result.success
     assert "cannot be evaluated on its data" in _failure(result)
     assert not DeltaTable.is_deltatable(table_path(str(lake), ["checked"]))
+
+
+@pytest.mark.spark
+def test_counts_taken_while_writing_spare_a_read_of_the_staged_rows(spark, tmp_path: Path) -> None:
+    """With the violations Spark counted while writing and the staged files' row counts, clean
+    row constraints need no read of the staged rows; a counted violation is located by partition."""
+    import shutil
+
+    from pyspark.sql import Observation
+
+    from dagster_partlake.gates.evaluate import GateInput, evaluate, while_writing
+
+    gates = gates_of(
+        {
+            "partlake/constraints": [
+                not_null("region"),
+                expression("amount >= 0", name="non_negative"),
+                row_count(max=3),
+            ]
+        },
+        asset_name="checked",
+    )
+    day1, day2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
+    rows = [(day1, 1, "eu", 5), (day2, 2, None, 7), (day2, 3, "us", 1)]
+    path = tmp_path / "staged"
+    observation = Observation()
+    written = spark.createDataFrame(rows, SCHEMA).observe(observation, *while_writing(gates))
+    written.write.partitionBy("date").parquet(str(path))
+    assert observation.get == {"_bad0": 1, "_bad1": 0}
+    staged = spark.read.parquet(str(path))
+    given = {
+        "asset_name": "checked",
+        "new": staged,
+        "partition_columns": ["date"],
+        "keys": ["2024-01-01", "2024-01-02"],
+        "key_of": lambda values: values["date"],
+        "rows": {"2024-01-01": 1, "2024-01-02": 2},
+    }
+
+    found = {r.gate.name: r for r in evaluate(gates, GateInput(**given, observed=observation.get))}
+    assert not found["not_null_region"].passed
+    assert found["not_null_region"].offending == 1
+    assert found["not_null_region"].failing_partitions == ("2024-01-02",)
+    assert found["non_negative"].passed and found["row_count"].passed
+
+    # Nothing violated: the verdicts come without reading the rows, which are gone here.
+    shutil.rmtree(path)
+    clean = evaluate(gates, GateInput(**given, observed={"_bad0": 0, "_bad1": 0}))
+    assert [r.passed for r in clean] == [True, True, True]
+    assert [r.checked for r in clean] == [3, 3, 2]
+    # Without the counts the gates read them, and Spark finds the files missing.
+    with pytest.raises(Exception, match="(?i)not exist|FileNotFound|FAILED_READ_FILE"):
+        evaluate(gates, GateInput(**given))

@@ -10,19 +10,19 @@ severity error raises `GateFailedError`: the write then commits nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.reader import open_table, read_snapshot
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.table import live_files, table_exists
-from dagster_partlake.gates.evaluate import GateInput, KeyOf, evaluate
+from dagster_partlake.gates.evaluate import GateInput, KeyOf, evaluate, while_writing
 from dagster_partlake.gates.spec import GateFailedError, GateResult, Gates
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,18 @@ class GateCheck:
     key_of: KeyOf  # partition column values -> Dagster key
     on_results: Callable[[Sequence[GateResult]], None] | None = None
 
-    def __call__(self, new: DataFrame) -> None:
-        """Evaluate the gates on `new`, the rows about to be committed.
+    def while_writing(self) -> Sequence[Column]:
+        """The row constraints' violation counts, for the write to compute as it stages."""
+        return while_writing(self.gates)
+
+    def __call__(
+        self,
+        new: DataFrame,
+        observed: Mapping[str, Any] | None = None,
+        rows: Mapping[str, int] | None = None,
+    ) -> None:
+        """Evaluate the gates on `new`, the rows about to be committed; `observed` holds
+        `while_writing`'s values over those rows, `rows` their count per partition key.
 
         Raises:
             GateFailedError: a gate of severity error failed.
@@ -62,6 +72,10 @@ class GateCheck:
                 key_of=self.key_of if by else (lambda _values: whole),
                 old=old,
                 old_rows=old_rows,
+                observed=observed,
+                # The staged files' counts are keyed by Dagster key (the table's one key when it
+                # is unpartitioned), not by the run's one group of a decoupled batch.
+                rows=rows if by or not self.partition_columns else None,
             ),
         )
         if self.on_results is not None:

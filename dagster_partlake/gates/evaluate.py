@@ -2,9 +2,12 @@
 
 The row-level constraints, the per-partition row counts and the new side of the column audits
 are one aggregation over the staged data, grouped by the asset's partition columns; `unique`
-needs its own grouping by the key. Offending rows are fetched only for a gate that failed (at
-most `MAX_SAMPLES`). The old side of the audits is the partitions' current rows: counts from the
-Delta log (no data read), sums and means in one aggregation over their live files.
+needs its own grouping by the key. When the write counted the constraints' violations while
+staging (`while_writing`) and the staged files gave the row counts, and no audit needs a column's
+sum or mean, that aggregation is left out, unless a constraint was violated (then it says which
+partitions). Offending rows are fetched only for a gate that failed (at most `MAX_SAMPLES`). The
+old side of the audits is the partitions' current rows: counts from the Delta log (no data read),
+sums and means in one aggregation over their live files.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dagster_partlake.gates.spec import MAX_SAMPLES, Gate, GateResult, Gates
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row
 
-# Constraints counted row by row in the one aggregation.
+# Constraints counted row by row (in the one aggregation, or while the write stages the rows).
 _COUNTED = ("not_null", "accepted_values", "expression")
 
 KeyOf = Callable[[Mapping[str, str | None]], str]
@@ -37,6 +40,18 @@ class GateInput:
     key_of: KeyOf  # partition column values (Delta strings) -> Dagster key
     old: DataFrame | None = None  # the current rows of those partitions (audits)
     old_rows: Mapping[str, int] | None = None  # key -> current row count, from the log
+    observed: Mapping[str, Any] | None = None  # `while_writing`'s values over `new`
+    rows: Mapping[str, int] | None = None  # key -> rows of `new`, from the staged files
+
+
+def while_writing(gates: Gates) -> list[Column]:
+    """The aggregates a write can compute as it stages the rows, so that `evaluate` need not read
+    them for the row constraints: their violation counts (none when no constraint is counted row
+    by row, or an audit needs the grouped aggregation anyway)."""
+    counted = _counted(gates)
+    if not counted or _sums(gates):
+        return []
+    return [_violations(gate).alias(f"_bad{i}") for i, gate in enumerate(counted)]
 
 
 def evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
@@ -59,24 +74,49 @@ def evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
         ) from error
 
 
-def _evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
+def _counted(gates: Gates) -> list[Gate]:
+    return [g for g in gates.constraints if g.type in _COUNTED]
+
+
+def _sums(gates: Gates) -> list[Gate]:
+    return [g for g in gates.audits if g.type in ("column_sum", "column_mean")]
+
+
+def _violations(gate: Gate) -> Column:
     from pyspark.sql import functions as F
 
-    new = given.new
-    counted = [
-        g for g in gates.constraints if g.type in ("not_null", "accepted_values", "expression")
-    ]
-    sums = [g for g in gates.audits if g.type in ("column_sum", "column_mean")]
+    return F.sum(F.when(_violates(gate), 1).otherwise(0))
+
+
+def _per_partition(gates: Gates, given: GateInput) -> dict[str, dict[str, Any]]:
+    """Per written partition key: `_rows`, each counted constraint's `_bad{i}`, each audited
+    sum or mean's `_new{i}`; from the write's counts when they show no violation."""
+    from pyspark.sql import functions as F
+
+    counted, sums = _counted(gates), _sums(gates)
+    observed = given.observed or {}
+    known = (
+        given.rows is not None
+        and not sums
+        and all(f"_bad{i}" in observed for i in range(len(counted)))
+    )
+    if known and not any(observed[f"_bad{i}"] for i in range(len(counted))):
+        clean = {f"_bad{i}": 0 for i in range(len(counted))}
+        return {k: {"_rows": n, **clean} for k, n in (given.rows or {}).items() if n}
     aggregates = [F.count(F.lit(1)).alias("_rows")]
-    for i, gate in enumerate(counted):
-        aggregates.append(F.sum(F.when(_violates(gate), 1).otherwise(0)).alias(f"_bad{i}"))
-    for i, gate in enumerate(sums):
-        aggregates.append(_measure(gate).alias(f"_new{i}"))
+    aggregates += [_violations(gate).alias(f"_bad{i}") for i, gate in enumerate(counted)]
+    aggregates += [_measure(gate).alias(f"_new{i}") for i, gate in enumerate(sums)]
     by = list(given.partition_columns)
-    per_partition = {
+    return {
         _key(row, by, given.key_of): row.asDict()
-        for row in new.groupBy(*by).agg(*aggregates).collect()
+        for row in given.new.groupBy(*by).agg(*aggregates).collect()
     }
+
+
+def _evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
+    new = given.new
+    counted, sums = _counted(gates), _sums(gates)
+    per_partition = _per_partition(gates, given)
     written = list(dict.fromkeys([*given.keys, *per_partition]))
     total_rows = sum(p["_rows"] for p in per_partition.values())
 

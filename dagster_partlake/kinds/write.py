@@ -18,7 +18,9 @@ this module chooses the Delta operation and fills in what the kind adds to the c
 
 Before any commit, `WriteTarget.check` (the asset's quality gates, `dagster_partlake.gates`)
 is called on the data about to be committed: the staged files, or for `merge` and `scd2` the
-incoming batch (persisted, so the rows checked are the rows written). When it raises, the staged
+incoming batch (persisted, so the rows checked are the rows written). For the kinds that stage,
+what the check asks to count row by row (`BatchCheck.while_writing`) is counted by Spark while it
+writes the staged files, so the check need not read them again for it. When it raises, the staged
 files are discarded and the table stays as it was.
 
 For `append` and `merge` on the dimension columns, a run partition that got no rows keeps its
@@ -32,7 +34,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from dagster import TimeWindowPartitionsDefinition
 
@@ -68,9 +70,29 @@ from dagster_partlake.partitions.keys import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame, Observation
 
     from dagster_partlake.delta.schema import DeltaType
+
+
+class BatchCheck(Protocol):
+    """An asset's quality gates as a write calls them (`dagster_partlake.gates.GateCheck`)."""
+
+    def while_writing(self) -> Sequence[Column]:
+        """Named aggregates Spark should compute while it stages the rows (none: the check reads
+        the staged rows for everything)."""
+        ...
+
+    def __call__(
+        self,
+        new: DataFrame,
+        observed: Mapping[str, Any] | None = None,
+        rows: Mapping[str, int] | None = None,
+    ) -> None:
+        """Check `new`, the rows about to be committed; raise to stop the commit. `observed`: the
+        values of `while_writing`'s aggregates over exactly those rows; `rows`: rows per partition
+        key, from the staged files."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -105,8 +127,8 @@ class WriteTarget:
     # scd2: when the snapshot was taken (the run's time window start, else the run's start).
     snapshot_time: dt.datetime | None = None
     # The asset's quality gates, called on the rows about to be committed; raises to stop the
-    # commit (`dagster_partlake.gates.GateCheck`). None: the asset declares no gates.
-    check: Callable[[DataFrame], None] | None = None
+    # commit. None: the asset declares no gates.
+    check: BatchCheck | None = None
     # Planned runs (partlake run, the sensor): commit nothing that another run already
     # committed from the same inputs (`delta.table.same_inputs_commit`).
     once_per_inputs: bool = False
@@ -171,9 +193,10 @@ def _write(df: DataFrame, target: WriteTarget, record: CommitRecord, skip: str |
             batch.unpersist()
     if kind == "append":
         return _append(df, target, record)
-    staged = _stage(df, target, removal="selection")
-    gates = _check_staged(df, target, staged)
+    observed, observation = _observing(df, target)
+    staged = _stage(observed, target, removal="selection")
     rows = _rows_by_key(staged, target)
+    gates = _check_staged(df, target, staged, observation, rows)
     record = replace(record, rows_by_partition=rows)
     unchanged: dict[str, int] = {}
     if kind == "tracked":
@@ -230,8 +253,9 @@ def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWri
     previous = _same_run_commit(target, record)
     if previous is not None:
         return KindWrite(None, previous, dict(previous.metrics))
-    staged = _stage(df, target, removal="none")
-    gates = _check_staged(df, target, staged)
+    observed, observation = _observing(df, target)
+    staged = _stage(observed, target, removal="none")
+    gates = _check_staged(df, target, staged, observation, _rows_by_key(staged, target))
     rows = staged.num_records
     metrics = {"rows_inserted": rows, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
     record = replace(record, metrics=metrics, **_unit_fields(staged, target))
@@ -365,12 +389,39 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
     )
 
 
-def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> float:
+def _observing(df: DataFrame, target: WriteTarget) -> tuple[DataFrame, Observation | None]:
+    """`df`, computing the check's `while_writing` aggregates as Spark writes it (one pass over
+    the rows instead of a second read of the staged files)."""
+    aggregates = list(target.check.while_writing()) if target.check is not None else []
+    if not aggregates:
+        return df, None
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import Observation
+
+    observation = Observation()  # unnamed: a unique name, so concurrent runs do not clash
+    try:
+        observed = df.observe(observation, *aggregates)
+        observed.schema  # noqa: B018 - analysed now, not in the write (Spark Connect is lazy)
+    except AnalysisException:
+        # A gate names a column the rows lack: the check, reading the staged rows, says which.
+        return df, None
+    return observed, observation
+
+
+def _check_staged(
+    df: DataFrame,
+    target: WriteTarget,
+    staged: StagedWrite,
+    observation: Observation | None,
+    rows: Mapping[str, int],
+) -> float:
     """Run the gates on the staged files; on a blocking failure remove them and raise. Returns
     the seconds the gates took (0.0: the asset has none)."""
     if target.check is None:
         return 0.0
     started = time.perf_counter()
+    # The write that filled the observation has ended, so this does not wait.
+    observed = observation.get if observation is not None else None
     spark = df.sparkSession
     schema = arrow_to_spark(staged.schema)
     paths = ["file://" + os.path.join(staged.staging_dir, f.relative_path) for f in staged.files]
@@ -380,7 +431,7 @@ def _check_staged(df: DataFrame, target: WriteTarget, staged: StagedWrite) -> fl
         else spark.createDataFrame([], schema)
     )
     with discarded_on_failure(staged.staging_dir):
-        target.check(new.select(*schema.fieldNames()))
+        target.check(new.select(*schema.fieldNames()), observed, rows)
     return time.perf_counter() - started
 
 
