@@ -196,7 +196,7 @@ def _write(df: DataFrame, target: WriteTarget, record: CommitRecord, skip: str |
     observed, observation = _observing(df, target)
     staged = _stage(observed, target, removal="selection")
     rows = _rows_by_key(staged, target)
-    gates = _check_staged(df, target, staged, observation, rows)
+    gates = _check_staged(df, target, staged, observation, _staged_rows(staged, target))
     record = replace(record, rows_by_partition=rows)
     unchanged: dict[str, int] = {}
     if kind == "tracked":
@@ -255,7 +255,7 @@ def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWri
         return KindWrite(None, previous, dict(previous.metrics))
     observed, observation = _observing(df, target)
     staged = _stage(observed, target, removal="none")
-    gates = _check_staged(df, target, staged, observation, _rows_by_key(staged, target))
+    gates = _check_staged(df, target, staged, observation, _staged_rows(staged, target))
     rows = staged.num_records
     metrics = {"rows_inserted": rows, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
     record = replace(record, metrics=metrics, **_unit_fields(staged, target))
@@ -413,7 +413,7 @@ def _check_staged(
     target: WriteTarget,
     staged: StagedWrite,
     observation: Observation | None,
-    rows: Mapping[str, int],
+    rows: Mapping[str, int] | None,
 ) -> float:
     """Run the gates on the staged files; on a blocking failure remove them and raise. Returns
     the seconds the gates took (0.0: the asset has none)."""
@@ -491,6 +491,12 @@ def _unit_fields(staged: StagedWrite, target: WriteTarget) -> _UnitFields:
     rows = _rows_by_key(staged, target)
     before = _last_updated(target, [k for k, n in rows.items() if n == 0])
     return {"rows_by_partition": rows, "kept": before}
+
+
+def _staged_rows(staged: StagedWrite, target: WriteTarget) -> dict[str, int] | None:
+    """Rows per Dagster key from the staged files; None when the table's partitions are not the
+    asset's (a decoupled append or merge: a file's partition values name no key)."""
+    return None if target.decoupled else _rows_by_key(staged, target)
 
 
 def _rows_by_key(staged: StagedWrite, target: WriteTarget) -> dict[str, int]:
