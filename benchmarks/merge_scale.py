@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dagster_partlake.delta.merge import merge_rows
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from dagster_partlake.delta import PartitionSelection, write_partitions
-from dagster_partlake.delta.merge import merge_rows
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.table import live_files, load_table
 from dagster_partlake.delta.writer import commit_staged, stage_partitions

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from dagster_partlake.gates.spec import GateFailedError
     from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
     from dagster_partlake.kinds.spec import ModelKind, model_kind_metadata
-    from dagster_partlake.layout import table_path
     from dagster_partlake.maintenance.job import MaintenanceConfig, build_maintenance_job
     from dagster_partlake.orchestration.launcher import MonitoredRunLauncher
     from dagster_partlake.orchestration.pools import POOL
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from dagster_partlake.spark.resource import SparkResource
     from dagster_partlake.sql.component import SqlModels
     from dagster_partlake.sql.definition import sql_assets
+    from dagster_partlake.storage.location import table_path
 
 __all__ = [
     "POOL",
@@ -101,7 +101,7 @@ _LAZY = {
     "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
     "ModelKind": "dagster_partlake.kinds.spec",
     "model_kind_metadata": "dagster_partlake.kinds.spec",
-    "table_path": "dagster_partlake.layout",
+    "table_path": "dagster_partlake.storage.location",
     "MaintenanceConfig": "dagster_partlake.maintenance.job",
     "build_maintenance_job": "dagster_partlake.maintenance.job",
     "POOL": "dagster_partlake.orchestration.pools",

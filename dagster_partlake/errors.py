@@ -32,6 +32,10 @@ class TableUnreadableError(PartlakeError):
     """A table's Delta log cannot be read (a damaged or missing commit file)."""
 
 
+class StorageError(PartlakeError):
+    """An object store refused a request or did not answer (credentials, bucket, endpoint)."""
+
+
 class SparkUnavailableError(PartlakeError):
     """The Spark Connect server did not answer (stopped, restarted, unreachable)."""
 

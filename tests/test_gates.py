@@ -33,8 +33,8 @@ from dagster_partlake.gates.spec import (
     row_count,
     unique,
 )
-from dagster_partlake.layout import table_path
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
+from dagster_partlake.storage.location import table_path
 from tests.conftest import delta_rows
 
 daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")

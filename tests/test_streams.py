@@ -17,10 +17,10 @@ from typing import Any
 import duckdb
 import pytest
 from dagster import AssetKey, materialize
+from dagster_partlake.delta.maintenance import vacuum_table
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 
-from dagster_partlake.delta.maintenance import vacuum_table
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.stream_source import StreamSourceError

@@ -46,7 +46,7 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import folder_state
-from dagster_partlake.delta.table import latest_records, live_files, newest_record, table_exists
+from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates.checks import log_gate_results
 from dagster_partlake.gates.spec import Gates, gates_of
@@ -63,7 +63,6 @@ from dagster_partlake.incremental.spec import Incremental, incremental_of
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec, stream_of
 from dagster_partlake.io_manager.chain import wait_for_upstream_runs, waits_for
 from dagster_partlake.kinds.spec import model_kind
-from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import (
     FORMAT_KEY,
     PATH_KEY,
@@ -81,6 +80,7 @@ from dagster_partlake.partitions.keys import (
     validate_keys,
 )
 from dagster_partlake.spark.resource import SparkResource, take_session_starts
+from dagster_partlake.storage.location import TableLocation, lake_location, table_location
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,15 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             "Default: $PARTLAKE_HOME, else '.partlake' in the working directory."
         ),
     )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Options of the object store the lake lives on, as delta-rs names them "
+            "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, "
+            "AWS_ALLOW_HTTP, AZURE_STORAGE_ACCOUNT_NAME, ...); the standard environment variables "
+            "supply what is not given. Never logged or recorded."
+        ),
+    )
     max_commit_attempts: int = Field(
         default=DEFAULT_MAX_ATTEMPTS,
         description="Commit attempts when concurrent writers conflict, before failing the step.",
@@ -159,8 +168,17 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         self._reads.clear()
 
+    def lake_location(self) -> TableLocation:
+        """The lake root, with the IO manager's storage options."""
+        return lake_location(self.root, self.storage_options)
+
+    def table_location(self, asset_key: AssetKey, path: str | None = None) -> TableLocation:
+        """Where the asset's table lives (`path`: its `partlake/path` metadata)."""
+        return table_location(self.lake_location(), asset_key, path)
+
     def table_root(self, asset_key: AssetKey) -> str:
-        return table_path(self.root, asset_key)
+        """The asset's table, as a path (a local lake) or a URI."""
+        return self.table_location(asset_key).uri
 
     # Spark, delta-rs and the readers and writers are imported where a step needs them: loading
     # the code location (as a no-op `partlake run` does) must not.
@@ -249,7 +267,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         metadata = context.definition_metadata or {}
         kind = model_kind(metadata, partitioned=partitions_def is not None, asset_name=asset_name)
         target = WriteTarget(
-            root=self.table_root(context.asset_key),
+            location=self.table_location(context.asset_key),
             asset_name=asset_name,
             kind=kind,
             columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
@@ -310,7 +328,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 "'partlake/constraints' / 'partlake/audits'."
             )
         return WriteTarget(
-            root=self.table_root(context.asset_key),
+            location=self.table_location(context.asset_key),
             asset_name=asset_name,
             kind=kind,
             columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
@@ -331,7 +349,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         partitions_def = _partitions_def_of(context)
         columns = dimension_columns(partitions_def, metadata, asset_name=asset_name)
         is_folder = metadata.get(FORMAT_KEY) == "folder"
-        root = table_path(self.root, context.asset_key, metadata.get(PATH_KEY))
+        location = self.table_location(context.asset_key, metadata.get(PATH_KEY))
+        root = location.uri
         if is_folder != (spec.format is not None):
             raise PartlakeConfigError(
                 f"the stream input {asset_name} is a "
@@ -356,9 +375,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             }
             self._remember(context, asset_name, _Read(-1, partitions, root=root))
             return stream_input(spark, spec, root=root, table_schema=None)
-        snapshot = open_table(root, table_name=asset_name)
+        snapshot = open_table(location, table_name=asset_name)
         partitions = _lastupdated(
-            live_files(snapshot.table, PartitionSelection.everything()),
+            snapshot.live_files(PartitionSelection.everything()),
             columns,
             snapshot.column_types,
         )
@@ -398,14 +417,17 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
         if _reads_itself(context) and (
             (partitions_def is not None and not keys)
-            or not table_exists(self.table_root(asset_key))
+            or not table_exists(self.table_location(asset_key))
         ):
             # A self-dependency's first partition: there is no earlier partition to read.
             context.log.info(f"no earlier partition of {asset_name} to read: the input is None")
             return None
         version, timestamp = _pinned(context, asset_name)
         snapshot = open_table(
-            self.table_root(asset_key), table_name=asset_name, version=version, timestamp=timestamp
+            self.table_location(asset_key),
+            table_name=asset_name,
+            version=version,
+            timestamp=timestamp,
         )
         if context.upstream_output is not None and model_kind(
             upstream_metadata, partitioned=partitions_def is not None, asset_name=asset_name
@@ -453,7 +475,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
         result = read_snapshot(self.spark.spark_session, snapshot, PartitionSelection.everything())
         wanted = keys or [WHOLE_TABLE_ID]
-        records = latest_records(snapshot.root, wanted)
+        records = snapshot.latest_records(wanted)
         partitions = {
             pid: updated
             for pid, record in records.items()
@@ -484,7 +506,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             snapshot,
             selection,
             incremental,
-            consumer_root=self.table_root(consumer),
+            consumer_root=self.table_location(consumer),
             consumer=consumer.to_user_string(),
         )
         partitions = _lastupdated(read.state, columns, snapshot.column_types)
@@ -542,7 +564,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         keys: list[str],
         metadata: Mapping[str, Any],
     ) -> DataFrame:
-        root = table_path(self.root, context.asset_key, metadata.get(PATH_KEY))
+        root = self.table_location(context.asset_key, metadata.get(PATH_KEY)).path
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
@@ -574,7 +596,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         consumer: tuple[AssetKey, Mapping[str, Any]],
     ) -> DataFrame:
         """The files of a landing folder no commit of the consumer has read yet."""
-        consumer_root = self.table_root(consumer[0])
+        consumer_root = self.table_location(consumer[0])
         previous = newest_record(consumer_root) if table_exists(consumer_root) else None
         # Files a run that died after its commit left behind: read by that run, never again.
         pending = set(previous.consumed_files.get(asset_name, ())) if previous else set()
@@ -819,7 +841,6 @@ def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> Ga
     return GateCheck(
         gates=gates,
         asset_name=target.asset_name,
-        root=target.root,
         keys=target.keys,
         partition_columns=target.dimension_columns,
         # A table not partitioned by its Dagster partitions (a decoupled merge) has no
@@ -855,12 +876,11 @@ def _output_metadata(
     partlake_fresh result. Timings are the run's, in seconds: `partlake/output_seconds` (the IO
     manager's handling of the output up to this metadata: its partition keys, the DataFrame's
     schema, the write), of which `partlake/write_seconds` (Spark's job, the gates, the commit),
-    of which `partlake/stage_seconds` (Spark computing the rows and writing them into staging),
-    `partlake/staged_files_seconds` (listing the staged files, reading their footers),
-    `partlake/gates_seconds` and `partlake/commit_seconds` (of which `partlake/publish_seconds`,
-    moving the staged files into the table); besides the output, `partlake/read_seconds`
-    (loading the upstream partitions: their log, their files' list, Spark's read plan) and
-    `partlake/spark_start_seconds` where this step started the run's Spark session."""
+    of which `partlake/stage_seconds` (Spark computing the rows and writing the files, which
+    returns their facts), `partlake/gates_seconds` and `partlake/commit_seconds` (the
+    transaction); besides the output, `partlake/read_seconds` (loading the upstream partitions:
+    their log, their files' list, Spark's read plan) and `partlake/spark_start_seconds` where
+    this step started the run's Spark session."""
     result = written.commit
     counts: dict[str, int] = {
         "dagster/row_count": result.num_records
@@ -895,10 +915,8 @@ def _output_metadata(
     if result is not None:
         metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
         seconds["partlake/commit_seconds"] = result.commit_seconds
-        seconds["partlake/publish_seconds"] = result.publish_seconds
-        if result.staged.spark or result.staged.listing:  # a merge or scd2 stages its own way
+        if result.staged.spark:
             seconds["partlake/stage_seconds"] = result.staged.spark
-            seconds["partlake/staged_files_seconds"] = result.staged.listing
     if written.gates_seconds:
         seconds["partlake/gates_seconds"] = written.gates_seconds
     if timings.read:

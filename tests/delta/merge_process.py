@@ -14,10 +14,10 @@ import os
 import sys
 import time
 
-from pyspark.sql import SparkSession
-
 import dagster_partlake.delta.merge as merge_module
 import dagster_partlake.delta.scd2 as scd2_module
+from pyspark.sql import SparkSession
+
 from dagster_partlake.delta import PartitionSelection
 from dagster_partlake.delta.record import CommitRecord
 

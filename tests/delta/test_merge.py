@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from dagster_partlake.delta.merge import merge_rows
+from dagster_partlake.delta.scd2 import apply_snapshot
 from deltalake import DeltaTable
 
 from dagster_partlake.delta import PartitionSelection
-from dagster_partlake.delta.merge import merge_rows
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.scd2 import apply_snapshot
 from tests.conftest import REPO_ROOT, delta_files, delta_rows, subprocess_env
 
 pytestmark = pytest.mark.spark

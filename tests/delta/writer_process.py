@@ -16,11 +16,11 @@ import os
 import sys
 import time
 
+from dagster_partlake.delta.staging import publish_staged
 from pyspark.sql import SparkSession
 
 from dagster_partlake.delta import Box, DateRanges, PartitionSelection
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.staging import publish_staged
 from dagster_partlake.delta.writer import commit_staged, stage_partitions
 
 

@@ -16,60 +16,34 @@ dataset"; Delta's DELETE): Spark finds and rewrites, delta-rs commits.
    `partlake_maintenance`), the planner sees them changed outside partlake's writer
    (`out_of_band`) and their downstream closure `upstream_changed`.
 
-Like every writer it names one Delta application transaction per touched partition, so a
-concurrent writer of the same partition conflicts; if a file it rewrote was replaced meanwhile,
-steps 2-4 run again on the new files. The delete is thus one atomic commit or nothing.
+Like every writer it commits through the one transaction (`delta.transaction`), naming one Delta
+application transaction per touched partition, so a concurrent writer of the same partition
+conflicts; if a file it rewrote was replaced meanwhile, steps 2-4 run again on the newer snapshot,
+within the transaction's attempts. The delete is thus one atomic commit or nothing.
 """
 
 from __future__ import annotations
 
-import os
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
-from dagster_partlake.delta.history import maintenance_version
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, DeleteRecord
+from dagster_partlake.delta.files import WrittenFiles, write_files
+from dagster_partlake.delta.record import DeleteRecord
 from dagster_partlake.delta.schema import arrow_to_spark, delta_types
-from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
+from dagster_partlake.delta.selection import PartitionSelection, table_partition_id
 from dagster_partlake.delta.skipping import Bounds, ColumnBounds, file_test
-from dagster_partlake.delta.staging import (
-    StagedWrite,
-    discard_published,
-    discarded_on_failure,
-    new_staging_folder,
-    publish_staged,
-    staged_files,
-    write_parquet_files,
-)
-from dagster_partlake.delta.table import (
-    LiveFile,
-    arrow_schema,
-    live_files,
-    load_table,
-    table_exists,
-    unreadable,
-)
-from dagster_partlake.delta.writer import (
-    _txn_app_id,
-    commit_or_conflict,
-    files_transactions,
-    remove_action,
-)
-from dagster_partlake.errors import (
-    CommitConflictError,
-    InvalidPredicateError,
-    PartlakeConfigError,
-)
+from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
+from dagster_partlake.delta.table import LiveFile
+from dagster_partlake.delta.transaction import Actions, commit
+from dagster_partlake.errors import InvalidPredicateError, PartlakeConfigError
+from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from dagster_partlake.delta.schema import DeltaType
@@ -130,16 +104,12 @@ class DeleteResult:
         }
 
 
-class _FilesMoved(Exception):
-    """A file the delete rewrote was removed by a concurrent commit: find the files again."""
-
-
 @dataclass(frozen=True)
 class _Delete:
     """One delete: the table, the predicate and where it applies."""
 
     spark: SparkSession
-    root: str
+    location: TableLocation
     name: str
     predicate: str
     selection: PartitionSelection
@@ -150,7 +120,7 @@ class _Delete:
 
 def delete_rows(
     spark: SparkSession,
-    root: str,
+    root: str | TableLocation,
     predicate: str,
     *,
     selection: PartitionSelection | None = None,
@@ -164,7 +134,7 @@ def delete_rows(
 
     Args:
         spark: the session that evaluates the predicate and rewrites the files.
-        root: path of the Delta table.
+        root: path or location of the Delta table.
         predicate: a Spark SQL condition over the table's columns, e.g. "user_id = 42".
         selection: the partitions to delete from (default: the whole table).
         partition_id: a partition's id given its values (a Dagster partition key): its Delta
@@ -173,7 +143,8 @@ def delete_rows(
         partition: the partition key `selection` stands for, recorded in the commit.
         dry_run: only find the files and count their matching rows; commit nothing.
         table_name: name used in messages (default: the folder name).
-        max_attempts: attempts when concurrent writers keep replacing the files.
+        max_attempts: commit attempts while concurrent writers keep changing the table (each
+            attempt on a newer snapshot finds the files again if a matched one was replaced).
 
     Raises:
         InvalidPredicateError: the predicate does not parse, is not a condition, or names a
@@ -181,34 +152,113 @@ def delete_rows(
         PartlakeConfigError: there is no Delta table at `root`.
         CommitConflictError: concurrent writers kept changing the files; nothing was committed.
     """
-    root = os.path.abspath(root)
-    name = table_name or os.path.basename(root)
-    if not table_exists(root):
+    location = as_location(root)
+    name = table_name or location.name
+    snapshot = open_snapshot(location, table_name=name, must_exist=False)
+    if snapshot is None:
         raise PartlakeConfigError(
-            f"there is no Delta table for {name} at {root}; there are no rows to delete."
+            f"there is no Delta table for {name} at {location}; there are no rows to delete."
         )
-    table = load_table(root, table_name=name)
-    check_predicate(spark, arrow_schema(table), predicate, table_name=name)
+    check_predicate(spark, snapshot.schema, predicate, table_name=name)
     delete = _Delete(
         spark=spark,
-        root=root,
+        location=location,
         name=name,
         predicate=predicate,
         selection=selection or PartitionSelection.everything(),
-        partition_id=partition_id or _default_partition_id,
+        partition_id=partition_id or table_partition_id,
         partition=partition,
         delete_id=uuid.uuid4().hex,
     )
-    for attempt in range(1, max_attempts + 1):
-        try:
-            return replace(_delete_once(delete, dry_run=dry_run), attempts=attempt)
-        except _FilesMoved:
-            continue
-    raise CommitConflictError(
-        f"could not delete from table {name}: concurrent writers kept replacing the files that "
-        f"hold matching rows for {max_attempts} attempts. Nothing was deleted; run it again when "
-        "they are done."
+    work = _Work(delete)
+    found = work.find(snapshot)
+    if dry_run or not found.matched:
+        return replace(found.result, dry_run=dry_run)
+    try:
+        committed = commit(
+            location,
+            snapshot,
+            work.actions,
+            payload=work.payload,
+            name=name,
+            max_attempts=max_attempts,
+        )
+    except _NothingLeft:
+        return work.found.result if work.found else found.result
+    except BaseException:
+        work.discard()
+        raise
+    done = work.found
+    assert done is not None and done.rewritten is not None
+    return replace(
+        done.result,
+        version=committed.version,
+        files_added=len(done.rewritten.files),
+        attempts=committed.attempts,
     )
+
+
+class _NothingLeft(Exception):  # noqa: N818 - an outcome
+    """On a newer snapshot, no file holds a matching row any more: nothing to commit."""
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The files holding matching rows on one snapshot, and their rewrite (once made)."""
+
+    paths: frozenset[str]  # their log paths
+    matched: tuple[LiveFile, ...]
+    result: DeleteResult
+    rewritten: WrittenFiles | None = None
+
+
+class _Work:
+    """The delete as the transaction asks for it: its files found and rewritten on the
+    transaction's snapshot, and again on a newer one when a matched file was replaced."""
+
+    def __init__(self, delete: _Delete) -> None:
+        self.delete = delete
+        self.found: _Found | None = None
+
+    def find(self, snapshot: Snapshot) -> _Found:
+        """Steps 2-3 of the module docstring on `snapshot` (no rewrite)."""
+        self.found = _find(self.delete, snapshot)
+        return self.found
+
+    def actions(self, snapshot: Snapshot) -> Actions:
+        found = self.found
+        live = {f.path for f in snapshot.live_files(self.delete.selection)}
+        if found is None or not found.paths <= live:
+            self.discard()
+            found = self.find(snapshot)
+            if not found.matched:
+                raise _NothingLeft
+        if found.rewritten is None:
+            found = self.found = replace(found, rewritten=_rewrite(self.delete, snapshot, found))
+        assert found.rewritten is not None
+        return Actions(
+            adds=found.rewritten.files,
+            removes=found.matched,
+            partition_ids=found.result.partitions,
+        )
+
+    def payload(self, commit_id: str, now_ms: int) -> Mapping[str, object]:
+        found = self.found
+        assert found is not None and found.rewritten is not None
+        record = DeleteRecord(
+            predicate=self.delete.predicate,
+            rows_deleted=found.result.rows_deleted,
+            files_removed=len(found.matched),
+            files_added=len(found.rewritten.files),
+            partitions=found.result.partitions,
+            delete_id=self.delete.delete_id,
+            partition=self.delete.partition,
+        )
+        return record.to_commit_info()
+
+    def discard(self) -> None:
+        if self.found is not None and self.found.rewritten is not None:
+            self.found.rewritten.discard()
 
 
 def check_predicate(
@@ -296,48 +346,41 @@ def _first_line(error: Exception) -> str:
     return text[0] if text else type(error).__name__
 
 
-def _delete_once(delete: _Delete, *, dry_run: bool) -> DeleteResult:
-    """Steps 2-4 of the module docstring, on the table as it is now."""
-    table = load_table(delete.root, table_name=delete.name)
-    schema = arrow_schema(table)
-    candidates, skipped = _candidates(table, schema, delete)
+def _find(delete: _Delete, snapshot: Snapshot) -> _Found:
+    """The files that hold matching rows, with their counts (steps 2-3)."""
+    schema = snapshot.schema
+    candidates, skipped = _candidates(snapshot, schema, delete)
     counts = _matching_rows(delete, schema, candidates)
-    matched = [f for f in candidates if counts.get(_normal(f.absolute_path(delete.root)), 0)]
+    matched = tuple(f for f in candidates if counts.get(f.relative_path, 0))
     affected = tuple(
         AffectedFile(
-            path=unquote(f.path),
+            path=f.relative_path,
             partition_id=delete.partition_id(f.partition_values),
             rows=f.num_records or 0,
-            rows_matching=counts[_normal(f.absolute_path(delete.root))],
+            rows_matching=counts[f.relative_path],
         )
         for f in matched
     )
     result = DeleteResult(
         predicate=delete.predicate,
-        dry_run=dry_run,
+        dry_run=False,
         version=None,
         files=affected,
         files_scanned=len(candidates),
         files_skipped=skipped,
     )
-    if dry_run or not matched:
-        return result
-    staged = _rewrite(delete, table, schema, matched)
-    publish_staged(staged)
-    with discarded_on_failure(staged):
-        version = _commit(delete, staged, matched, result)
-    return replace(result, version=version, files_added=len(staged.files))
+    return _Found(frozenset(f.path for f in matched), matched, result)
 
 
 def _candidates(
-    table: DeltaTable, schema: pa.Schema, delete: _Delete
+    snapshot: Snapshot, schema: pa.Schema, delete: _Delete
 ) -> tuple[list[LiveFile], int]:
     """The live files in the selection that may hold a matching row, and how many the log
     ruled out."""
-    partition_by = list(table.metadata().partition_columns)
+    partition_by = list(snapshot.partition_by)
     test = file_test(delete.predicate, schema.names)
     stats = [c for c in test[1] if c not in partition_by] if test is not None else []
-    files = [f for f in live_files(table, delete.selection, stats) if f.num_records != 0]
+    files = [f for f in snapshot.live_files(delete.selection, stats) if f.num_records != 0]
     if test is None:
         return files, 0
     types = delta_types(schema)
@@ -386,11 +429,11 @@ def _typed(value: str | None, delta_type: DeltaType | None) -> int | str | None:
 
 def _read(delete: _Delete, schema: pa.Schema, files: Sequence[LiveFile]) -> DataFrame:
     """Spark reads `files` with the table's schema, partition columns from their folders."""
-    uris = ["file://" + f.absolute_path(delete.root) for f in files]
+    location = delete.location
     return (
         delete.spark.read.schema(arrow_to_spark(schema))
-        .option("basePath", "file://" + delete.root)
-        .parquet(*uris)
+        .option("basePath", location.spark_uri())
+        .parquet(*location.spark_uris([f.relative_path for f in files]))
     )
 
 
@@ -401,7 +444,8 @@ def _matches(predicate: str) -> Column:
 
 
 def _matching_rows(delete: _Delete, schema: pa.Schema, files: Sequence[LiveFile]) -> dict[str, int]:
-    """Per file (normalized absolute path), its rows matching the predicate (one Spark job)."""
+    """Per file (its path relative to the table), its rows matching the predicate (one Spark
+    job)."""
     from pyspark.sql import functions as F
 
     if not files:
@@ -413,122 +457,47 @@ def _matching_rows(delete: _Delete, schema: pa.Schema, files: Sequence[LiveFile]
         .agg(F.count(F.lit(1)).alias("n"))
         .collect()
     )
-    return {_normal(row["path"]): int(row["n"]) for row in rows}
+    from urllib.parse import unquote
+
+    by_uri = {_one_slash(delete.location.spark_uri(f.relative_path)): f for f in files}
+    return {
+        by_uri[path].relative_path: int(row["n"])
+        for row in rows
+        # Spark's `_metadata.file_path` is URI-encoded; the names we gave Spark were not.
+        if (path := _one_slash(unquote(row["path"]))) in by_uri
+    }
 
 
-def _normal(path: str) -> str:
-    """A file's absolute path from a URI or path, decoded, for comparing the two."""
-    path = unquote(path.removeprefix("file:"))
-    while path.startswith("//"):
-        path = path[1:]
-    return os.path.normpath(path)
+def _one_slash(uri: str) -> str:
+    """A URI with one slash after its scheme's colon (`file:///a` and `file:/a` alike)."""
+    scheme, sep, rest = uri.partition(":")
+    return scheme + sep + "/" + rest.lstrip("/") if sep else uri
 
 
-def _rewrite(
-    delete: _Delete, table: DeltaTable, schema: pa.Schema, files: Sequence[LiveFile]
-) -> StagedWrite:
-    """Spark: the rows of `files` that do not match, staged like any write (not committed)."""
-    partition_by = tuple(table.metadata().partition_columns)
+def _rewrite(delete: _Delete, snapshot: Snapshot, found: _Found) -> WrittenFiles:
+    """Spark: the rows of the matched files that do not match, written (not committed)."""
+    schema, partition_by = snapshot.schema, snapshot.partition_by
     # The rewritten files keep the statistics the old ones had (a merge's key, scd2's valid_to).
-    stats = _stats_columns(table, files, schema, partition_by)
+    stats = _stats_columns(snapshot, found.matched, schema, partition_by)
     columns = [c for c in schema.names if c not in partition_by] + list(partition_by)
-    remaining = _read(delete, schema, files).where(~_matches(delete.predicate)).select(*columns)
-    stage = new_staging_folder(delete.root)
-    write_parquet_files(remaining, stage, partition_by)
-    with discarded_on_failure(stage):
-        written = [f for f in staged_files(stage, partition_by, stats) if f.num_records]
-    return StagedWrite(
-        root=delete.root,
-        table_name=delete.name,
-        staging_dir=stage,
-        files=tuple(written),
-        schema=schema,
+    remaining = _read(delete, schema, found.matched).where(~_matches(delete.predicate))
+    return write_files(
+        remaining.select(*columns),
+        delete.location,
         partition_by=partition_by,
-        selection=delete.selection,
-        partition_ids=(),
-        removal="files",
-        remove_files=tuple(files),
+        schema=schema,
+        stats_columns=stats,
     )
 
 
 def _stats_columns(
-    table: DeltaTable, files: Sequence[LiveFile], schema: pa.Schema, partition_by: Sequence[str]
+    snapshot: Snapshot, files: Sequence[LiveFile], schema: pa.Schema, partition_by: Sequence[str]
 ) -> list[str]:
     """The columns whose statistics the log has for any of `files`."""
     wanted = {f.path for f in files}
     others = [c for c in schema.names if c not in partition_by]
     found: set[str] = set()
-    for live in live_files(table, PartitionSelection.everything(), others):
+    for live in snapshot.live_files(PartitionSelection.everything(), others):
         if live.path in wanted:
             found.update(live.min_values, live.null_count)
     return sorted(found)
-
-
-def _commit(
-    delete: _Delete, staged: StagedWrite, removed: Sequence[LiveFile], result: DeleteResult
-) -> int | None:
-    """One commit removing `removed` and adding the staged files; retried on conflicts while
-    every removed file is still live.
-
-    Raises:
-        _FilesMoved: a removed file is no longer live (the caller starts over).
-    """
-    from deltalake.exceptions import DeltaError
-    from deltalake.transaction import AddAction, CommitProperties, Transaction
-
-    record = DeleteRecord(
-        predicate=delete.predicate,
-        rows_deleted=result.rows_deleted,
-        files_removed=len(removed),
-        files_added=len(staged.files),
-        partitions=result.partitions,
-        delete_id=delete.delete_id,
-        partition=delete.partition,
-    )
-    wanted = {f.path for f in removed}
-    for attempt in range(1, DEFAULT_MAX_ATTEMPTS + 1):
-        table = load_table(delete.root, table_name=delete.name)
-        if not wanted <= {f.path for f in live_files(table, delete.selection)}:
-            discard_published(staged)
-            raise _FilesMoved
-        now_ms = int(time.time() * 1000)
-        adds = [
-            AddAction(
-                path=f.relative_path,
-                size=f.size,
-                partition_values=f.partition_values,
-                # lastUpdated moves: the planner sees the partitions changed (out_of_band).
-                modification_time=now_ms,
-                data_change=True,
-                stats=f.stats_json(),
-            )
-            for f in staged.files
-        ]
-        properties = CommitProperties(
-            custom_metadata=record.to_commit_info(),
-            app_transactions=[
-                *(Transaction(_txn_app_id(pid), now_ms) for pid in result.partitions),
-                *files_transactions(removed, now_ms),
-            ],
-        )
-        before = table.version()
-        try:
-            conflict = commit_or_conflict(
-                table,
-                [*adds, *(remove_action(f, now_ms) for f in removed)],
-                partition_by=staged.partition_by,
-                properties=properties,
-                attempt=attempt,
-            )
-        except DeltaError as error:
-            raise unreadable(delete.root, error, table_name=delete.name) from error
-        if conflict is None:
-            return maintenance_version(delete.root, since=before + 1, commit_id=delete.delete_id)
-    discard_published(staged)
-    raise _FilesMoved
-
-
-def _default_partition_id(values: PartitionValues) -> str:
-    if not values:
-        return WHOLE_TABLE_ID
-    return "/".join(f"{c}={HIVE_NULL if v is None else v}" for c, v in values.items())

@@ -1,4 +1,4 @@
-"""Apply a snapshot of entities to an SCD type 2 history table: Spark compares, delta-rs commits.
+"""The `scd2` kind: apply a snapshot of entities to a type 2 history table in one commit.
 
 The asset returns the current snapshot; the table holds every version of every key, with
 `valid_from` (timestamp), `valid_to` (timestamp, null while current) and `is_current` (boolean).
@@ -23,40 +23,24 @@ files, so history that no longer changes is never rewritten again.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster_partlake.delta.merge import RewriteResult, check_key_columns, check_keys
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.files import WrittenFiles, write_files
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import arrow_to_spark, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.staging import (
-    StagedWrite,
-    discard_published,
-    discarded_on_failure,
-    new_staging_folder,
-    publish_staged,
-    staged_files,
-    write_parquet_files,
-)
-from dagster_partlake.delta.table import (
-    LiveFile,
-    arrow_schema,
-    live_files,
-    load_table,
-    table_exists,
-)
-from dagster_partlake.delta.writer import (
-    DEFAULT_MAX_ATTEMPTS,
-    AlreadyWritten,
-    InputsMovedError,
-    commit_staged,
-)
-from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
+from dagster_partlake.delta.snapshot import Snapshot
+from dagster_partlake.delta.table import LiveFile
+from dagster_partlake.delta.transaction import Actions
+from dagster_partlake.delta.writer import CommitResult
+from dagster_partlake.errors import SchemaMismatchError
+from dagster_partlake.kinds.merge import RewriteResult, check_key_columns, check_keys
+from dagster_partlake.kinds.session import WriteSession
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
@@ -68,31 +52,27 @@ class _Changed(Exception):
 
 def apply_snapshot(
     df: DataFrame,
-    root: str,
+    session: WriteSession,
     *,
     unique_key: Sequence[str],
     snapshot_time: dt.datetime,
     newest_applied: dt.datetime | None,
     record_for: Callable[[dict[str, int]], CommitRecord],
     partition_by: Sequence[str] = (),
-    table_name: str | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    once_per_inputs: bool = False,
 ) -> RewriteResult:
-    """Apply the snapshot `df` taken at `snapshot_time` to the history table at `root`.
+    """Apply the snapshot `df` taken at `snapshot_time` to the session's history table.
 
     Args:
         newest_applied: the newest snapshot time already applied (None: none); at or after
             `snapshot_time` the history is rolled back to it first.
         record_for: the commit record, given the row metrics.
         partition_by: the history table's partition columns (columns of the snapshot).
-        once_per_inputs: as for `commit_staged` (raises `AlreadyWritten`).
 
     Raises:
         SchemaMismatchError: the snapshot has history columns or lacks a key column;
             DuplicateKeyError: it repeats a key or has a null one. Nothing is written then.
     """
-    name = table_name or os.path.basename(os.path.abspath(root))
+    name = session.name
     present = [c for c in HISTORY_COLUMNS if c in df.columns]
     if present:
         raise SchemaMismatchError(
@@ -109,105 +89,136 @@ def apply_snapshot(
             "'partlake/partition_by'."
         )
     check_keys(df, unique_key, name)
-    rollback = newest_applied is not None and snapshot_time < newest_applied
-    # The newest snapshot again: a no-op if it is unchanged, else rolled back and re-applied.
-    again = newest_applied is not None and snapshot_time == newest_applied
-    for _ in range(max_attempts):
-        try:
-            return _apply_once(
-                df,
-                root,
-                name,
-                unique_key,
-                snapshot_time,
-                rollback,
-                record_for,
-                max_attempts,
-                again=again,
-                partition_by=tuple(partition_by),
-                once_per_inputs=once_per_inputs,
-            )
-        except _Changed:
-            rollback, again = True, False
-        except InputsMovedError:
-            continue
-    raise CommitConflictError(
-        f"could not apply the snapshot to table {name}: concurrent writers kept changing it for "
-        f"{max_attempts} attempts. Nothing was committed."
+    apply = _Apply(
+        df,
+        session,
+        tuple(unique_key),
+        snapshot_time,
+        tuple(partition_by),
+        rollback=newest_applied is not None and snapshot_time < newest_applied,
+        # The newest snapshot again: a no-op if it is unchanged, else rolled back and re-applied.
+        again=newest_applied is not None and snapshot_time == newest_applied,
     )
+    schema = _history_schema(df, tuple(partition_by))
+    try:
+        committed, landed = session.commit(
+            apply.actions,
+            record_for({}),
+            schema=schema,
+            partition_ids=session.target.partition_ids,
+            finish=lambda _record: record_for(apply.done().metrics),
+        )
+    except BaseException:
+        apply.discard()
+        raise
+    done = apply.done()
+    result = CommitResult.of(committed, landed, done.written.num_records, done.written.seconds)
+    return RewriteResult(result, done.metrics, len(done.candidates))
 
 
-def _apply_once(
-    df: DataFrame,
-    root: str,
-    name: str,
-    unique_key: Sequence[str],
-    t: dt.datetime,
-    rollback: bool,
-    record_for: Callable[[dict[str, int]], CommitRecord],
-    max_attempts: int,
-    *,
-    again: bool = False,
-    partition_by: tuple[str, ...] = (),
-    once_per_inputs: bool = False,
-) -> RewriteResult:
+@dataclass(frozen=True)
+class _Applied:
+    """A snapshot applied on one version of the history: what it removes and adds."""
+
+    expected: frozenset[str]  # every live file it was based on
+    candidates: tuple[LiveFile, ...]  # the files it removes
+    written: WrittenFiles  # the history rows it writes in their place
+    metrics: dict[str, int]
+
+
+class _Apply:
+    """The apply as the transaction asks for it: worked out on the transaction's snapshot, and
+    again on a newer one whenever a concurrent commit changed the table (one retry loop, the
+    transaction's)."""
+
+    def __init__(
+        self,
+        df: DataFrame,
+        session: WriteSession,
+        unique_key: tuple[str, ...],
+        t: dt.datetime,
+        partition_by: tuple[str, ...],
+        *,
+        rollback: bool,
+        again: bool,
+    ) -> None:
+        self.df, self.session, self.unique_key, self.t = df, session, unique_key, t
+        self.partition_by, self.rollback, self.again = partition_by, rollback, again
+        self.applied: _Applied | None = None
+
+    def actions(self, snapshot: Snapshot) -> Actions:
+        applied = self.applied
+        if applied is not None:
+            every = snapshot.live_files(PartitionSelection.everything())
+            if frozenset(f.path for f in every) == applied.expected:
+                return Actions(adds=applied.written.files, removes=applied.candidates)
+            self.discard()
+        try:
+            applied = self._apply(snapshot, rollback=self.rollback, again=self.again)
+        except _Changed:
+            applied = self._apply(snapshot, rollback=True, again=False)
+        self.applied = applied
+        return Actions(adds=applied.written.files, removes=applied.candidates)
+
+    def done(self) -> _Applied:
+        assert self.applied is not None
+        return self.applied
+
+    def discard(self) -> None:
+        if self.applied is not None:
+            self.applied.written.discard()
+
+    def _apply(self, snapshot: Snapshot, *, rollback: bool, again: bool) -> _Applied:
+        from pyspark.sql import functions as F
+
+        df, unique_key = self.df, self.unique_key
+        ts = F.lit(self.t).cast("timestamp")
+        old = _read_history(df, snapshot, self.session.name, self.partition_by, rollback=rollback)
+        existing = _rolled_back(old.rows, ts) if rollback else old.rows
+        values = [c for c in df.columns if c not in unique_key]
+        joined, counts = _compare(df, existing, unique_key, values)
+        inserted, updated = counts.get("inserted", 0), counts.get("updated", 0)
+        closed_keys = counts.get("closed", 0)
+        metrics = {
+            "rows_inserted": inserted,
+            "rows_updated": updated,
+            "rows_deleted": closed_keys,  # closed: the key is gone from the snapshot
+            "rows_unchanged": max(old.rows_before - updated - closed_keys, 0),
+        }
+        nothing = not rollback and not (inserted or updated or closed_keys)
+        if again and not nothing:
+            raise _Changed
+        schema = _history_schema(df, self.partition_by)
+        if nothing:  # A snapshot that changes nothing commits no file.
+            empty = WrittenFiles(snapshot.location, (), schema, self.partition_by)
+            return _Applied(old.expected, (), empty, metrics)
+        columns = [*df.columns, *HISTORY_COLUMNS]
+        rows = _new_history(existing, joined, unique_key, values, ts, columns)
+        # The key's statistics let a row delete skip files; valid_to's, later snapshots.
+        written = write_files(
+            rows,
+            snapshot.location,
+            partition_by=self.partition_by,
+            schema=schema,
+            stats_columns=(*unique_key, "valid_to"),
+        )
+        return _Applied(old.expected, old.candidates, written, metrics)
+
+
+def _history_schema(df: DataFrame, partition_by: tuple[str, ...]) -> pa.Schema:
+    """The history table's schema: the snapshot's columns and the history columns, partition
+    columns last (as a partitioned Delta table stores them)."""
     from pyspark.sql import functions as F
 
-    ts = F.lit(t).cast("timestamp")
-    old = _read_history(df, root, name, partition_by, rollback=rollback)
-    existing = _rolled_back(old.rows, ts) if rollback else old.rows
-    values = [c for c in df.columns if c not in unique_key]
-    joined, counts = _compare(df, existing, unique_key, values)
-    inserted, updated = counts.get("inserted", 0), counts.get("updated", 0)
-    closed_keys = counts.get("closed", 0)
-    metrics = {
-        "rows_inserted": inserted,
-        "rows_updated": updated,
-        "rows_deleted": closed_keys,  # closed: the key is gone from the snapshot
-        "rows_unchanged": max(old.rows_before - updated - closed_keys, 0),
-    }
-    nothing = not rollback and not (inserted or updated or closed_keys)
-    if again and not nothing:
-        raise _Changed
-    record = record_for(metrics)
-    columns = [*df.columns, *HISTORY_COLUMNS]
-    base = StagedWrite(
-        root=os.path.abspath(root),
-        table_name=name,
-        staging_dir=new_staging_folder(root),
-        files=(),
-        # Partition columns last, as a partitioned Delta table stores them.
-        schema=spark_to_arrow(
-            existing.select(*(c for c in columns if c not in partition_by), *partition_by).schema
-        ),
-        partition_by=partition_by,
-        selection=PartitionSelection.everything(),
-        partition_ids=(WHOLE_TABLE_ID,),
-        removal="none" if nothing else "files",
-        remove_files=() if nothing else old.candidates,
-        expected_live=old.expected,
+    columns = [c for c in df.columns if c not in partition_by]
+    history = df.select(
+        *columns,
+        F.lit(None).cast("timestamp").alias("valid_from"),
+        F.lit(None).cast("timestamp").alias("valid_to"),
+        F.lit(None).cast("boolean").alias("is_current"),
+        *partition_by,
     )
-    if nothing:
-        result = commit_staged(
-            base, record=record, max_attempts=max_attempts, once_per_inputs=once_per_inputs
-        )
-        return RewriteResult(result, metrics, 0)
-    rows = _new_history(existing, joined, unique_key, values, ts, columns)
-    write_parquet_files(rows, base.staging_dir, partition_by)
-    with discarded_on_failure(base.staging_dir):
-        # The key's statistics let a row delete (`delta.delete`) skip files; valid_to's, later
-        # snapshots.
-        files = staged_files(base.staging_dir, partition_by, (*unique_key, "valid_to"))
-    staged = replace(base, files=tuple(files))
-    publish_staged(staged)
-    try:
-        result = commit_staged(
-            staged, record=record, max_attempts=max_attempts, once_per_inputs=once_per_inputs
-        )
-    except (InputsMovedError, AlreadyWritten):
-        discard_published(staged)
-        raise
-    return RewriteResult(result, metrics, len(old.candidates))
+    return spark_to_arrow(history.schema)
 
 
 @dataclass(frozen=True)
@@ -221,7 +232,7 @@ class _History:
 
 
 def _read_history(
-    df: DataFrame, root: str, name: str, partition_by: tuple[str, ...], *, rollback: bool
+    df: DataFrame, snapshot: Snapshot, name: str, partition_by: tuple[str, ...], *, rollback: bool
 ) -> _History:
     """The table's history rows that may change: all of them when rolling back, else those in
     files that may hold current rows (an empty history for a new table).
@@ -236,26 +247,25 @@ def _read_history(
     expected: frozenset[str] = frozenset()
     rows_before = 0
     rows = None
-    if table_exists(root):
-        table = load_table(root, table_name=name)
-        existing_partition_by = tuple(table.metadata().partition_columns)
-        if existing_partition_by != partition_by:
-            shown = [", ".join(cols) or "nothing" for cols in (existing_partition_by, partition_by)]
-            raise SchemaMismatchError(
-                f"scd2 table {name} is partitioned by ({shown[0]}) but the write is partitioned "
-                f"by ({shown[1]}); keep 'partlake/partition_by' unchanged, or write a new table."
-            )
-        every = live_files(table, PartitionSelection.everything())
-        expected = frozenset(f.path for f in every)
-        rows_before = sum(f.num_records or 0 for f in every)
-        candidates = every if rollback else [f for f in every if _may_be_current(f)]
-        if candidates:
-            rows = (
-                spark.read.schema(arrow_to_spark(arrow_schema(table)))
-                .option("basePath", "file://" + os.path.abspath(root))
-                .parquet(*("file://" + f.absolute_path(root) for f in candidates))
-                .select(*df.columns, *HISTORY_COLUMNS)
-            )
+    if snapshot.partition_by != partition_by:
+        shown = [", ".join(cols) or "nothing" for cols in (snapshot.partition_by, partition_by)]
+        raise SchemaMismatchError(
+            f"scd2 table {name} is partitioned by ({shown[0]}) but the write is "
+            f"partitioned by ({shown[1]}); keep 'partlake/partition_by' unchanged, or write "
+            "a new table."
+        )
+    every = snapshot.live_files(PartitionSelection.everything(), ("valid_to",))
+    expected = frozenset(f.path for f in every)
+    rows_before = sum(f.num_records or 0 for f in every)
+    candidates = every if rollback else [f for f in every if _may_be_current(f)]
+    if candidates:
+        location = snapshot.location
+        rows = (
+            spark.read.schema(arrow_to_spark(snapshot.schema))
+            .option("basePath", location.spark_uri())
+            .parquet(*location.spark_uris([f.relative_path for f in candidates]))
+            .select(*df.columns, *HISTORY_COLUMNS)
+        )
     if rows is None:
         rows = spark.createDataFrame([], df.select(*df.columns).schema).select(
             "*",

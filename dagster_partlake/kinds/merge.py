@@ -1,7 +1,8 @@
-"""Upsert a batch of rows into a Delta table on a unique key: Spark rewrites, delta-rs commits.
+"""The `merge` kind: upsert a batch of rows on a unique key; Spark rewrites, one commit lands.
 
-1. The batch is staged like any write (Parquet in a private folder, min/max of the key columns
-   in each file's footer) and checked: no key column may be null or repeat inside the batch.
+1. The batch is written like any write (`WriteSession.write`: files under the table, not yet
+   committed, with the min/max of the key columns of each file from the write job) and checked:
+   no key column may be null or repeat inside the batch.
 2. The table files that can hold a batch key are found from the log alone: files of the table
    partitions the batch touches, whose key statistics overlap the batch's key range.
 3. One Spark job rewrites those files without the rows whose key is in the batch (a left anti
@@ -28,44 +29,24 @@ counted against the table as the roll back left it.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote
 
+from dagster_partlake.delta.files import (
+    WrittenFile,
+    WrittenFiles,
+    discarded_on_failure,
+    write_files,
+)
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import Box, PartitionSelection
-from dagster_partlake.delta.staging import (
-    StagedFile,
-    StagedWrite,
-    discard_published,
-    discarded_on_failure,
-    publish_staged,
-    staged_files,
-    write_parquet_files,
-)
-from dagster_partlake.delta.table import (
-    LiveFile,
-    arrow_schema,
-    commit_actions,
-    live_files,
-    load_table,
-    log_versions,
-    read_record,
-    table_exists,
-)
-from dagster_partlake.delta.writer import (
-    DEFAULT_MAX_ATTEMPTS,
-    AlreadyWritten,
-    CommitResult,
-    InputsMovedError,
-    commit_staged,
-    stage_partitions,
-)
-from dagster_partlake.errors import CommitConflictError, SchemaMismatchError
-from dagster_partlake.layout import staging_dir
+from dagster_partlake.delta.snapshot import Snapshot
+from dagster_partlake.delta.table import LiveFile, commit_actions, load_table
+from dagster_partlake.delta.transaction import Actions, Readd
+from dagster_partlake.delta.writer import CommitResult
+from dagster_partlake.errors import SchemaMismatchError
+from dagster_partlake.kinds.session import WriteSession
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -129,28 +110,22 @@ def check_key_columns(df: DataFrame, unique_key: Sequence[str], name: str) -> No
 
 def merge_rows(
     df: DataFrame,
-    root: str,
+    session: WriteSession,
     *,
     unique_key: Sequence[str],
-    partition_by: Sequence[str],
     selection: PartitionSelection,
-    record_for: Callable[[StagedWrite], CommitRecord],
-    allow_new_columns: bool = False,
-    table_name: str | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    once_per_inputs: bool = False,
+    record_for: Callable[[WrittenFiles], CommitRecord],
     units: Callable[[Sequence[str]], UnitPosition] | None = None,
 ) -> RewriteResult:
-    """Upsert the rows of `df` into the Delta table at `root` on `unique_key`.
+    """Upsert the rows of `df` into the session's table on `unique_key`.
 
     Args:
         selection: where the batch's rows may lie (everything, unless the table partitions
             are the run's partitions).
-        record_for: what the commit records, given the staged batch; `metrics` are filled in
+        record_for: what the commit records, given the written batch; `metrics` are filled in
             here.
-        once_per_inputs: as for `commit_staged` (raises `AlreadyWritten`).
         units: for a time-ordered merge, where the units of work a commit records (its
-            `partition_keys`) stand against this merge's; merges of this unit or later ones of
+            `partition_keys`) stand against this merge's: merges of this unit or later ones of
             its series are undone first (the module docstring). None: never undo.
 
     Raises:
@@ -158,47 +133,138 @@ def merge_rows(
             or has a null one; CommitConflictError: concurrent writers kept changing the touched
             partitions. In each case nothing was committed.
     """
-    name = table_name or os.path.basename(os.path.abspath(root))
+    name = session.name
     check_key_columns(df, unique_key, name)
-    batch = stage_partitions(
-        df,
-        root,
-        partition_by=partition_by,
-        selection=selection,
-        partition_ids=[WHOLE_TABLE_ID],
-        allow_new_columns=allow_new_columns,
-        table_name=name,
-        removal="none",
-        stats_columns=unique_key,
-    )
-    with discarded_on_failure(batch.staging_dir):
-        paths = [os.path.join(batch.staging_dir, f.relative_path) for f in batch.files]
+    batch = session.write(df, selection=selection, stats_columns=unique_key)
+    with discarded_on_failure(batch):
         if any(f.num_records for f in batch.files):
-            # basePath: the partition columns (which the key may include) come from the folders.
-            staged_rows = df.sparkSession.read.option(
-                "basePath", "file://" + batch.staging_dir
-            ).parquet(*("file://" + p for p in paths))
-            check_keys(staged_rows, unique_key, name)
-    touched = _touched(batch)
-    batch = replace(batch, partition_ids=touched.ids, selection=touched.selection)
-    record = record_for(batch)
-    publish_staged(batch)
-    for _ in range(max_attempts):
-        rollback, why_not = (
-            find_rollback(batch.root, units, unique_key) if units is not None else (None, None)
-        )
+            check_keys(_rows(df.sparkSession, batch, batch.files), unique_key, name)
+        merge = _Merge(df.sparkSession, batch, _touched(batch), tuple(unique_key), units)
         try:
-            result = _merge_once(
-                df, batch, unique_key, record, max_attempts, once_per_inputs, rollback
+            committed, landed = session.commit(
+                merge.actions,
+                record_for(batch),
+                schema=batch.schema,
+                partition_ids=(),
+                finish=lambda record: replace(record, metrics=merge.done().metrics),
             )
-        except InputsMovedError:
-            continue
-        return replace(result, rolled_back=rollback, not_rolled_back=why_not)
-    raise CommitConflictError(
-        f"could not merge into table {name}: concurrent writers kept changing the partitions it "
-        f"touches ({', '.join(touched.ids[:5])}) for {max_attempts} attempts. Nothing was "
-        "committed; run it again when they are done."
+        except BaseException:
+            merge.discard()
+            raise
+    done = merge.done()
+    result = CommitResult.of(committed, landed, batch.num_records, batch.seconds)
+    return RewriteResult(
+        result,
+        done.metrics,
+        done.files_rewritten,
+        rolled_back=done.rollback,
+        not_rolled_back=done.why_not,
     )
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A merge worked out on one snapshot: what it removes, adds back and adds new."""
+
+    expected: frozenset[str]  # the live files of `selection` it was based on
+    selection: PartitionSelection  # the table partitions it touches (with a roll back's)
+    actions: Actions
+    metrics: dict[str, int]
+    files_rewritten: int
+    kept: WrittenFiles | None  # the rewritten candidates (deleted if this is not committed)
+    rollback: Rollback | None
+    why_not: str | None
+
+
+class _Merge:
+    """The merge as the transaction asks for it: worked out on the transaction's snapshot, and
+    again on a newer one whenever a concurrent commit changed the files it was based on (one
+    retry loop, the transaction's). Not once per inputs: a merge's result depends on the table
+    it merges into, and the days after a re-merged one are merged again, in order, from
+    unchanged inputs; merging the same batch twice leaves the same rows."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        batch: WrittenFiles,
+        touched: _Touched,
+        unique_key: tuple[str, ...],
+        units: Callable[[Sequence[str]], UnitPosition] | None,
+    ) -> None:
+        self.spark, self.batch, self.touched = spark, batch, touched
+        self.unique_key, self.units = unique_key, units
+        self.prepared: _Prepared | None = None
+
+    def actions(self, snapshot: Snapshot) -> Actions:
+        prepared = self.prepared
+        if prepared is not None:
+            live = frozenset(f.path for f in snapshot.live_files(prepared.selection))
+            if live == prepared.expected:
+                return prepared.actions
+            self.discard()
+        prepared = self.prepared = self._prepare(snapshot)
+        return prepared.actions
+
+    def done(self) -> _Prepared:
+        assert self.prepared is not None
+        return self.prepared
+
+    def discard(self) -> None:
+        if self.prepared is not None and self.prepared.kept is not None:
+            self.prepared.kept.discard()
+
+    def _prepare(self, snapshot: Snapshot) -> _Prepared:
+        rollback, why_not = (
+            find_rollback(snapshot, self.units, self.unique_key)
+            if self.units is not None
+            else (None, None)
+        )
+        batch, touched, unique_key = self.batch, self.touched, self.unique_key
+        everything = snapshot.live_files(PartitionSelection.everything(), stats_columns=unique_key)
+        undone: list[LiveFile] = []  # live files the roll back removes
+        back: list[LiveFile] = []  # files of the roll back's version that are not live now
+        selection = touched.selection
+        if rollback is not None:
+            undone, back = _rolled_back(everything, rollback)
+            gone = {f.path for f in undone}
+            # The table as the roll back leaves it: what the merge reads and counts against.
+            everything = [f for f in everything if f.path not in gone] + back
+            selection = _union(touched.selection, rollback.selection)
+        rows_before = sum(f.num_records or 0 for f in everything)
+        in_touched = [f for f in everything if touched.selection.contains(f.partition_values)]
+        expected = frozenset(f.path for f in snapshot.live_files(selection))
+        low, high = _key_range(batch.files, unique_key)
+        candidates = [f for f in in_touched if _may_hold(f, low, high, unique_key)]
+        kept = (
+            _rewrite_without_batch_keys(self.spark, snapshot, batch, candidates, unique_key)
+            if candidates
+            else None
+        )
+        back_paths = {f.path for f in back}
+        read = {f.path for f in candidates}
+        existing = sum(f.num_records or 0 for f in candidates)
+        updated = existing - (kept.num_records if kept else 0)
+        metrics = {
+            "rows_inserted": batch.num_records - updated,
+            "rows_updated": updated,
+            "rows_deleted": max(0, _count(undone) - _count(back)),
+            "rows_unchanged": rows_before - updated,
+        }
+        adds: list[WrittenFile | Readd] = [*batch.files, *(kept.files if kept else ())]
+        # A candidate of the roll back's version is not live: it is rewritten, never removed.
+        adds += [Readd(f) for f in back if f.path not in read]
+        removes = [*undone, *(f for f in candidates if f.path not in back_paths)]
+        return _Prepared(
+            expected,
+            selection,
+            # Its conflict ids: the touched partitions' and a roll back's.
+            Actions(adds=adds, removes=removes, partition_ids=_ids(touched.ids, rollback)),
+            metrics,
+            len(candidates),
+            kept,
+            rollback,
+            why_not,
+        )
 
 
 @dataclass(frozen=True)
@@ -207,7 +273,7 @@ class _Touched:
     selection: PartitionSelection
 
 
-def _touched(batch: StagedWrite) -> _Touched:
+def _touched(batch: WrittenFiles) -> _Touched:
     if not batch.partition_by:
         return _Touched((WHOLE_TABLE_ID,), PartitionSelection.everything())
     values: list[tuple[str | None, ...]] = sorted(
@@ -230,89 +296,15 @@ def _touched(batch: StagedWrite) -> _Touched:
     return _Touched(ids, PartitionSelection(boxes))
 
 
-def _merge_once(
-    df: DataFrame,
-    batch: StagedWrite,
-    unique_key: Sequence[str],
-    record: CommitRecord,
-    max_attempts: int,
-    once_per_inputs: bool = False,
-    rollback: Rollback | None = None,
-) -> RewriteResult:
-    spark = df.sparkSession
-    candidates: list[LiveFile] = []
-    expected: frozenset[str] = frozenset()
-    rows_before = 0
-    undone: list[LiveFile] = []  # live files the roll back removes
-    back: list[LiveFile] = []  # files of the roll back's version that are not live now
-    selection = batch.selection
-    if table_exists(batch.root):
-        table = load_table(batch.root, table_name=batch.table_name)
-        everything = live_files(table, PartitionSelection.everything(), stats_columns=unique_key)
-        if rollback is not None:
-            undone, back = _rolled_back(everything, rollback)
-            gone = {f.path for f in undone}
-            # The table as the roll back leaves it: what the merge reads and counts against.
-            everything = [f for f in everything if f.path not in gone] + back
-            selection = _union(batch.selection, rollback.selection)
-        rows_before = sum(f.num_records or 0 for f in everything)
-        in_touched = [f for f in everything if batch.selection.contains(f.partition_values)]
-        expected = frozenset(f.path for f in live_files(table, selection))
-        low, high = _key_range(batch.files, unique_key)
-        candidates = [f for f in in_touched if _may_hold(f, low, high, unique_key)]
-        schema = arrow_schema(table)
-    kept: StagedWrite | None = None
-    if candidates:
-        kept = _rewrite_without_batch_keys(spark, batch, candidates, unique_key, schema)
-        publish_staged(kept)
-    files = batch.files + (kept.files if kept else ())
-    back_paths = {f.path for f in back}
-    read = {f.path for f in candidates}
-    write = replace(
-        batch,
-        files=files,
-        selection=selection,
-        partition_ids=_ids(batch.partition_ids, rollback),
-        removal="files",
-        # A candidate of the roll back's version is not live: it is rewritten, never removed.
-        remove_files=tuple(undone + [f for f in candidates if f.path not in back_paths]),
-        readd_files=tuple(f for f in back if f.path not in read),
-        expected_live=expected,
-    )
-    existing = sum(f.num_records or 0 for f in candidates)
-    copied = kept.num_records if kept else 0
-    updated = existing - copied
-    metrics = {
-        "rows_inserted": batch.num_records - updated,
-        "rows_updated": updated,
-        "rows_deleted": max(0, _rows(undone) - _rows(back)),
-        "rows_unchanged": rows_before - updated,
-    }
-    try:
-        result = commit_staged(
-            write,
-            record=replace(record, metrics=metrics),
-            max_attempts=max_attempts,
-            once_per_inputs=once_per_inputs,
-        )
-    except (InputsMovedError, AlreadyWritten):
-        if kept is not None:
-            discard_published(kept)
-        raise
-    return RewriteResult(result, metrics, len(candidates))
-
-
 def find_rollback(
-    root: str, units: Callable[[Sequence[str]], UnitPosition], unique_key: Sequence[str]
+    snapshot: Snapshot, units: Callable[[Sequence[str]], UnitPosition], unique_key: Sequence[str]
 ) -> tuple[Rollback | None, str | None]:
     """The merges to undo before this one (see the module docstring): (the roll back, None),
     (None, None) when there is nothing to undo, or (None, why it cannot be done)."""
-    if not table_exists(root):
-        return None, None
-    versions = log_versions(root)
+    versions = snapshot.versions()
     undone: list[int] = []
     for version in reversed(versions):
-        record = read_record(root, version)
+        record = snapshot.record(version)
         if record is None or record.kind != "merge":
             continue  # not a unit of work: a delete, a compaction, a restore ...
         position = units(record.partition_keys)
@@ -330,38 +322,39 @@ def find_rollback(
     if not undone:
         return None, None
     first = min(undone)
-    partition_by = load_table(root).metadata().partition_columns
-    selection, ids = _selection_of(_partitions_of(root, undone), partition_by)
+    location = snapshot.location
+    selection, ids = _selection_of(_partitions_of(location, undone), snapshot.partition_by)
     for version in versions:
         if version <= first or version in undone:
             continue
-        record = read_record(root, version)
+        record = snapshot.record(version)
         if record is None or record.kind != "merge" or units(record.partition_keys) != "other":
             continue
-        if any(selection.contains(values) for values in _partitions_of(root, [version])):
+        if any(selection.contains(values) for values in _partitions_of(location, [version])):
             return None, (
                 f"version {version}, a merge of other units of work, changed the same table "
                 f"partitions ({selection.describe()}) since"
             )
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError
+    from dagster_partlake.errors import PartlakeError
 
     try:
-        old = DeltaTable(root, version=first - 1)
-    except (DeltaError, OSError) as error:
+        old = load_table(location, version=first - 1)
+    except PartlakeError as error:
         return None, f"version {first - 1} cannot be read any more ({error})"
-    files = tuple(live_files(old, selection, stats_columns=unique_key))
-    missing = [f.path for f in files if not os.path.exists(f.absolute_path(root))]
+    from dagster_partlake.delta.snapshot import Snapshot as Loaded
+
+    files = tuple(Loaded(location, snapshot.name, old).live_files(selection, unique_key))
+    missing = [f for f in files if location.store.head(f.relative_path) is None]
     if missing:
-        return None, f"files of version {first - 1} were vacuumed (e.g. {unquote(missing[0])})"
+        return None, f"files of version {first - 1} were vacuumed (e.g. {missing[0].relative_path})"
     return Rollback(first - 1, tuple(sorted(undone)), selection, ids, files), None
 
 
-def _partitions_of(root: str, versions: Sequence[int]) -> list[dict[str, str | None]]:
+def _partitions_of(location: Any, versions: Sequence[int]) -> list[dict[str, str | None]]:
     """The table partitions (their values) whose files the commits added or removed."""
     touched: list[dict[str, str | None]] = []
     for version in versions:
-        _, adds, removes = commit_actions(root, version)
+        _, adds, removes = commit_actions(location, version)
         touched.extend(dict(a.get("partitionValues") or {}) for a in [*adds, *removes])
     return touched
 
@@ -404,37 +397,50 @@ def _ids(ids: Sequence[str], rollback: Rollback | None) -> tuple[str, ...]:
     return tuple(sorted({*ids, *(rollback.partition_ids if rollback else ())}))
 
 
-def _rows(files: Sequence[LiveFile]) -> int:
+def _count(files: Sequence[LiveFile]) -> int:
     return sum(f.num_records or 0 for f in files)
+
+
+def _rows(spark: SparkSession, batch: WrittenFiles, files: Sequence[WrittenFile]) -> DataFrame:
+    """The rows of some of the batch's files (partition columns from their folders)."""
+    from dagster_partlake.delta.schema import arrow_to_spark
+
+    location = batch.location
+    reader = spark.read.schema(arrow_to_spark(batch.schema)).option(
+        "basePath", location.spark_uri()
+    )
+    return reader.parquet(*location.spark_uris([f.relative_path for f in files]))
 
 
 def _rewrite_without_batch_keys(
     spark: SparkSession,
-    batch: StagedWrite,
+    snapshot: Snapshot,
+    batch: WrittenFiles,
     candidates: Sequence[LiveFile],
     unique_key: Sequence[str],
-    schema: pa.Schema,
-) -> StagedWrite:
-    """Spark: the candidate files' rows whose key is not in the batch, staged (not committed)."""
+) -> WrittenFiles:
+    """Spark: the candidate files' rows whose key is not in the batch, written (not committed)."""
     from dagster_partlake.delta.schema import arrow_to_spark
 
+    location = snapshot.location
+    schema: pa.Schema = snapshot.schema
     existing = (
         spark.read.schema(arrow_to_spark(schema))
-        .option("basePath", "file://" + batch.root)
-        .parquet(*("file://" + f.absolute_path(batch.root) for f in candidates))
+        .option("basePath", location.spark_uri())
+        .parquet(*location.spark_uris([f.relative_path for f in candidates]))
     )
-    batch_keys = (
-        spark.read.option("basePath", "file://" + batch.root)
-        .parquet(*("file://" + os.path.join(batch.root, f.relative_path) for f in batch.files))
-        .select(*unique_key)
-    )
+    batch_keys = _rows(spark, batch, batch.files).select(*unique_key)
     remaining = existing.join(batch_keys, on=list(unique_key), how="left_anti").select(
         *existing.columns
     )
-    stage = os.path.join(staging_dir(batch.root), uuid.uuid4().hex)
-    write_parquet_files(remaining, stage, batch.partition_by)
-    files = staged_files(stage, batch.partition_by, unique_key)
-    return replace(batch, staging_dir=stage, files=tuple(files))
+    # The table's columns as they are: a column the batch adds stays null in these rows.
+    return write_files(
+        remaining,
+        location,
+        partition_by=batch.partition_by,
+        schema=schema,
+        stats_columns=unique_key,
+    )
 
 
 def check_keys(df: DataFrame, unique_key: Sequence[str], name: str) -> None:
@@ -472,7 +478,7 @@ def check_keys(df: DataFrame, unique_key: Sequence[str], name: str) -> None:
 
 
 def _key_range(
-    files: Sequence[StagedFile], unique_key: Sequence[str]
+    files: Sequence[WrittenFile], unique_key: Sequence[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The batch's min and max per key column, for the columns every batch file has stats of."""
     low: dict[str, Any] = {}
