@@ -176,8 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/out/state_sync_commits.json")
     args = parser.parse_args(argv)
 
-    from dagster_partlake.delta.maintenance import checkpoint_table
     from deltalake import DeltaTable
+
+    from dagster_partlake.maintenance.checkpoint import checkpoint_table
 
     root = os.path.join(args.work, "table")
     print(f"building {args.commits} commits over {args.partitions} partitions", file=sys.stderr)

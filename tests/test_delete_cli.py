@@ -16,7 +16,6 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pytest
 from dagster import DailyPartitionsDefinition, Definitions, asset, instance_for_test
-from dagster_partlake.delta.delete import delete_rows
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -24,6 +23,7 @@ from pyspark.sql import functions as F
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, model_kind_metadata
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.writer import write_partitions
+from dagster_partlake.maintenance.delete import delete_rows
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.orchestration.sources import partlake_source
 from dagster_partlake.partitions.keys import selection_for_keys

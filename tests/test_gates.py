@@ -35,7 +35,7 @@ from dagster_partlake.gates.spec import (
 )
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
 from dagster_partlake.storage.location import table_path
-from tests.conftest import delta_rows
+from tests.conftest import delta_files, delta_rows
 
 daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
 SCHEMA = "date date, id long, region string, amount long"
@@ -165,9 +165,9 @@ def test_a_violated_constraint_commits_nothing_and_fails_its_check(
     # The other gates were evaluated in the same run and passed.
     for other in set(VIOLATIONS) - {violated}:
         assert _check(instance, other).run_id == result.run_id
-    # Nothing staged is left behind.
-    staging = Path(table_path(str(lake), ["checked"])) / "_partlake_staging"
-    assert not staging.exists() or not any(staging.iterdir())
+    # Nothing written is left behind: every data file on disk is a live one.
+    table = Path(table_path(str(lake), ["checked"]))
+    assert {str(p) for p in table.rglob("*.parquet")} == delta_files(table)
 
 
 @pytest.mark.spark

@@ -314,9 +314,8 @@ def test_merge_on_dimension_partitions_rewrites_only_files_that_can_hold_a_key(
     spark, lake: Path
 ) -> None:
     """Delta statistics then partitions: a batch of high keys leaves the low-key file alone."""
-    from dagster_partlake.delta.merge import merge_rows
-
     from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.kinds.merge import merge_rows
 
     path = table_path(str(lake), ["accounts"])
     day = dt.date(2024, 1, 1)

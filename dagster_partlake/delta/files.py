@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta import file_writer
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.storage.errors import cause_of, storage_error
 from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
@@ -171,10 +173,11 @@ def write_files(
         flag_columns=[_FLAG.format(n) for n in extras.flags],
         sum_columns=[_SUM.format(n) for n in extras.sums],
         hash_columns=[_HASH.format(n) for n in extras.hashes],
-        stats_columns=list(stats_columns),
+        # A partition column lives in the folder names, not in the files: no statistics.
+        stats_columns=[c for c in stats_columns if c in data_columns],
         write_id=uuid.uuid4().hex,
     )
-    facts = rows.mapInArrow(writer, "fact string").collect()
+    facts = _collect(rows.mapInArrow(writer, "fact string"), location)
     files = tuple(_renamed(WrittenFile.from_fact(row["fact"]), extras) for row in facts)
     return WrittenFiles(
         location=location,
@@ -183,6 +186,28 @@ def write_files(
         partition_by=tuple(partition_by),
         seconds=time.perf_counter() - started,
     )
+
+
+def _collect(job: DataFrame, location: TableLocation) -> list[Any]:
+    """Run the write job; a worker without pyarrow, or a store that refuses a write, as one
+    clear error."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return job.collect()
+    except PySparkException as error:
+        text = str(error)
+        if "No module named 'pyarrow'" in text:
+            raise PartlakeConfigError(
+                "Spark's Python workers have no pyarrow, which writes the table's files: start "
+                "Spark with PYSPARK_PYTHON (or spark.pyspark.python) set to an interpreter that "
+                "has pyarrow (SparkResource sets it to its own), or install pyarrow on the "
+                "workers."
+            ) from error
+        cause = cause_of(error)
+        if cause is not None and not location.is_local:
+            raise storage_error(location, "", error) from error
+        raise
 
 
 def _renamed(written: WrittenFile, extras: Extras) -> WrittenFile:

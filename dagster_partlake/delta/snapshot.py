@@ -13,7 +13,8 @@ write.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,14 +22,14 @@ from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
 from dagster_partlake.delta.table import (
-    LOG_READS,
     LiveFile,
-    commit_version,
     load_table,
+    log_versions,
+    note_read,
     table_exists,
     unreadable,
 )
-from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
 from dagster_partlake.layout import LOG_DIR, commit_name
 from dagster_partlake.storage.location import TableLocation, as_location
 
@@ -93,7 +94,7 @@ class Snapshot:
         read again."""
         from deltalake.exceptions import DeltaError
 
-        LOG_READS["follow"] += 1
+        note_read("follow", self.location)
         try:
             self.table.update_incremental()
         except DeltaError as error:
@@ -106,19 +107,29 @@ class Snapshot:
     def versions(self) -> list[int]:
         """The versions with a JSON commit in the log, up to this snapshot's (one listing)."""
         if self._versions is None:
-            LOG_READS["list"] += 1
-            names = [e.name for e in self.location.store.list_folder(LOG_DIR)]
-            found = (commit_version(n) for n in names)
-            self._versions = sorted(v for v in found if v is not None and v <= self.version)
+            self._versions = [v for v in log_versions(self.location) if v <= self.version]
         return self._versions
+
+    def newest_first(self) -> Iterator[tuple[int, CommitRecord | None]]:
+        """(version, record) of each JSON commit up to the snapshot's version, newest first.
+        Reads commit files directly (no listing), each once per snapshot; only when one is
+        missing (a checkpoint trimmed the log) does it list the log for the ones left."""
+        version = self.version
+        while version >= 0:
+            try:
+                yield version, self.record(version)
+            except FileNotFoundError:
+                for older in reversed([v for v in self.versions() if v < version]):
+                    yield older, self.record(older)
+                return
+            version -= 1
 
     def record(self, version: int) -> CommitRecord | None:
         """The partlake record of one commit (read once per snapshot)."""
         from dagster_partlake.delta.table import read_record
 
         if version not in self._records:
-            LOG_READS["commit"] += 1
-            self._records[version] = read_record(self.location, version)
+            self._records[version] = read_record(self.location, version, missing_ok=False)
         return self._records[version]
 
     def latest_records(
@@ -138,10 +149,9 @@ class Snapshot:
             times = {pid: self.transaction_version(partition_txn_id(pid)) for pid in wanted}
             wanted = {pid for pid, t in times.items() if t is not None}
             floor = min((t for t in times.values() if t is not None), default=None)
-        for version in reversed(self.versions() if wanted else []):
+        for _, record in self.newest_first() if wanted else ():
             if not wanted:
                 break
-            record = self.record(version)
             if (
                 floor is not None
                 and record is not None
@@ -188,21 +198,40 @@ def open_snapshot(
     """
     location = as_location(where)
     name = table_name or location.name
-    if not table_exists(location):
-        if not must_exist:
-            return None
-        raise PartlakeConfigError(
-            f"there is no Delta table for {name} at {location}; materialize it first (or, for a "
-            "source, run the system that writes it)."
-        )
     if version is None and timestamp is None:
-        return Snapshot(location, name, load_table(location, table_name=name))
-    from dagster_partlake.delta.history import load_version, resolve_version
+        table = _latest(location, name)
+        if table is not None:
+            return Snapshot(location, name, table)
+    elif table_exists(location):
+        from dagster_partlake.delta.history import load_version, resolve_version
 
-    wanted = resolve_version(location, version=version, timestamp=timestamp, table_name=name)
-    if wanted is None:
-        return Snapshot(location, name, load_table(location, table_name=name))
-    return Snapshot(location, name, load_version(location, wanted, table_name=name))
+        wanted = resolve_version(location, version=version, timestamp=timestamp, table_name=name)
+        table = (
+            load_table(location, table_name=name)
+            if wanted is None
+            else load_version(location, wanted, table_name=name)
+        )
+        return Snapshot(location, name, table)
+    if not must_exist:
+        return None
+    raise PartlakeConfigError(
+        f"there is no Delta table for {name} at {location}; materialize it first (or, for a "
+        "source, run the system that writes it)."
+    )
+
+
+def _latest(location: TableLocation, name: str) -> DeltaTable | None:
+    """The table's latest version, None when there is no table (one load of the log)."""
+    from deltalake.exceptions import TableNotFoundError
+
+    if location.is_local and not os.path.isdir(os.path.join(location.uri, LOG_DIR)):
+        return None
+    try:
+        return load_table(location, table_name=name)
+    except TableUnreadableError as error:
+        if isinstance(error.__cause__, TableNotFoundError):
+            return None
+        raise
 
 
 def _all_live_files(table: DeltaTable, stats_columns: Sequence[str]) -> list[LiveFile]:

@@ -59,10 +59,16 @@ class LiveFile:
 
 Where = str | TableLocation
 
-# Reads of tables' logs in this process, by kind: "load" (a whole log: checkpoint and commits,
-# by delta-rs), "follow" (only the commits after a loaded version), "list" (a listing of the log
-# folder), "commit" (one JSON commit read for its record). How a test counts a write's reads.
-LOG_READS: Counter[str] = Counter()
+# Reads of tables' logs in this process, by (kind, table URI): "load" (a whole log: checkpoint
+# and commits, by delta-rs), "follow" (only the commits after a loaded version), "list" (a
+# listing of the log folder), "commit" (one JSON commit read). How a test and a benchmark count
+# what a write reads.
+LOG_READS: Counter[tuple[str, str]] = Counter()
+
+
+def note_read(kind: str, where: Where) -> None:
+    """Count one read of a table's log (`LOG_READS`)."""
+    LOG_READS[(kind, as_location(where).uri)] += 1
 
 
 def _log(name: str) -> str:
@@ -100,9 +106,7 @@ def load_table(
         TableUnreadableError: the log cannot be read (a damaged or missing commit file).
         StorageError: the object store refused or did not answer.
     """
-    location = as_location(where)
-    LOG_READS["load"] += 1
-    return delta_table(location, table_name=table_name, version=version)
+    return delta_table(as_location(where), table_name=table_name, version=version)
 
 
 def delta_table(
@@ -112,6 +116,7 @@ def delta_table(
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
+    note_read("load", location)
     try:
         return DeltaTable(
             location.delta_uri, version=version, storage_options=location.delta_options
@@ -230,12 +235,14 @@ def _stats(
 
 def log_versions(where: Where) -> list[int]:
     """Versions that have a JSON commit file in the log, ascending (one listing)."""
+    note_read("list", where)
     entries = as_location(where).store.list_folder(LOG_DIR)
     return sorted(v for v in (commit_version(e.name) for e in entries) if v is not None)
 
 
 def read_commit_lines(where: Where, version: int) -> list[str]:
     """The lines of one JSON commit. Raises FileNotFoundError when the log has no such commit."""
+    note_read("commit", where)
     data = as_location(where).store.read(_log(commit_name(version)))
     return data.decode("utf-8").splitlines()
 
@@ -294,9 +301,26 @@ def commit_actions(
     return info, adds, removes
 
 
-def read_record(root: Where, version: int, *, compact: bool = False) -> CommitRecord | None:
-    """The partlake record of one commit (None if partlake did not write it; `compact`: see
-    `CommitRecord.from_commit_info`)."""
+def read_record(
+    root: Where, version: int, *, compact: bool = False, missing_ok: bool = True
+) -> CommitRecord | None:
+    """The partlake record of one commit (None if partlake did not write it, or, with
+    `missing_ok`, the log no longer has the commit; `compact`: see
+    `CommitRecord.from_commit_info`).
+
+    Raises:
+        FileNotFoundError: the log has no such commit (without `missing_ok`).
+    """
+    if not missing_ok:
+        info = {}
+        try:
+            for line in read_commit_lines(root, version):
+                if line.startswith('{"commitInfo"'):
+                    info = dict(json.loads(line)["commitInfo"])
+                    break
+        except ValueError as error:  # a damaged commit file
+            raise unreadable(root, error) from error
+        return CommitRecord.from_commit_info(info, table_version=version)
     info = _compact_commit_info(root, version) if compact else commit_info(root, version)
     return CommitRecord.from_commit_info(info, table_version=version, compact=compact)
 
@@ -306,6 +330,7 @@ def _compact_commit_info(root: Where, version: int) -> dict[str, Any]:
     (`dagster_partlake.delta.commit_scan`), a small one with `compact_pairs`."""
     from dagster_partlake.delta.commit_scan import scan_commit_info
 
+    note_read("commit", root)
     try:
         with as_location(root).store.open(_log(commit_name(version))) as log_file:
             span = _line_span(log_file, b'{"commitInfo"')
@@ -388,18 +413,17 @@ def same_inputs_commit(
     floor = min((t for parts in record.consumed.values() for t in parts.values()), default=None)
     if floor is None:
         return None
-    if not hasattr(snapshot, "versions"):
-        from dagster_partlake.delta.snapshot import open_snapshot
+    from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
 
-        opened = open_snapshot(snapshot, must_exist=False)
-        if opened is None:
-            return None
-        snapshot = opened
+    opened = (
+        snapshot if isinstance(snapshot, Snapshot) else open_snapshot(snapshot, must_exist=False)
+    )
+    if opened is None:
+        return None
     wanted = set(record.partition_ids)
-    for version in reversed(snapshot.versions()):
-        found = snapshot.record(version)
+    for version, found in opened.newest_first():
         if found is None:
-            if _changes_data(snapshot.location, version):
+            if _changes_data(opened.location, version):
                 # Another writer changed data since (an out-of-band rewrite): writing again is
                 # the repair, not a second commit of the same.
                 return None

@@ -36,11 +36,11 @@ from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot, partition_txn_id
-from dagster_partlake.delta.table import LOG_READS, LiveFile, read_commit_lines, unreadable
+from dagster_partlake.delta.table import LiveFile, note_read, read_commit_lines, unreadable
 from dagster_partlake.errors import CommitConflictError, PartlakeError
 from dagster_partlake.faults import fault_point
 from dagster_partlake.layout import LOG_DIR, commit_version
-from dagster_partlake.storage.location import TableLocation
+from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -356,7 +356,6 @@ def _landed_version(location: TableLocation, before: int, commit_id: str, name: 
                 f"the commit to table {name} succeeded but its id {commit_id} is not in "
                 f"{location}'s log after version {before}; the table was replaced meanwhile."
             ) from None
-        LOG_READS["commit"] += 1
         for line in lines:
             if line.startswith('{"commitInfo"') and commit_id in line:
                 if json.loads(line)["commitInfo"].get(COMMIT_ID_KEY) == commit_id:
@@ -364,7 +363,9 @@ def _landed_version(location: TableLocation, before: int, commit_id: str, name: 
         version += 1
 
 
-def checkpoint_when_due(location: TableLocation, *, log_bytes: int = CHECKPOINT_LOG_BYTES) -> bool:
+def checkpoint_when_due(
+    where: str | TableLocation, *, log_bytes: int = CHECKPOINT_LOG_BYTES
+) -> bool:
     """Write a checkpoint when the JSON commits after the newest checkpoint hold more than
     `log_bytes` bytes; whether it wrote one. A failure only leaves the log as it was: the next
     large commit tries again."""
@@ -372,6 +373,8 @@ def checkpoint_when_due(location: TableLocation, *, log_bytes: int = CHECKPOINT_
 
     from dagster_partlake.delta.table import delta_table
 
+    location = as_location(where)
+    note_read("list", location)
     entries = location.store.list_folder(LOG_DIR)
     checkpoints = [
         int(e.name[:20]) for e in entries if e.name[:20].isdigit() and ".checkpoint." in e.name

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import (
     WrittenFile,
     WrittenFiles,
@@ -47,6 +48,8 @@ from dagster_partlake.delta.transaction import Actions, Readd
 from dagster_partlake.delta.writer import CommitResult
 from dagster_partlake.errors import SchemaMismatchError
 from dagster_partlake.kinds.session import WriteSession
+from dagster_partlake.kinds.spec import ModelKind
+from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -110,16 +113,23 @@ def check_key_columns(df: DataFrame, unique_key: Sequence[str], name: str) -> No
 
 def merge_rows(
     df: DataFrame,
-    session: WriteSession,
+    root: str | TableLocation | WriteSession,
     *,
     unique_key: Sequence[str],
     selection: PartitionSelection,
     record_for: Callable[[WrittenFiles], CommitRecord],
     units: Callable[[Sequence[str]], UnitPosition] | None = None,
+    partition_by: Sequence[str] = (),
+    allow_new_columns: bool = False,
+    table_name: str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> RewriteResult:
-    """Upsert the rows of `df` into the session's table on `unique_key`.
+    """Upsert the rows of `df` into the table at `root` (or the session's) on `unique_key`.
 
     Args:
+        root: the table's path or location, or the output's write session (whose target gives
+            the partitioning, the schema rule, the name and the attempts; the arguments
+            `partition_by` to `max_attempts` apply to a path or location only).
         selection: where the batch's rows may lie (everything, unless the table partitions
             are the run's partitions).
         record_for: what the commit records, given the written batch; `metrics` are filled in
@@ -133,6 +143,13 @@ def merge_rows(
             or has a null one; CommitConflictError: concurrent writers kept changing the touched
             partitions. In each case nothing was committed.
     """
+    session = WriteSession.for_table(
+        root,
+        ModelKind("merge", tuple(unique_key), tuple(partition_by)),
+        table_name=table_name,
+        allow_new_columns=allow_new_columns,
+        max_attempts=max_attempts,
+    )
     name = session.name
     check_key_columns(df, unique_key, name)
     batch = session.write(df, selection=selection, stats_columns=unique_key)
@@ -301,10 +318,10 @@ def find_rollback(
 ) -> tuple[Rollback | None, str | None]:
     """The merges to undo before this one (see the module docstring): (the roll back, None),
     (None, None) when there is nothing to undo, or (None, why it cannot be done)."""
-    versions = snapshot.versions()
     undone: list[int] = []
-    for version in reversed(versions):
-        record = snapshot.record(version)
+    oldest = snapshot.version
+    for version, record in snapshot.newest_first():
+        oldest = version
         if record is None or record.kind != "merge":
             continue  # not a unit of work: a delete, a compaction, a restore ...
         position = units(record.partition_keys)
@@ -317,10 +334,11 @@ def find_rollback(
         if position == "later":
             undone.append(version)
     else:
-        if undone and versions and versions[0] > 0:
+        if undone and oldest > 0:
             return None, "the log no longer holds the commits before the merges to undo"
     if not undone:
         return None, None
+    versions = snapshot.versions()
     first = min(undone)
     location = snapshot.location
     selection, ids = _selection_of(_partitions_of(location, undone), snapshot.partition_by)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import WrittenFiles, write_files
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import arrow_to_spark, spark_to_arrow
@@ -38,6 +39,8 @@ from dagster_partlake.delta.writer import CommitResult
 from dagster_partlake.errors import SchemaMismatchError
 from dagster_partlake.kinds.merge import RewriteResult, check_key_columns, check_keys
 from dagster_partlake.kinds.session import WriteSession
+from dagster_partlake.kinds.spec import ModelKind
+from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,17 +55,21 @@ class _Changed(Exception):
 
 def apply_snapshot(
     df: DataFrame,
-    session: WriteSession,
+    root: str | TableLocation | WriteSession,
     *,
     unique_key: Sequence[str],
     snapshot_time: dt.datetime,
     newest_applied: dt.datetime | None,
     record_for: Callable[[dict[str, int]], CommitRecord],
     partition_by: Sequence[str] = (),
+    table_name: str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> RewriteResult:
-    """Apply the snapshot `df` taken at `snapshot_time` to the session's history table.
+    """Apply the snapshot `df` taken at `snapshot_time` to the history table at `root` (or the
+    session's).
 
     Args:
+        root: the table's path or location, or the output's write session.
         newest_applied: the newest snapshot time already applied (None: none); at or after
             `snapshot_time` the history is rolled back to it first.
         record_for: the commit record, given the row metrics.
@@ -72,6 +79,12 @@ def apply_snapshot(
         SchemaMismatchError: the snapshot has history columns or lacks a key column;
             DuplicateKeyError: it repeats a key or has a null one. Nothing is written then.
     """
+    session = WriteSession.for_table(
+        root,
+        ModelKind("scd2", tuple(unique_key), tuple(partition_by)),
+        table_name=table_name,
+        max_attempts=max_attempts,
+    )
     name = session.name
     present = [c for c in HISTORY_COLUMNS if c in df.columns]
     if present:

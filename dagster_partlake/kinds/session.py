@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import Extras, WrittenFiles, discarded_on_failure, write_files
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
@@ -26,7 +27,7 @@ from dagster_partlake.delta.transaction import Actions, Committed, commit
 from dagster_partlake.delta.writer import check_inside, table_schema
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
-from dagster_partlake.storage.location import TableLocation
+from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -130,6 +131,33 @@ class WriteSession:
         """A session on the table's latest version (its log read here, once)."""
         snapshot = open_snapshot(target.location, table_name=target.asset_name, must_exist=False)
         return cls(target, snapshot)
+
+    @classmethod
+    def for_table(
+        cls,
+        where: str | TableLocation | WriteSession,
+        kind: ModelKind,
+        *,
+        table_name: str | None = None,
+        allow_new_columns: bool = False,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> WriteSession:
+        """A session writing a table outside a code location (no Dagster partitions): the
+        kinds' functions take a path or location as well as a session."""
+        if isinstance(where, WriteSession):
+            return where
+        location = as_location(where)
+        target = WriteTarget(
+            location=location,
+            asset_name=table_name or location.name,
+            kind=kind,
+            columns=(),
+            column_types={},
+            keys=(),
+            allow_new_columns=allow_new_columns,
+            max_attempts=max_attempts,
+        )
+        return cls.open(target)
 
     @property
     def location(self) -> TableLocation:

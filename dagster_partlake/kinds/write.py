@@ -213,8 +213,7 @@ def _newest_snapshot(session: WriteSession) -> int | None:
     snapshot = session.snapshot
     if snapshot is None:
         return None
-    for version in reversed(snapshot.versions()):
-        found = snapshot.record(version)
+    for _, found in snapshot.newest_first():
         if found is not None and found.snapshot_ms is not None:
             return found.snapshot_ms
     return None

@@ -14,16 +14,19 @@ import os
 import sys
 import time
 
-import dagster_partlake.delta.merge as merge_module
-import dagster_partlake.delta.scd2 as scd2_module
 from pyspark.sql import SparkSession
 
+import dagster_partlake.kinds.merge as merge_module
+import dagster_partlake.kinds.scd2 as scd2_module
 from dagster_partlake.delta import PartitionSelection
 from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.kinds.session import WriteSession
 
 
 def main() -> None:
     root, kind, sync_dir = sys.argv[1:4]
+    # Spark's Python workers (which write the files) run this interpreter, as SparkResource does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
@@ -38,8 +41,8 @@ def main() -> None:
         open(os.path.join(sync_dir, f"{os.getpid()}.ready"), "w").close()
         time.sleep(600)
 
-    merge_module.commit_staged = hang  # type: ignore[assignment]
-    scd2_module.commit_staged = hang  # type: ignore[assignment]
+    # Both commit through their write session: hang there, the files written, nothing committed.
+    WriteSession.commit = hang  # type: ignore[assignment,method-assign]
     record = CommitRecord("t", (), None, "victim")
     if kind == "merge":
         df = spark.range(5, 15).selectExpr("id", "'eu' as region", "'new' as name")

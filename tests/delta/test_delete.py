@@ -9,9 +9,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from dagster_partlake.delta.delete import delete_rows
-from dagster_partlake.delta.merge import merge_rows
-from dagster_partlake.delta.scd2 import apply_snapshot
 from deltalake import DeltaTable
 
 from dagster_partlake.delta import PartitionSelection
@@ -21,6 +18,9 @@ from dagster_partlake.delta.selection import Box
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import commit_info
 from dagster_partlake.errors import InvalidPredicateError
+from dagster_partlake.kinds.merge import merge_rows
+from dagster_partlake.kinds.scd2 import apply_snapshot
+from dagster_partlake.maintenance.delete import delete_rows
 from tests.conftest import delta_files, delta_rows
 
 pytestmark = pytest.mark.spark

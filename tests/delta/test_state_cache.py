@@ -233,7 +233,7 @@ def test_a_large_log_gets_a_checkpoint_and_a_cold_read_starts_from_it(tmp_path: 
 
     from dagster_partlake.delta import state as state_module
     from dagster_partlake.delta.log_state import read_log_state
-    from dagster_partlake.delta.writer import checkpoint_when_due
+    from dagster_partlake.delta.transaction import checkpoint_when_due
 
     table = tmp_path / "t"
     for day in range(1, 4):
@@ -262,7 +262,7 @@ def test_a_cold_read_does_not_import_pandas(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from dagster_partlake.delta.writer import checkpoint_when_due
+    from dagster_partlake.delta.transaction import checkpoint_when_due
 
     table = tmp_path / "t"
     for day in range(1, 4):

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from dagster_partlake.delta import vacuum_table
 from deltalake import DeltaTable
 
 from dagster_partlake.delta import (
@@ -19,6 +18,7 @@ from dagster_partlake.delta import (
     PartitionSelection,
     read_partitions,
     stage_partitions,
+    vacuum_table,
     write_partitions,
 )
 from dagster_partlake.delta.record import CommitRecord
