@@ -199,16 +199,6 @@ class StateCache:
         return state
 
 
-def default_persist_dir() -> str:
-    """Where command-line processes keep table states: `$PARTLAKE_CACHE_DIR`, else the user's
-    cache folder."""
-    explicit = os.environ.get("PARTLAKE_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dagster_partlake", "state")
-
-
 def _stamp(root: str, version: int) -> list[int] | None:
     # A table deleted and re-created at the same path repeats version numbers: the commit file's
     # size and modification time tell the two apart.
