@@ -26,8 +26,6 @@ from dagster_partlake.layout import RUN_REGISTRY_DIR, commit_file
 from tests.conftest import REPO_ROOT, cli_env
 from tests.test_cli import imported_modules
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli]
-
 MODULE = "definitions"
 CODE_LOCATION = {"dagster", "pyspark", "definitions", "definitions.assets"}
 
@@ -105,6 +103,8 @@ def fresh_again(code: Code) -> None:
     assert not answered.planned and answered.stdout == PLAN_FRESH + "\n", answered.stderr
 
 
+@pytest.mark.spark
+@pytest.mark.dagster_cli
 def test_a_no_op_run_is_answered_without_importing_the_code_location(code: Code) -> None:
     first = code.partlake("run")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -138,6 +138,8 @@ def test_a_no_op_run_is_answered_without_importing_the_code_location(code: Code)
     assert "unknown asset(s) no_such_asset" in unknown.stderr
 
 
+@pytest.mark.spark
+@pytest.mark.dagster_cli
 def test_a_changed_code_file_sql_model_or_new_model_file_plans_again(code: Code) -> None:
     fresh_again(code)
 
@@ -169,6 +171,8 @@ def test_a_changed_code_file_sql_model_or_new_model_file_plans_again(code: Code)
     fresh_again(code)
 
 
+@pytest.mark.spark
+@pytest.mark.dagster_cli
 def test_the_environment_time_instance_or_a_source_commit_plan_again(code: Code) -> None:
     from definitions.ingest import write_partition
 
@@ -205,6 +209,8 @@ def test_the_environment_time_instance_or_a_source_commit_plan_again(code: Code)
     assert "clean_events: 1 stale (upstream_changed 1)" in rewritten.stdout, rewritten.stdout
 
 
+@pytest.mark.spark
+@pytest.mark.dagster_cli
 def test_the_replan_check_fails_loudly_when_the_shortcut_is_wrong(code: Code) -> None:
     """With PARTLAKE_CHECK_REPLAN (the tests), every answer from the shortcut is checked by
     the full path: a kept shortcut that missed a commit (forged here) fails the command."""
@@ -228,6 +234,7 @@ def test_the_replan_check_fails_loudly_when_the_shortcut_is_wrong(code: Code) ->
     assert "AssertionError: the plan shortcut answered 'fresh'" in wrong.stderr
 
 
+@pytest.mark.dagster_cli
 def test_a_code_location_with_dynamic_partitions_keeps_no_shortcut(tmp_path: Path) -> None:
     """Dynamic partition keys live in the Dagster instance: such a plan is never kept."""
     env = cli_env(tmp_path, tmp_path / "lake")
@@ -242,3 +249,66 @@ def test_a_code_location_with_dynamic_partitions_keeps_no_shortcut(tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     assert "missing" in done.stdout
     assert list(Path(env["PARTLAKE_CACHE_DIR"]).glob("shortcut-*")) == []
+
+
+def test_a_kept_plan_holds_until_the_next_time_window_begins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A time partitions definition gains a partition when a window begins: the kept plan
+    holds until the first such moment of any of them (`shortcut._next_window`)."""
+    import dagster as dg
+
+    from dagster_partlake.cli.shortcut import _next_window
+    from dagster_partlake.planning.graph import LakeGraph
+
+    monkeypatch.setenv("PARTLAKE_HOME", str(tmp_path))
+    daily_region = dg.MultiPartitionsDefinition(
+        {
+            "date": dg.DailyPartitionsDefinition(start_date="2024-01-01"),
+            "region": dg.StaticPartitionsDefinition(["eu", "us"]),
+        }
+    )
+
+    @dg.asset(partitions_def=daily_region)
+    def daily() -> None: ...
+
+    @dg.asset(partitions_def=dg.HourlyPartitionsDefinition(start_date="2024-01-01-00:00"))
+    def hourly() -> None: ...
+
+    @dg.asset(partitions_def=dg.StaticPartitionsDefinition(["a"]))
+    def static() -> None: ...
+
+    @dg.asset(
+        partitions_def=dg.DailyPartitionsDefinition(
+            start_date="2024-01-01", exclusions=["0 0 * * 6"]
+        )
+    )
+    def weekdays() -> None: ...
+
+    def graph(*assets: dg.AssetsDefinition) -> LakeGraph:
+        return LakeGraph(dg.Definitions(assets=list(assets)))
+
+    now = dt.datetime(2024, 3, 5, 10, 20, tzinfo=dt.UTC).timestamp()
+    at = dt.datetime(2024, 3, 6, tzinfo=dt.UTC).timestamp()
+    assert _next_window(graph(daily, static), now) == (True, at)
+    at = dt.datetime(2024, 3, 5, 11, tzinfo=dt.UTC).timestamp()
+    assert _next_window(graph(daily, hourly), now) == (True, at)
+    assert _next_window(graph(static), now) == (True, None)
+    assert _next_window(graph(daily, weekdays), now) == (False, None)
+
+
+def test_every_command_is_listed_and_loads_its_module() -> None:
+    """`main` imports a command's module on first use: each module adds the command it is
+    listed under."""
+    import click
+    from click.testing import CliRunner
+
+    from dagster_partlake.cli import main
+    from dagster_partlake.cli.main import COMMAND_MODULES
+
+    shown = CliRunner().invoke(main, ["--help"])
+    assert shown.exit_code == 0, shown.output
+    for name in COMMAND_MODULES:
+        assert f"  {name} " in shown.output
+        assert main.get_command(click.Context(main), name) is not None
+        assert main.commands[name].name == name

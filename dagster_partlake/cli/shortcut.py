@@ -287,10 +287,10 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         or session.cache.persist_dir is None
     ):
         return None
-    valid_until = _next_window(graph, loading.started)
-    if valid_until is False:
+    followed, valid_until = _next_window(graph, loading.started)
+    if not followed:
         return None
-    tables = []
+    tables: list[tuple[str, int | None, int, int]] = []
     for name, asset in graph.assets.items():
         state = result.states.get(name)
         if asset.is_folder:
@@ -353,9 +353,9 @@ def _path_folders() -> set[str]:
     return {os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")}
 
 
-def _next_window(graph: LakeGraph, started: float) -> float | None | bool:
-    """When the first time window after `started` begins, of any time partitions definition
-    of the graph (None: there is none; False: one the shortcut cannot follow)."""
+def _next_window(graph: LakeGraph, started: float) -> tuple[bool, float | None]:
+    """Whether the shortcut can follow the graph's time partitions, and when the first time
+    window after `started` begins, of any of them (None: there are none)."""
     import datetime as dt
 
     from dagster import MultiPartitionsDefinition, TimeWindowPartitionsDefinition
@@ -373,13 +373,13 @@ def _next_window(graph: LakeGraph, started: float) -> float | None | bool:
             if not isinstance(dim, TimeWindowPartitionsDefinition):
                 continue
             if dim.exclusions:
-                return False  # excluded windows: the next change is not the next window
+                return False, None  # excluded windows: the next change is not the next window
             window = dim.get_next_partition_window(now, respect_bounds=False)
             if window is None:
-                return False
+                return False, None
             begins = window.start.timestamp()
             when = begins if when is None else min(when, begins)
-    return when
+    return True, when
 
 
 def missing_checks_warning(graph: LakeGraph) -> str | None:
