@@ -77,7 +77,7 @@ def plan_command(
         layouts = key_layouts(session.graph)
         echo(plan_text(runs, seconds=result.seconds, failures=failures, layouts=layouts))
     if report:
-        from dagster_partlake.freshness.report import checked_assets
+        from dagster_partlake.freshness.check import checked_assets
 
         _report(session, result, checked_assets(session.graph.asset_graph.asset_check_keys))
     fail_on_unreadable(result.plan)

@@ -117,6 +117,8 @@ def _reap_dead_runs() -> int:
     """Mark failed the unfinished runs of earlier `partlake run` processes of this host that
     died (and free their pool slots); how many. Cheap when there are none: it opens the Dagster
     instance only when such a process left its registration behind."""
+    if not shortcut.registered_runs():
+        return 0  # without importing the workers' module
     from dagster_partlake.orchestration.workers import dead_registered, reap_dead_runs
 
     if not dead_registered(os.environ.get("DAGSTER_HOME")):

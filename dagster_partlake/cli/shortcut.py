@@ -148,7 +148,7 @@ class Shortcut:
 def answer(module: str, select: Sequence[str] | None) -> Shortcut | None:
     """The kept shortcut of `module` if the selected assets are fresh and it still holds, else
     None (plan as usual)."""
-    if _off() or _registered_runs():
+    if _off() or registered_runs():
         return None
     try:
         with open(_file(module), "rb") as kept:
@@ -219,6 +219,9 @@ def recording(module: str) -> Iterator[Loading]:
     loading = Loading(
         module=module, fresh=module not in sys.modules, how=how(module), started=time.time()
     )
+    if _off():
+        yield loading  # nothing will be kept
+        return
     if not _hooked:
         sys.addaudithook(_audit)  # audit hooks stay for the process: it checks `_loading`
         _hooked = True
@@ -362,6 +365,7 @@ def _next_window(graph: LakeGraph, started: float) -> tuple[bool, float | None]:
 
     when: float | None = None
     now = dt.datetime.fromtimestamp(started, tz=dt.UTC)
+    seen: set[int] = set()  # assets share partitions definitions
     for asset in graph.assets.values():
         definition = asset.partitions_def
         dims = (
@@ -370,8 +374,9 @@ def _next_window(graph: LakeGraph, started: float) -> tuple[bool, float | None]:
             else [definition]
         )
         for dim in dims:
-            if not isinstance(dim, TimeWindowPartitionsDefinition):
+            if not isinstance(dim, TimeWindowPartitionsDefinition) or id(dim) in seen:
                 continue
+            seen.add(id(dim))
             if dim.exclusions:
                 return False, None  # excluded windows: the next change is not the next window
             window = dim.get_next_partition_window(now, respect_bounds=False)
@@ -384,7 +389,7 @@ def _next_window(graph: LakeGraph, started: float) -> tuple[bool, float | None]:
 
 def missing_checks_warning(graph: LakeGraph) -> str | None:
     """`partlake plan`'s warning when the code location registers no `partlake_fresh` check."""
-    from dagster_partlake.freshness.report import MISSING_CHECKS, checked_assets
+    from dagster_partlake.freshness.check import MISSING_CHECKS, checked_assets
 
     checked = checked_assets(graph.asset_graph.asset_check_keys)
     if not checked and any(
@@ -398,9 +403,9 @@ def _off() -> bool:
     return os.environ.get(SHORTCUT_ENV, "1") == "0"
 
 
-def _registered_runs() -> bool:
+def registered_runs() -> bool:
     """Whether a `partlake run` process is registered in the Dagster instance (running, or
-    dead with runs to mark failed)."""
+    dead with runs to mark failed): one `listdir`."""
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         return False
