@@ -6,11 +6,13 @@ On the lake `make demo` leaves (`$PARTLAKE_HOME`, default `.partlake`; the targe
 first when there is none), each repeat runs, one after the other in an order that rotates, a
 fresh `python -c "import dagster"` and a fresh `partlake run -m definitions` that finds nothing
 to run; with `--full` also the same run with `PARTLAKE_PLAN_SHORTCUT=0` (the full path: the code
-location imported and planned). Wall-clock seconds per process; the medians, and the median of
-the per-repeat ratios run / import, which is robust to a machine shared with other work (both
-sides of a ratio ran seconds apart). Every run must print exactly "Everything is fresh: nothing
-to run."; one warm-up round is not counted. CPU seconds (user + system) are kept too: on a
-machine shared with other work they move less than wall-clock. JSON on stdout and in `--out`.
+location imported and planned), and with `--baseline DIR` the run with an earlier package
+(`DIR/dagster_partlake`, ahead on `PYTHONPATH`). Wall-clock seconds per process; the medians,
+and the median of the per-repeat ratios run / import, which is robust to a machine shared with
+other work (both sides of a ratio ran seconds apart). Every run must print exactly "Everything
+is fresh: nothing to run."; one warm-up round is not counted. CPU seconds (user + system) are
+kept too: on a machine shared with other work they move less than wall-clock. JSON on stdout
+and in `--out`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 NOOP = "Everything is fresh: nothing to run."
 
 
-def _commands(module: str, full: bool) -> dict[str, tuple[list[str], dict[str, str]]]:
+def _commands(
+    module: str, full: bool, baseline: str | None
+) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Name -> (argv, extra environment) of each measured process."""
     partlake = str(Path(sys.executable).parent / "partlake")
     commands = {
@@ -40,6 +44,13 @@ def _commands(module: str, full: bool) -> dict[str, tuple[list[str], dict[str, s
         commands["partlake_run_full"] = (
             [partlake, "run", "-m", module],
             {"PARTLAKE_PLAN_SHORTCUT": "0"},
+        )
+    if baseline:
+        # The console script puts its own folder first on sys.path, then PYTHONPATH: the
+        # package is imported from the baseline's tree, before the installed one.
+        commands["partlake_run_baseline"] = (
+            [partlake, "run", "-m", module],
+            {"PYTHONPATH": os.pathsep.join(filter(None, [baseline, os.environ.get("PYTHONPATH")]))},
         )
     return commands
 
@@ -61,11 +72,11 @@ def _time(argv: list[str], env: dict[str, str], *, expect: str | None) -> tuple[
 
 
 def measure(
-    module: str, repeats: int, *, full: bool
+    module: str, repeats: int, *, full: bool, baseline: str | None
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall-clock and CPU seconds per repeat of each command, in an order that rotates per
     repeat."""
-    commands = _commands(module, full)
+    commands = _commands(module, full, baseline)
     names = list(commands)
     samples: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
@@ -113,6 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the run with the shortcut off (PARTLAKE_PLAN_SHORTCUT=0)",
     )
+    parser.add_argument(
+        "--baseline",
+        help=(
+            "a folder holding an earlier dagster_partlake package (e.g. `git archive COMMIT "
+            "dagster_partlake | tar -x -C DIR`): also time the no-op with it"
+        ),
+    )
     parser.add_argument("--label", default="", help="a note stored in the JSON (e.g. before)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "noop_run.json"))
     args = parser.parse_args(argv)
@@ -121,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PARTLAKE_HOME", str(REPO / ".partlake"))
     os.environ.setdefault("DAGSTER_HOME", os.path.join(os.environ["PARTLAKE_HOME"], "dagster"))
     load = os.getloadavg()[0]
-    samples, cpu = measure(args.module, args.repeats, full=args.full)
+    samples, cpu = measure(args.module, args.repeats, full=args.full, baseline=args.baseline)
     result = {
         "benchmark": "noop_run",
         "label": args.label,
@@ -130,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
         "repeats": args.repeats,
         "module": args.module,
+        "baseline": args.baseline,
         "partlake_home": os.environ["PARTLAKE_HOME"],
         "samples_s": {name: [round(v, 3) for v in s] for name, s in samples.items()},
         **summarize(samples),
