@@ -153,14 +153,14 @@ def answer(module: str, select: Sequence[str] | None) -> Shortcut | None:
     try:
         with open(_file(module), "rb") as kept:
             shortcut = Shortcut.from_data(marshal.load(kept))
-    except (OSError, ValueError, EOFError, TypeError, KeyError, AttributeError):
+        if (
+            shortcut is None
+            or not shortcut.fresh(select)
+            or not shortcut.holds(how(module), time.time())
+        ):
+            return None
+    except (OSError, ValueError, EOFError, TypeError, KeyError, AttributeError, IndexError):
         return None  # none kept, or damaged: plan
-    if (
-        shortcut is None
-        or not shortcut.fresh(select)
-        or not shortcut.holds(how(module), time.time())
-    ):
-        return None
     return shortcut
 
 
@@ -199,13 +199,13 @@ class Loading:
     started: float  # epoch seconds before the import (the plan's "now" for time windows)
     opened: set[str] = field(default_factory=set)
     listed: set[str] = field(default_factory=set)
-    active: bool = True
     trees: dict[str, str] = field(default_factory=dict)  # folder source root -> `_tree`
 
     def walk_folders(self, graph: LakeGraph) -> None:
         """Note the folder sources as they are before the plan (a file landing while it plans
         then makes the next process plan again)."""
-        self.trees = {a.path: _tree(a.path) for a in graph.assets.values() if a.is_folder}
+        if not _off():
+            self.trees = {a.path: _tree(a.path) for a in graph.assets.values() if a.is_folder}
 
 
 _loading: list[Loading] = []  # the recording in progress (at most one)
@@ -229,7 +229,6 @@ def recording(module: str) -> Iterator[Loading]:
     try:
         yield loading
     finally:
-        loading.active = False
         _loading.remove(loading)
 
 
