@@ -59,6 +59,7 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.errors import PartlakeError, TableUnreadableError
 from dagster_partlake.layout import commit_file, log_dir
+from dagster_partlake.layout import default_persist_dir as default_persist_dir
 
 if TYPE_CHECKING:
     from types import ModuleType
