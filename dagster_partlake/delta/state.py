@@ -59,6 +59,7 @@ from dagster_partlake.delta.table import (
 )
 from dagster_partlake.errors import PartlakeError, TableUnreadableError
 from dagster_partlake.layout import commit_file, log_dir
+from dagster_partlake.layout import default_persist_dir as default_persist_dir
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -197,16 +198,6 @@ class StateCache:
         if self._persist_dir is not None:
             _save_state(self._persist_dir, state, with_commits=with_commits)
         return state
-
-
-def default_persist_dir() -> str:
-    """Where command-line processes keep table states: `$PARTLAKE_CACHE_DIR`, else the user's
-    cache folder."""
-    explicit = os.environ.get("PARTLAKE_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dagster_partlake", "state")
 
 
 def _stamp(root: str, version: int) -> list[int] | None:

@@ -160,7 +160,6 @@ def commit(
         snapshot = _created(location, name, schema, partition_by)
     if schema is not None:
         _add_new_columns(snapshot, schema)
-    fault_point("before_commit", name)
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
         if attempt > 1:
@@ -170,6 +169,9 @@ def commit(
             if done is not None and done >= app_transaction[1]:
                 raise TransactionDoneError(app_transaction[0], done)
         todo = actions(snapshot)
+        if attempt == 1:
+            # The work is done (files written), nothing committed yet: where fault drills kill.
+            fault_point("before_commit", name)
         now_ms = int(time.time() * 1000)
         metadata = {**payload(commit_id, now_ms), COMMIT_ID_KEY: commit_id}
         before = snapshot.version

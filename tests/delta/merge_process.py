@@ -16,11 +16,11 @@ import time
 
 from pyspark.sql import SparkSession
 
+import dagster_partlake.delta.transaction as transaction_module
 import dagster_partlake.kinds.merge as merge_module
 import dagster_partlake.kinds.scd2 as scd2_module
 from dagster_partlake.delta import PartitionSelection
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.kinds.session import WriteSession
 
 
 def main() -> None:
@@ -41,8 +41,9 @@ def main() -> None:
         open(os.path.join(sync_dir, f"{os.getpid()}.ready"), "w").close()
         time.sleep(600)
 
-    # Both commit through their write session: hang there, the files written, nothing committed.
-    WriteSession.commit = hang  # type: ignore[assignment,method-assign]
+    # Both commit through the one transaction: hang at its commit, the files written and the
+    # actions worked out, nothing committed.
+    transaction_module._commit_once = hang  # type: ignore[assignment]
     record = CommitRecord("t", (), None, "victim")
     if kind == "merge":
         df = spark.range(5, 15).selectExpr("id", "'eu' as region", "'new' as name")
