@@ -278,9 +278,12 @@ def _sidecar_path(log: str, name: str) -> str:
 
 
 def _after(table: pa.Table, since: int) -> pa.Array:
-    import pyarrow.compute as pc
+    """Which rows of a tagged block belong to commits after version `since`."""
+    import numpy as np
+    import pyarrow as pa
 
-    return pc.greater(table.column("_v"), since)
+    versions = _ints(np, table.column("_v").combine_chunks(), np.int64)
+    return _mask(pa, np, versions > since)
 
 
 def _first_pass(
@@ -344,9 +347,22 @@ def _dv_ids(vectors: pa.Array) -> pa.Array:
     kind = pc.struct_field(vectors, "storageType")
     where = pc.struct_field(vectors, "pathOrInlineDv")
     offset = pc.cast(pc.struct_field(vectors, "offset"), pa.string())
-    base = pc.binary_join_element_wise(kind, where, "")
-    at = pc.binary_join_element_wise(base, offset, "@")
+    base = pc.binary_join_element_wise(kind, where, _repeated(len(vectors), ""))
+    at = pc.binary_join_element_wise(base, offset, _repeated(len(vectors), "@"))
     return pc.if_else(pc.is_valid(offset), at, base)
+
+
+def _repeated(size: int, text: str) -> pa.Array:
+    """A string array of `size` times `text` (made from buffers: a Python scalar would make
+    pyarrow import pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = text.encode()
+    offsets = np.arange(size + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(
+        pa.string(), size, [None, pa.py_buffer(offsets), pa.py_buffer(data * size)]
+    )
 
 
 def _file_keys(paths: pa.Array, vectors: pa.Array | None) -> pa.Array:
@@ -356,7 +372,8 @@ def _file_keys(paths: pa.Array, vectors: pa.Array | None) -> pa.Array:
     if vectors is None or vectors.null_count == len(vectors):
         return paths
     ids = _dv_ids(vectors)
-    return pc.if_else(pc.is_valid(ids), pc.binary_join_element_wise(paths, ids, "\x00"), paths)
+    joined = pc.binary_join_element_wise(paths, ids, _repeated(len(paths), "\x00"))
+    return pc.if_else(pc.is_valid(ids), joined, paths)
 
 
 class _Vocabulary:
@@ -565,8 +582,7 @@ def _changed(
     physical = vocabulary.layout.physical
     changing = []
     for action in (add, remove):
-        flag = pc.fill_null(pc.struct_field(action, "dataChange"), True)
-        known = _bools(np, pc.and_(pc.is_valid(action), flag))
+        known = _bools(np, pc.is_valid(action)) & _changes_data(np, action)
         values = _partition_values(action, physical)
         changing.append(known if values is None else known & _bools(np, pc.is_valid(values)))
     is_add, is_remove = changing
@@ -591,6 +607,14 @@ def _changed(
     stamps = np.where(was_add, modified, deleted)
     versions = _ints(np, table.column("_v").combine_chunks().take(at), np.int64).copy()
     return versions, codes, new_times, stamps
+
+
+def _changes_data(np: ModuleType, actions: pa.StructArray) -> Flags:
+    """Which actions are marked `dataChange: true` (or not marked: the protocol's default)."""
+    import pyarrow.compute as pc
+
+    flags = pc.struct_field(actions, "dataChange")
+    return _bools(np, flags) | ~_bools(np, pc.is_valid(flags))
 
 
 def _file_times(root: str, versions: Sequence[int]) -> dict[int, int]:
@@ -680,7 +704,7 @@ class _Actions:
         change = pc.if_else(
             mask, pc.struct_field(gone, "dataChange"), pc.struct_field(adds, "dataChange")
         )
-        data_change = _bools(np, pc.fill_null(change, True))
+        data_change = _bools(np, change) | ~_bools(np, pc.is_valid(change))
         versions = _ints(np, table.column("_v").combine_chunks().take(at), np.int64).copy()
         self.chunks.append((removes, codes, _file_keys(path, vector), data_change, versions))
 
@@ -775,6 +799,8 @@ class _Rows:
         import pyarrow.compute as pc
 
         np, pa = self.np, self.pa
+        if not table.num_rows:
+            return  # (an empty column's `combine_chunks` would import pandas)
         seq = np.arange(self.seq, self.seq + table.num_rows, dtype=np.int64)
         self.seq += table.num_rows
         removes = table.column("remove").combine_chunks()

@@ -52,7 +52,7 @@ def _printed(words: list[str | None], arrow_type: pa.DataType) -> list[str | Non
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    text = pa.array(words, pa.string())
+    text = _strings(words)
     if pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None:
         try:
             typed = pc.cast(text, arrow_type)
@@ -64,6 +64,19 @@ def _printed(words: list[str | None], arrow_type: pa.DataType) -> list[str | Non
         typed = pc.cast(text, arrow_type)
     printed: list[str | None] = pc.cast(typed, pa.string()).to_pylist()
     return printed
+
+
+def _strings(words: list[str | None]) -> pa.Array:
+    """A string array made from buffers (`pa.array` would import pandas, about 110 MB)."""
+    import numpy as np
+    import pyarrow as pa
+
+    encoded = [b"" if w is None else w.encode() for w in words]
+    offsets = np.zeros(len(encoded) + 1, np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    valid = np.packbits(np.array([w is not None for w in words], bool), bitorder="little")
+    buffers = [pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    return pa.Array.from_buffers(pa.string(), len(words), buffers)
 
 
 def _arrow_type(delta_type: str) -> pa.DataType | None:
