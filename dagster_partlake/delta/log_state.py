@@ -77,6 +77,7 @@ _HEAD = 1 << 16  # bytes of a large commitInfo line read for its time
 _SMALL_LINE = 1 << 20  # a commitInfo line at most this long is kept whole
 _COMMIT_INFO, _META, _PROTOCOL = b'{"commitInfo"', b'{"metaData"', b'{"protocol"'
 _REMOVE, _ADD = b'{"remove"', b'{"add"'
+_QUIET = (b'"dataChange":false', b'"dataChange": false')  # an action that changes no data
 _MAPPED = frozenset({"name", "id"})  # column mapping modes that key values by physical name
 Values = tuple[str | None, ...]
 
@@ -206,12 +207,13 @@ class _Replay:
         for path in sidecars:
             rows.add_checkpoint(path)
         changes = _Changes(vocabulary)
-        since = -1 if self.checkpoint is None else self.checkpoint.version
         held = [v for v in self.listing.commits if v <= self.version]
-        for table in _tagged_tables(vocabulary, self._paths(held), changes):
+        start = self.after[0] if self.after else self.version + 1
+        before = [v for v in held if v < start]  # read only for when partitions changed
+        for table in _tagged_tables(vocabulary, self._paths(before), changes, file_keys=False):
             changes.add(table)
-            if since >= 0:
-                table = table.filter(_after(table, since))
+        for table in _tagged_tables(vocabulary, self._paths(self.after), changes):
+            changes.add(table)
             rows.add_json(table, checkpoint=False)
         return self._state(layout, vocabulary, rows, changes, held)
 
@@ -277,15 +279,6 @@ def _sidecar_path(log: str, name: str) -> str:
     return os.path.join(log, SIDECARS, relative)
 
 
-def _after(table: pa.Table, since: int) -> pa.Array:
-    """Which rows of a tagged block belong to commits after version `since`."""
-    import numpy as np
-    import pyarrow as pa
-
-    versions = _ints(np, table.column("_v").combine_chunks(), np.int64)
-    return _mask(pa, np, versions > since)
-
-
 def _first_pass(
     paths: Sequence[tuple[int, str]],
 ) -> tuple[set[str], dict[str, dict[str, Any] | None]]:
@@ -297,12 +290,13 @@ def _first_pass(
         for block in _blocks(path):
             for kind, action in _meta_lines(block):
                 meta[kind] = action
-            lines = [
-                block[start:end]
-                for prefix in (_REMOVE, _ADD)
-                for start, end in _line_starts(block, prefix)
-                if prefix == _REMOVE or b'"dataChange":false' in block[start:end]
-            ]
+            lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
+            if any(quiet in block for quiet in _QUIET):  # (one scan; most blocks have none)
+                lines.extend(
+                    block[start:end]
+                    for start, end in _line_starts(block, _ADD)
+                    if any(quiet in block[start:end] for quiet in _QUIET)
+                )
             if lines:
                 named.update(_named_keys(b"\n".join(lines)))
     return named, meta
@@ -427,12 +421,15 @@ def _dv_type() -> pa.DataType:
     return pa.struct([(n, pa.string() if t == "string" else pa.int64()) for n, t in _DV_FIELDS])
 
 
-def _action_schema(vocabulary: _Vocabulary, *, tagged: bool) -> pa.Schema:
-    """What the replay reads of a JSON line: the add and remove actions' file key, partition
-    values (by physical name), data change flag and times; `_v`, the commit version (`_tag`)."""
+def _action_schema(vocabulary: _Vocabulary, *, tagged: bool, paths: bool = True) -> pa.Schema:
+    """What the replay reads of a JSON line: the add and remove actions' file key (`paths`),
+    partition values (by physical name), data change flag and times; `_v`, the commit version
+    (`_tagged_tables`)."""
     pa = vocabulary.pa
     physical = vocabulary.layout.physical
-    common = [("path", pa.string()), ("dataChange", pa.bool_()), ("deletionVector", _dv_type())]
+    common = [("dataChange", pa.bool_()), ("deletionVector", _dv_type())]
+    if paths:  # (only the times of the commits before a checkpoint are read: no file keys)
+        common.insert(0, ("path", pa.string()))
     if physical:  # an unpartitioned table's values are `{}`: nothing to read
         common.append(("partitionValues", pa.struct([(c, pa.string()) for c in physical])))
     add = pa.struct([*common, ("modificationTime", pa.int64())])
@@ -441,12 +438,12 @@ def _action_schema(vocabulary: _Vocabulary, *, tagged: bool) -> pa.Schema:
     return pa.schema([("_v", pa.int64()), *fields] if tagged else fields)
 
 
-def _parse(vocabulary: _Vocabulary, block: bytes, *, tagged: bool) -> pa.Table:
+def _parse(vocabulary: _Vocabulary, block: bytes, *, tagged: bool, paths: bool = True) -> pa.Table:
     import pyarrow.json as pj
 
     pa = vocabulary.pa
     options = pj.ParseOptions(
-        explicit_schema=_action_schema(vocabulary, tagged=tagged),
+        explicit_schema=_action_schema(vocabulary, tagged=tagged, paths=paths),
         unexpected_field_behavior="ignore",
     )
     table = pj.read_json(
@@ -482,11 +479,16 @@ class _Seen:
 
 
 def _tagged_tables(
-    vocabulary: _Vocabulary, paths: Sequence[tuple[int, str]], changes: _Changes
+    vocabulary: _Vocabulary,
+    paths: Sequence[tuple[int, str]],
+    changes: _Changes,
+    *,
+    file_keys: bool = True,
 ) -> Iterator[pa.Table]:
     """The add and remove actions of the JSON commits at `paths` (version, file), in log
     order, several small commits per Arrow parse, each line tagged with its version (`_v`);
-    each commit's clock and metaData go to `changes`."""
+    each commit's clock and metaData go to `changes`. Without `file_keys`, the actions' paths
+    and deletion vectors' ids are not read."""
     pending: list[bytes] = []
     size = 0
     for version, path in paths:
@@ -498,11 +500,11 @@ def _tagged_tables(
             pending.append(tagged if tagged.endswith(b"\n") else tagged + b"\n")
             size += len(tagged)
             if size >= _BLOCK:
-                yield _parse(vocabulary, b"".join(pending), tagged=True)
+                yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
                 pending, size = [], 0
         changes.clock(version, seen)
     if pending:
-        yield _parse(vocabulary, b"".join(pending), tagged=True)
+        yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
 
 
 class _Changes:
