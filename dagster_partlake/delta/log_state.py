@@ -517,13 +517,26 @@ class _Changes:
         self.new_times: list[Times] = []
         self.stamps: list[tuple[Times, Times]] = []
         self.times = ChangeTimes()
-        self.repartitioned = 0  # the newest version that changed the partitioning
+        # Per metaData action: its version, and whether it partitions files as the table now.
+        self.layouts: list[tuple[int, bool]] = []
         self.meta_seen = False  # some commit has a metaData or protocol action
 
     def meta(self, version: int, kind: str, action: Mapping[str, Any]) -> None:
         self.meta_seen = True
-        if kind == "metaData" and Layout.of(action).physical != self.vocabulary.layout.physical:
-            self.repartitioned = max(self.repartitioned, version)
+        if kind == "metaData":
+            same = Layout.of(action).physical == self.vocabulary.layout.physical
+            self.layouts.append((version, same))
+
+    @property
+    def repartitioned(self) -> int:
+        """The version that partitioned the files as they are now, when an earlier commit of
+        the log partitioned them otherwise (0: none did): the older commits' partition values
+        name other partitions."""
+        other = [v for v, same in self.layouts if not same]
+        if not other:
+            return 0
+        after = [v for v, same in self.layouts if same and v > max(other)]
+        return min(after, default=max(other) + 1)
 
     def clock(self, version: int, seen: _Seen) -> None:
         if seen.found:

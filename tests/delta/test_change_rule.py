@@ -362,3 +362,22 @@ def _modification_times(root: Path, value: str) -> list[int]:
     actions = pa.table(DeltaTable(str(root)).get_add_actions(flatten=True))
     chosen = actions.filter(pc.equal(actions.column("partition.p"), value))
     return sorted(chosen.column("modification_time").to_pylist())
+
+
+def test_a_repartitioned_table(tmp_path: Path) -> None:
+    """An overwrite that partitions the table by another column: the older commits' partition
+    values name other partitions, and a cache that followed the table reads it anew."""
+    root = tmp_path / "t"
+    table(root, "a", "b")
+    cache = StateCache()
+    cache.sync(str(root))
+    data = pa.table(
+        {"p": ["x", "y"], "v": [1, None]}, schema=pa.schema([("p", pa.string()), ("v", pa.int64())])
+    )
+    write_deltalake(str(root), data, partition_by=["v"], mode="overwrite", schema_mode="overwrite")
+    state = cache.sync(str(root))
+    assert state is not None and state.partition_by == ("v",) and state.follows is None
+    assert comparable(state) == comparable(StateCache().sync(str(root)))  # type: ignore[arg-type]
+    assert (state.version, dict(state.file_counts or {})) == delta_rs_reading(root)
+    assert set(state.last_updated) == {("1",), (None,)}
+    assert state.changed_in is not None and set(state.changed_in.values()) == {1}
