@@ -44,6 +44,7 @@ from dagster_partlake.delta.defaults import (
     DEFAULT_TARGET_FILE_BYTES,
 )
 from dagster_partlake.delta.history import MAINTENANCE_KEY, maintenance_version
+from dagster_partlake.delta.protocol import check_table_writable
 from dagster_partlake.delta.reader import open_table, read_files
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.staging import (
@@ -171,6 +172,8 @@ def compact_table(
 
     Raises:
         PartlakeConfigError: there is no table at `root`.
+        TableFeatureError: the table uses a protocol feature partlake's rewrite does not honour
+            (deletion vectors, column mapping, ...: `delta.protocol`); nothing was committed.
         CommitConflictError: concurrent commits kept conflicting; nothing was committed.
         PartlakeError: the rewritten files do not hold the same rows; nothing was committed.
     """
@@ -178,6 +181,9 @@ def compact_table(
         raise ValueError(f"target_file_bytes must be positive, got {target_file_bytes}")
     snapshot = open_table(root, table_name=table_name)
     root, name, table = snapshot.root, snapshot.name, snapshot.table
+    # Spark rewrites the files as plain Parquet: deleted rows of a deletion vector would come
+    # back, and column-mapped columns would get their logical names.
+    check_table_writable(table, table_name=name, root=root)
     partition_by = tuple(table.metadata().partition_columns)
     data_columns = [c for c in snapshot.schema.names if c not in partition_by]
     files = live_files(table, selection or PartitionSelection.everything(), data_columns)

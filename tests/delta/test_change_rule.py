@@ -381,3 +381,20 @@ def test_a_repartitioned_table(tmp_path: Path) -> None:
     assert (state.version, dict(state.file_counts or {})) == delta_rs_reading(root)
     assert set(state.last_updated) == {("1",), (None,)}
     assert state.changed_in is not None and set(state.changed_in.values()) == {1}
+
+
+def test_compaction_refuses_a_table_whose_features_its_rewrite_breaks(tmp_path: Path) -> None:
+    """Spark rewrites compacted files as plain Parquet: it would bring deleted rows of a deletion
+    vector back and write logical column names into a column-mapped table."""
+    from dagster_partlake.delta.maintenance import compact_table
+
+    root = tmp_path / "t"
+    shutil.copytree(DATA / "delta-rs/table_with_partitioning_mapping", root)
+    before = sorted(p.name for p in (root / "_delta_log").iterdir())
+    with pytest.raises(
+        TableFeatureError,
+        match=r"turns on columnMapping \(delta.columnMapping.mode=name\), deletionVectors "
+        r"\(delta.enableDeletionVectors=true\), which partlake's writer does not honour",
+    ):
+        compact_table(None, str(root), table_name="mapped")  # type: ignore[arg-type]
+    assert sorted(p.name for p in (root / "_delta_log").iterdir()) == before
