@@ -398,3 +398,16 @@ def test_compaction_refuses_a_table_whose_features_its_rewrite_breaks(tmp_path: 
     ):
         compact_table(None, str(root), table_name="mapped")  # type: ignore[arg-type]
     assert sorted(p.name for p in (root / "_delta_log").iterdir()) == before
+
+
+def test_an_incomplete_multi_part_checkpoint_is_not_used(tmp_path: Path) -> None:
+    """A writer may be interrupted between the parts of a checkpoint: without all its parts it
+    is not used, and the JSON commits are read instead (as delta-rs does)."""
+    root = tmp_path / "t"
+    shutil.copytree(DATA / "delta/multi-part-checkpoint", root)
+    expected = delta_rs_reading(root)
+    (root / "_delta_log" / f"{1:020d}.checkpoint.0000000002.0000000002.parquet").unlink()
+    (root / "_delta_log" / "_last_checkpoint").unlink()  # written after every part
+    state = StateCache().sync(str(root))
+    assert state is not None
+    assert (state.version, dict(state.file_counts or {})) == expected == delta_rs_reading(root)
