@@ -680,14 +680,15 @@ class _Actions:
 
     def __init__(self, vocabulary: _Vocabulary) -> None:
         self.vocabulary = vocabulary
-        self.changes = _Changes(vocabulary)
-        self.chunks: list[tuple[Flags, list[Codes], pa.Array, Flags, Times]] = []
+        self.changes = _Changes(vocabulary)  # the commits' clocks and metaData (`_tagged_tables`)
+        # removes, partition value codes, file keys, data change, versions, new file times and
+        # action stamps (`ABSENT`: none)
+        self.chunks: list[tuple[Flags, list[Codes], pa.Array, Flags, Times, Times, Times]] = []
 
     def add(self, table: pa.Table) -> None:
         import pyarrow.compute as pc
 
         np, pa = self.vocabulary.np, self.vocabulary.pa
-        self.changes.add(table)
         add, remove = (table.column(k).combine_chunks() for k in ("add", "remove"))
         is_add, is_remove = _bools(np, pc.is_valid(add)), _bools(np, pc.is_valid(remove))
         rows = np.flatnonzero(is_add | is_remove)
@@ -721,16 +722,32 @@ class _Actions:
         )
         data_change = _bools(np, change) | ~_bools(np, pc.is_valid(change))
         versions = _ints(np, table.column("_v").combine_chunks().take(at), np.int64).copy()
-        self.chunks.append((removes, codes, _file_keys(path, vector), data_change, versions))
+        modified = _nullable_ints(np, pc.struct_field(adds, "modificationTime"))
+        deleted = _nullable_ints(np, pc.struct_field(gone, "deletionTimestamp"))
+        new = ~removes & ~_bools(np, pc.is_valid(pc.struct_field(adds, "deletionVector")))
+        self.chunks.append(
+            (
+                removes,
+                codes,
+                _file_keys(path, vector),
+                data_change,
+                versions,
+                np.where(new, modified, ABSENT),
+                np.where(removes, deleted, modified),
+            )
+        )
 
     def collected(self, root: str) -> FileActions:
         import pyarrow.compute as pc
 
         np, pa = self.vocabulary.np, self.vocabulary.pa
         chunks = self.chunks
-        removes = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, bool)
-        data_change = np.concatenate([c[3] for c in chunks]) if chunks else np.zeros(0, bool)
-        versions = np.concatenate([c[4] for c in chunks]) if chunks else np.zeros(0, np.int64)
+
+        def joined(at: int, dtype: Any) -> npt.NDArray[Any]:
+            return np.concatenate([c[at] for c in chunks]) if chunks else np.zeros(0, dtype)
+
+        removes, data_change = joined(0, bool), joined(3, bool)
+        versions, new_times, stamps = (joined(i, np.int64) for i in (4, 5, 6))
         size = len(removes)
         columns = [
             np.concatenate([c[1][i] for c in chunks]) if chunks else np.zeros(0, np.int32)
@@ -748,7 +765,10 @@ class _Actions:
             np.any(quiet_adds[versions == v]) and not np.any(removes[versions == v])
             for v in np.unique(versions[quiet_adds]).tolist()
         )
-        changes = self.changes.reduced(root, self.vocabulary.layout, since=-1)
+        changes = self.changes.times  # their clocks known: their data-changing actions
+        changes.add(versions[data_change], values[data_change], new_times[data_change])
+        _stamp_commits(np, changes, versions[data_change], stamps[data_change])
+        changes.file_times.update(_file_times(root, changes.versions_without_clock()))
         return FileActions(removes, values, paths, data_change, changes, re_adds)
 
 
