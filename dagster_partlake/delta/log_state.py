@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     Flags = npt.NDArray[np.bool_]
     Codes = npt.NDArray[np.int32]
     Times = npt.NDArray[np.int64]
+    Ids = npt.NDArray[np.int64]
 
 __all__ = ["TEXT_TYPES", "FileActions", "Layout", "LogState", "read_file_actions", "read_log_state"]
 
@@ -77,7 +78,7 @@ _HEAD = 1 << 16  # bytes of a large commitInfo line read for its time
 _SMALL_LINE = 1 << 20  # a commitInfo line at most this long is kept whole
 _COMMIT_INFO, _META, _PROTOCOL = b'{"commitInfo"', b'{"metaData"', b'{"protocol"'
 _REMOVE, _ADD = b'{"remove"', b'{"add"'
-_QUIET = (b'"dataChange":false', b'"dataChange": false')  # an action that changes no data
+_QUIET = b'"dataChange":false'  # an action that changes no data (writers write compact JSON)
 _MAPPED = frozenset({"name", "id"})  # column mapping modes that key values by physical name
 Values = tuple[str | None, ...]
 
@@ -187,8 +188,8 @@ class _Replay:
 
     def run(self) -> LogState:
         tops, sidecars, meta = self._checkpoint_tops()
-        removed, found = _first_pass(self._paths(self.after))
-        meta.update({k: v for k, v in found.items() if v is not None})
+        removed, metas = _first_pass(self._paths(self.after))
+        meta.update({kind: action for _, kind, action in metas})
         protocol, metadata = meta.get("protocol"), meta.get("metaData")
         if protocol is None or metadata is None:
             raise CannotReplay("the log has no protocol or no metaData action")
@@ -201,20 +202,25 @@ class _Replay:
         for path, is_json in tops:
             if is_json:
                 for block in _blocks(path):
-                    rows.add_json(_parse(vocabulary, block, tagged=False), checkpoint=True)
+                    parsed = _Decoded(vocabulary, _parse(vocabulary, block, tagged=False))
+                    rows.add_json(parsed, checkpoint=True)
             else:
                 rows.add_checkpoint(path)
         for path in sidecars:
             rows.add_checkpoint(path)
         changes = _Changes(vocabulary)
+        for version, kind, action in metas:
+            changes.meta(version, kind, action)
         held = [v for v in self.listing.commits if v <= self.version]
         start = self.after[0] if self.after else self.version + 1
         before = [v for v in held if v < start]  # read only for when partitions changed
         for table in _tagged_tables(vocabulary, self._paths(before), changes, file_keys=False):
-            changes.add(table)
-        for table in _tagged_tables(vocabulary, self._paths(self.after), changes):
-            changes.add(table)
-            rows.add_json(table, checkpoint=False)
+            changes.add(_Decoded(vocabulary, table))
+        after = _tagged_tables(vocabulary, self._paths(self.after), changes, meta=False)
+        for table in after:
+            decoded = _Decoded(vocabulary, table)
+            changes.add(decoded)
+            rows.add_json(decoded, checkpoint=False)
         return self._state(layout, vocabulary, rows, changes, held)
 
     def _state(
@@ -236,7 +242,7 @@ class _Replay:
         return LogState(
             version=self.version,
             layout=layout,
-            newest=newest.updated_ids(pids, when),
+            newest=_overridden(newest, pids, when),
             counts=counts,
             changed_in=IntMap.from_ids(VALUES, pids, versions),
             commits=tuple(held),
@@ -264,6 +270,18 @@ class _Replay:
         return tops, sidecars, meta
 
 
+def _overridden(values: IntMap[Values], ids: Ids, new: Times) -> IntMap[Values]:
+    """`values` with `new` at `ids`, every one of which `values` has (one copy of its column:
+    `IntMap.updated_ids` sorts the ids)."""
+    import numpy as np
+
+    if not len(ids):
+        return values
+    slots = values.slots().copy()
+    slots[ids - values.base] = new
+    return IntMap.of_slots(VALUES, values.base, np.asarray(slots, np.int64))
+
+
 def _oldest_readable(listing: Listing) -> int | None:
     """The oldest version the log can rebuild: its oldest checkpoint's, or 0 when every commit
     from the first on is there."""
@@ -281,25 +299,25 @@ def _sidecar_path(log: str, name: str) -> str:
 
 def _first_pass(
     paths: Sequence[tuple[int, str]],
-) -> tuple[set[str], dict[str, dict[str, Any] | None]]:
+) -> tuple[set[str], list[tuple[int, str, dict[str, Any]]]]:
     """The keys of the files the JSON commits at `paths` remove or re-add without changing
-    data (a later action may name a file of before), and their newest metaData and protocol."""
-    meta: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
+    data (a later action may name a file of before), and their metaData and protocol actions
+    (version, kind, action), in log order."""
+    metas: list[tuple[int, str, dict[str, Any]]] = []
     named: set[str] = set()
-    for _, path in paths:
+    for version, path in paths:
         for block in _blocks(path):
-            for kind, action in _meta_lines(block):
-                meta[kind] = action
+            metas.extend((version, kind, action) for kind, action in _meta_lines(block))
             lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
-            if any(quiet in block for quiet in _QUIET):  # (one scan; most blocks have none)
+            if _QUIET in block:  # (one scan; most blocks have none)
                 lines.extend(
                     block[start:end]
                     for start, end in _line_starts(block, _ADD)
-                    if any(quiet in block[start:end] for quiet in _QUIET)
+                    if _QUIET in block[start:end]
                 )
             if lines:
                 named.update(_named_keys(b"\n".join(lines)))
-    return named, meta
+    return named, metas
 
 
 def _named_keys(lines: bytes) -> list[str]:
@@ -484,18 +502,29 @@ def _tagged_tables(
     changes: _Changes,
     *,
     file_keys: bool = True,
+    meta: bool = True,
 ) -> Iterator[pa.Table]:
-    """The add and remove actions of the JSON commits at `paths` (version, file), in log
-    order, several small commits per Arrow parse, each line tagged with its version (`_v`);
-    each commit's clock and metaData go to `changes`. Without `file_keys`, the actions' paths
-    and deletion vectors' ids are not read."""
+    """The add and remove actions of the JSON commits at `paths` (version, file), in log order,
+    each row with its commit's version (`_v`): small commits several per Arrow parse, each line
+    tagged with it, a large one a block at a time. Each commit's clock (and, with `meta`, its
+    metaData and protocol actions) go to `changes`. Without `file_keys`, the actions' paths and
+    deletion vectors' ids are not read."""
     pending: list[bytes] = []
     size = 0
     for version, path in paths:
         seen = _Seen()
         for block in _blocks(path, seen):
-            for kind, action in _meta_lines(block):
-                changes.meta(version, kind, action)
+            if meta:
+                for kind, action in _meta_lines(block):
+                    changes.meta(version, kind, action)
+            if len(block) >= _BLOCK // 4:  # large: its own parse, no copy to tag its lines
+                if pending:
+                    yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
+                    pending, size = [], 0
+                yield _with_version(
+                    _parse(vocabulary, block, tagged=False, paths=file_keys), version
+                )
+                continue
             tagged = (b"\n" + block).replace(b"\n{", b'\n{"_v":%d,' % version)[1:]
             pending.append(tagged if tagged.endswith(b"\n") else tagged + b"\n")
             size += len(tagged)
@@ -505,6 +534,17 @@ def _tagged_tables(
         changes.clock(version, seen)
     if pending:
         yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
+
+
+def _with_version(table: pa.Table, version: int) -> pa.Table:
+    """A parsed block of one commit with its version as the column `_v`."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = pa.py_buffer(np.full(table.num_rows, version, np.int64))
+    return table.append_column(
+        "_v", pa.Array.from_buffers(pa.int64(), table.num_rows, [None, values])
+    )
 
 
 class _Changes:
@@ -542,9 +582,9 @@ class _Changes:
         if seen.found:
             self.times.clocks[version] = commit_clock(seen.head, partlake=seen.partlake)
 
-    def add(self, table: pa.Table) -> None:
+    def add(self, decoded: _Decoded) -> None:
         """The data-changing add and remove actions of one parsed block."""
-        found = _changed(self.vocabulary, table)
+        found = _changed(decoded)
         if found is None:
             return
         versions, codes, new_times, stamps = found
@@ -584,19 +624,46 @@ def _stamp_commits(np: ModuleType, times: ChangeTimes, versions: Times, stamps: 
         times.stamp(int(version), int(stamp))
 
 
-def _changed(
-    vocabulary: _Vocabulary, table: pa.Table
-) -> tuple[Times, list[Codes], Times, Times] | None:
+class _Decoded:
+    """One parsed block (`_parse`): its add and remove actions, each column decoded once for
+    the live files (`_Rows`) and the change times (`_changed`) alike."""
+
+    def __init__(self, vocabulary: _Vocabulary, table: pa.Table) -> None:
+        self.vocabulary, self.table = vocabulary, table
+        self.add = table.column("add").combine_chunks()
+        self.remove = table.column("remove").combine_chunks()
+        self._codes: dict[str, list[Codes]] = {}
+
+    def codes(self, kind: str) -> list[Codes]:
+        """Per partition column, the codes of every row's add or remove action (None's code
+        where the row has none, or its action no partition values)."""
+        import pyarrow.compute as pc
+
+        if kind not in self._codes:
+            action = self.add if kind == "add" else self.remove
+            values = _partition_values(action, self.vocabulary.layout.physical)
+            self._codes[kind] = [
+                _codes(self.vocabulary, pc.struct_field(values, c))
+                for c in self.vocabulary.layout.physical
+            ]
+        return self._codes[kind]
+
+    def versions(self) -> Times:
+        """Each row's commit version."""
+        np = self.vocabulary.np
+        return _ints(np, self.table.column("_v").combine_chunks(), np.int64)
+
+
+def _changed(decoded: _Decoded) -> tuple[Times, list[Codes], Times, Times] | None:
     """(version, partition codes, new file time or `ABSENT`, action stamp or `ABSENT`) of each
     data-changing add or remove of a parsed block (a remove without partition values is not
     counted: no partition is known for it)."""
     import pyarrow.compute as pc
 
-    np, pa = vocabulary.np, vocabulary.pa
-    add, remove = (table.column(k).combine_chunks() for k in ("add", "remove"))
-    physical = vocabulary.layout.physical
+    np = decoded.vocabulary.np
+    physical = decoded.vocabulary.layout.physical
     changing = []
-    for action in (add, remove):
+    for action in (decoded.add, decoded.remove):
         known = _bools(np, pc.is_valid(action)) & _changes_data(np, action)
         values = _partition_values(action, physical)
         changing.append(known if values is None else known & _bools(np, pc.is_valid(values)))
@@ -604,24 +671,18 @@ def _changed(
     rows = np.flatnonzero(is_add | is_remove)
     if not len(rows):
         return None
-    at = _indices(pa, np, rows)
-    adds, removes = add.take(at), remove.take(at)
     was_add = is_add[rows]
     codes = [
-        np.where(
-            was_add,
-            _codes(vocabulary, pc.struct_field(pc.struct_field(adds, "partitionValues"), c)),
-            _codes(vocabulary, pc.struct_field(pc.struct_field(removes, "partitionValues"), c)),
-        )
-        for c in physical
+        np.where(was_add, added[rows], removed[rows])
+        for added, removed in zip(decoded.codes("add"), decoded.codes("remove"), strict=True)
     ]
-    modified = _nullable_ints(np, pc.struct_field(adds, "modificationTime"))
-    deleted = _nullable_ints(np, pc.struct_field(removes, "deletionTimestamp"))
-    no_vector = ~_bools(np, pc.is_valid(pc.struct_field(adds, "deletionVector")))
+    modified = _nullable_ints(np, pc.struct_field(decoded.add, "modificationTime"))[rows]
+    deleted = _nullable_ints(np, pc.struct_field(decoded.remove, "deletionTimestamp"))[rows]
+    vectors = pc.struct_field(decoded.add, "deletionVector")
+    no_vector = ~_bools(np, pc.is_valid(vectors))[rows]
     new_times = np.where(was_add & no_vector, modified, ABSENT)
     stamps = np.where(was_add, modified, deleted)
-    versions = _ints(np, table.column("_v").combine_chunks().take(at), np.int64).copy()
-    return versions, codes, new_times, stamps
+    return decoded.versions()[rows].copy(), codes, new_times, stamps
 
 
 def _changes_data(np: ModuleType, actions: pa.StructArray) -> Flags:
@@ -828,17 +889,16 @@ class _Rows:
                 keys = _file_keys(pc.struct_field(chosen, "path"), vectors)
             self._keep(values, _ints(np, times, np.int64)[at], keys, None)
 
-    def add_json(self, table: pa.Table, *, checkpoint: bool) -> None:
-        """The actions of parsed JSON lines (`_parse`): a JSON checkpoint's adds, or a commit's
-        adds and removes in log order."""
+    def add_json(self, decoded: _Decoded, *, checkpoint: bool) -> None:
+        """The actions of parsed JSON lines: a JSON checkpoint's adds, or a commit's adds and
+        removes in log order."""
         import pyarrow.compute as pc
 
         np, pa = self.np, self.pa
-        if not table.num_rows:
-            return  # (an empty column's `combine_chunks` would import pandas)
-        seq = np.arange(self.seq, self.seq + table.num_rows, dtype=np.int64)
-        self.seq += table.num_rows
-        removes = table.column("remove").combine_chunks()
+        rows = decoded.table.num_rows
+        seq = np.arange(self.seq, self.seq + rows, dtype=np.int64)
+        self.seq += rows
+        removes = decoded.remove
         if not checkpoint and removes.null_count < len(removes):
             at = _true(np, pc.is_valid(removes))
             for position, key in zip(
@@ -847,18 +907,13 @@ class _Rows:
                 if key not in self.named:
                     raise CannotReplay("a remove the first pass did not see")
                 self.followed.append((int(seq[position]), key, None, 0))
-        adds = table.column("add").combine_chunks()
+        adds = decoded.add
         at = _true(np, pc.is_valid(adds))
         added = adds.take(_indices(pa, np, at))
-        values = []
         found = _partition_values(added, self.vocabulary.layout.physical)
-        if found is not None:
-            if found.null_count:
-                raise CannotReplay("an add without partition values")
-            values = [
-                _codes(self.vocabulary, pc.struct_field(found, c))
-                for c in self.vocabulary.layout.physical
-            ]
+        if found is not None and found.null_count:
+            raise CannotReplay("an add without partition values")
+        values = [codes[at] for codes in decoded.codes("add")]
         paths = pc.struct_field(added, "path")
         times = pc.struct_field(added, "modificationTime")
         if paths.null_count or times.null_count:
@@ -1069,20 +1124,21 @@ def _blocks(path: str, seen: _Seen | None = None) -> Iterator[bytes]:
             data = carry + chunk
             cut = data.rfind(b"\n") + 1
             whole, carry = data[:cut], data[cut:]
+            spans = list(_line_starts(whole, _COMMIT_INFO))
             if seen is not None:
-                for start, end in _line_starts(whole, _COMMIT_INFO):
+                for start, end in spans:
                     seen.start(whole[start:end])
             if carry.startswith(_COMMIT_INFO):
                 if seen is not None:
                     seen.start(carry)
                 carry, skipping = b"", True
-            whole = _without(whole, _COMMIT_INFO)
-            if whole.strip():
+            whole = _without(whole, spans)
+            if whole and not whole.isspace():  # (`strip` would copy the block)
                 yield whole
         if carry.startswith(_COMMIT_INFO):
             if seen is not None:
                 seen.start(carry)
-        elif carry.strip():
+        elif carry and not carry.isspace():
             yield carry
 
 
@@ -1097,8 +1153,8 @@ def _line_starts(data: bytes, prefix: bytes) -> Iterator[tuple[int, int]]:
         position = data.find(b"\n" + prefix, end)
 
 
-def _without(data: bytes, prefix: bytes) -> bytes:
-    spans = list(_line_starts(data, prefix))
+def _without(data: bytes, spans: Sequence[tuple[int, int]]) -> bytes:
+    """`data` without the lines at `spans` (`_line_starts`)."""
     if not spans:
         return data
     kept, position = [], 0
