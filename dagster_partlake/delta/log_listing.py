@@ -69,7 +69,8 @@ class Listing:
         ]
         # Several V2 checkpoints of one version are equivalent: take one, by name.
         found += [Checkpoint(v, (min(names_),), "v2") for v, names_ in v2.items()]
-        order = {"v2": 0, "classic": 1, "multi-part": 2}  # the preferred one of a version first
+        # Of one version's checkpoints the preferred one (V2, classic, multi-part) comes last.
+        order = {"v2": 0, "classic": 1, "multi-part": 2}
         found.sort(key=lambda c: (c.version, -order[c.kind]))
         return cls(tuple(sorted(set(commits))), tuple(found))
 

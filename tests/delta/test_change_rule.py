@@ -411,3 +411,36 @@ def test_an_incomplete_multi_part_checkpoint_is_not_used(tmp_path: Path) -> None
     state = StateCache().sync(str(root))
     assert state is not None
     assert (state.version, dict(state.file_counts or {})) == expected == delta_rs_reading(root)
+
+
+def test_the_log_listing_finds_complete_checkpoints() -> None:
+    from dagster_partlake.delta.log_listing import Listing
+
+    names = [
+        f"{0:020d}.json",
+        f"{1:020d}.json",
+        f"{1:020d}.checkpoint.parquet",
+        f"{1:020d}.checkpoint.0000000001.0000000002.parquet",  # incomplete: no part 2
+        f"{2:020d}.json",
+        f"{2:020d}.checkpoint.0000000001.0000000002.parquet",
+        f"{2:020d}.checkpoint.0000000002.0000000002.parquet",
+        f"{3:020d}.checkpoint.80a083e8-7026-4e79-81be-64bd76c43a11.json",
+        f"{3:020d}.checkpoint.parquet",
+        f"{3:020d}.json",
+        f"{3:020d}.crc",
+        "_last_checkpoint",
+        f".{3:020d}.json.crc",
+    ]
+    listing = Listing.of(names)
+    assert listing.commits == (0, 1, 2, 3)
+    assert [(c.version, c.kind) for c in listing.checkpoints] == [
+        (1, "classic"),
+        (2, "multi-part"),
+        (3, "classic"),
+        (3, "v2"),
+    ]
+    newest = listing.newest_checkpoint()
+    assert newest is not None and newest.kind == "v2"
+    at_two = listing.newest_checkpoint(2)
+    assert at_two is not None and len(at_two.files) == 2
+    assert listing.newest_version() == 3
