@@ -86,6 +86,17 @@ class Snapshot:
             self._stats_columns = wanted
         return [f for f in self._files if selection.contains(f.partition_values)]
 
+    def check_writable(self) -> None:
+        """Refuse to write a table whose protocol partlake's writer cannot honour
+        (`delta.protocol`); reading and planning it are not affected.
+
+        Raises:
+            TableFeatureError: naming the feature and the way out.
+        """
+        from dagster_partlake.delta.protocol import check_table_writable
+
+        check_table_writable(self.table, table_name=self.name, root=self.location.uri)
+
     def transaction_version(self, app_id: str) -> int | None:
         return self.table.transaction_version(app_id)
 

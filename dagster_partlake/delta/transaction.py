@@ -151,6 +151,7 @@ def commit(
         TransactionDoneError: the table already holds `app_transaction`.
         CommitConflictError: concurrent writers kept conflicting for `max_attempts` attempts.
         TableUnreadableError: the log is damaged.
+        TableFeatureError: the table needs a protocol feature partlake cannot write.
     """
     from deltalake.exceptions import CommitFailedError, DeltaError
 
@@ -158,6 +159,7 @@ def commit(
     commit_id = commit_id or uuid.uuid4().hex
     if snapshot is None:
         snapshot = _created(location, name, schema, partition_by)
+    snapshot.check_writable()
     if schema is not None:
         _add_new_columns(snapshot, schema)
     last_error: Exception | None = None

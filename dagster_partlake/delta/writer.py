@@ -215,6 +215,8 @@ def stage_partitions(
     location = as_location(root)
     name = table_name or location.name
     snapshot = open_snapshot(location, table_name=name, must_exist=False)
+    if snapshot is not None:
+        snapshot.check_writable()  # before any Spark work (the commit checks it again)
     schema = table_schema(df, snapshot, partition_by, name, allow_new_columns=allow_new_columns)
     written = write_files(
         df, location, partition_by=partition_by, schema=schema, stats_columns=stats_columns

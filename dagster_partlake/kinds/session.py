@@ -130,6 +130,8 @@ class WriteSession:
     def open(cls, target: WriteTarget) -> WriteSession:
         """A session on the table's latest version (its log read here, once)."""
         snapshot = open_snapshot(target.location, table_name=target.asset_name, must_exist=False)
+        if snapshot is not None:
+            snapshot.check_writable()  # before any Spark work (the commit checks it again)
         return cls(target, snapshot)
 
     @classmethod

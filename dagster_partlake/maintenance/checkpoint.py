@@ -1,8 +1,8 @@
 """Checkpoints: write one at the latest version, then trim the log, keeping partlake's records.
 
 `checkpoint_table` writes a checkpoint and deletes old JSON commits, except those holding the
-newest partlake record of a partition (or the commit that set a partition's lastUpdated): the
-planner's records live only in the JSON commits.
+newest partlake record of a partition and the commit that changed each partition last (which
+gives it its lastUpdated): the planner's records and those times live only in the JSON commits.
 """
 
 from __future__ import annotations
@@ -93,13 +93,15 @@ def checkpoint_table(
 
 
 def _record_versions(root: str) -> set[int]:
-    """Versions whose partlake record the planner and the writers still read: per partition id
+    """Versions whose JSON commit the planner and the writers still read: per partition id
     the newest record (and the newest with a commit time), the newest scd2 snapshot record, and
-    the commits that set some partition's current lastUpdated."""
+    the commits that set some partition's current lastUpdated (any writer's: its time is that
+    commit's, `delta.change_rule`)."""
     state = StateCache().sync(root)
     if state is None:
         return set()
     needed = {v for v in state.touched_in.values() if v is not None}
+    needed.update(v for v in (state.changed_in or {}).values() if v is not None)
     newest: set[str] = set()
     newest_timed: set[str] = set()
     snapshot_seen = False

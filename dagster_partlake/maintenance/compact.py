@@ -2,10 +2,13 @@
 its lastUpdated.
 
 No maintenance may make a partition look changed, since the planner would then recompute
-everything downstream of it. So `compact_table` gives every new file the newest
-`modification_time` of the files it replaces (each partition's newest time is unchanged), marks
-all its actions `dataChange=false`, and puts no `partlake` record in its commit (only
-`partlake_maintenance` custom metadata, which `CommitRecord.from_commit_info` ignores). Its
+everything downstream of it. lastUpdated of a partition is the time of the newest commit that
+changed its live files with `dataChange: true` actions (`delta.change_rule`). So `compact_table`
+marks all its actions `dataChange=false` (no partition changes), gives every new file the newest
+`modification_time` of the files it replaces (a partition whose changing commit the log no
+longer holds takes its files' newest time, which stays the same), and puts no `partlake` record
+in its commit (only `partlake_maintenance` custom metadata, which `CommitRecord.from_commit_info`
+ignores). Its
 commit names each compacted table partition in an application transaction (the transaction's
 `files_txn_id`), as every partlake write that removes files of that partition does: delta-rs
 does not check a commit's removes against a concurrent commit's `dataChange=false` removes, so
@@ -109,12 +112,17 @@ def compact_table(
 
     Raises:
         PartlakeConfigError: there is no table at `root`.
+        TableFeatureError: the table uses a protocol feature partlake's rewrite does not honour
+            (deletion vectors, column mapping, ...: `delta.protocol`); nothing was committed.
         CommitConflictError: concurrent commits kept conflicting; nothing was committed.
         PartlakeError: the rewritten files do not hold the same rows; nothing was committed.
     """
     if target_file_bytes < 1:
         raise ValueError(f"target_file_bytes must be positive, got {target_file_bytes}")
     snapshot = open_table(root, table_name=table_name)
+    # Spark rewrites the files as plain Parquet: deleted rows of a deletion vector would come
+    # back, and column-mapped columns would get their logical names.
+    snapshot.check_writable()
     partition_by = snapshot.partition_by
     data_columns = [c for c in snapshot.schema.names if c not in partition_by]
     files = snapshot.live_files(selection or PartitionSelection.everything(), data_columns)
