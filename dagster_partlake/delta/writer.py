@@ -70,6 +70,7 @@ class StageSeconds:
     nothing depends on it)."""
 
     spark: float = 0.0  # Spark computing the rows and writing the Parquet files
+    listing: float = 0.0  # turning the write job's facts into the list of files it wrote
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class StagedWrite:
 
     @property
     def seconds(self) -> StageSeconds:
-        return StageSeconds(spark=self.written.seconds)
+        return StageSeconds(spark=self.written.seconds, listing=self.written.facts_seconds)
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,19 @@ class CommitResult:
     record: CommitRecord
     rows_removed: int = 0  # rows of the files the commit removed
     commit_seconds: float = 0.0  # the transaction, retries included
+    # Of which making the files part of the table before the commit: nothing since Spark writes
+    # them where they live (kept at 0 for what reads it).
+    publish_seconds: float = 0.0
     staged: StageSeconds = StageSeconds()  # the write's time before the commit
 
     @classmethod
     def of(
-        cls, committed: Committed, record: CommitRecord, num_records: int, spark: float = 0.0
+        cls,
+        committed: Committed,
+        record: CommitRecord,
+        num_records: int,
+        spark: float = 0.0,
+        listing: float = 0.0,
     ) -> CommitResult:
         actions = committed.actions
         return cls(
@@ -137,7 +146,7 @@ class CommitResult:
             record=replace(record, table_version=committed.version),
             rows_removed=sum(f.num_records or 0 for f in actions.removes),
             commit_seconds=committed.seconds,
-            staged=StageSeconds(spark=spark),
+            staged=StageSeconds(spark=spark, listing=listing),
         )
 
 
@@ -284,7 +293,13 @@ def commit_staged(
             app_transaction=app_transaction,
             max_attempts=max_attempts,
         )
-    return CommitResult.of(committed, landed["record"], staged.num_records, staged.written.seconds)
+    return CommitResult.of(
+        committed,
+        landed["record"],
+        staged.num_records,
+        staged.written.seconds,
+        staged.written.facts_seconds,
+    )
 
 
 def table_schema(

@@ -266,7 +266,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         metadata = context.definition_metadata or {}
         kind = model_kind(metadata, partitioned=partitions_def is not None, asset_name=asset_name)
         target = WriteTarget(
-            location=self.table_location(context.asset_key),
+            root=self.table_location(context.asset_key),
             asset_name=asset_name,
             kind=kind,
             columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
@@ -327,7 +327,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 "'partlake/constraints' / 'partlake/audits'."
             )
         return WriteTarget(
-            location=self.table_location(context.asset_key),
+            root=self.table_location(context.asset_key),
             asset_name=asset_name,
             kind=kind,
             columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
@@ -742,7 +742,7 @@ def _stream_metadata(
     latencies = sorted(run.latencies_ms)
     metadata: dict[str, Any] = {
         "dagster/row_count": MetadataValue.int(run.rows),
-        "partlake/path": MetadataValue.path(target.root),
+        "partlake/path": MetadataValue.path(target.location.uri),
         "partlake/run_id": MetadataValue.text(context.run_id),
         "partlake/kind": MetadataValue.text("append"),
         "partlake/stream_mode": MetadataValue.text(spec.mode),
@@ -895,10 +895,12 @@ def _output_metadata(
     manager's handling of the output up to this metadata: its partition keys, the DataFrame's
     schema, the write), of which `partlake/write_seconds` (Spark's job, the gates, the commit),
     of which `partlake/stage_seconds` (Spark computing the rows and writing the files, which
-    returns their facts), `partlake/gates_seconds` and `partlake/commit_seconds` (the
-    transaction); besides the output, `partlake/read_seconds` (loading the upstream partitions:
-    their log, their files' list, Spark's read plan) and `partlake/spark_start_seconds` where
-    this step started the run's Spark session."""
+    returns their facts), `partlake/staged_files_seconds` (those facts made the files' list),
+    `partlake/gates_seconds` and `partlake/commit_seconds` (the transaction; its
+    `partlake/publish_seconds` is 0 since files are written where they live); besides the
+    output, `partlake/read_seconds` (loading the upstream partitions: their log, their files'
+    list, Spark's read plan) and `partlake/spark_start_seconds` where this step started the
+    run's Spark session."""
     result = written.commit
     counts: dict[str, int] = {
         "dagster/row_count": result.num_records
@@ -922,7 +924,7 @@ def _output_metadata(
             "partlake/table_version": MetadataValue.int(
                 result.version if result else written.record.table_version or 0
             ),
-            "partlake/path": MetadataValue.path(target.root),
+            "partlake/path": MetadataValue.path(target.location.uri),
             "partlake/run_id": MetadataValue.text(context.run_id),
             "partlake/code_version": MetadataValue.text(record.code_version or ""),
             "partlake/upstream_versions": MetadataValue.json(dict(record.upstream_versions)),
@@ -933,8 +935,10 @@ def _output_metadata(
     if result is not None:
         metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
         seconds["partlake/commit_seconds"] = result.commit_seconds
-        if result.staged.spark:
+        seconds["partlake/publish_seconds"] = result.publish_seconds
+        if result.staged.spark or result.staged.listing:  # a merge or scd2 writes its own way
             seconds["partlake/stage_seconds"] = result.staged.spark
+            seconds["partlake/staged_files_seconds"] = result.staged.listing
     if written.gates_seconds:
         seconds["partlake/gates_seconds"] = written.gates_seconds
     if timings.read:

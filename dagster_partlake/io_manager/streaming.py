@@ -156,9 +156,9 @@ def run_stream(
         PartlakeError: a micro-batch failed (its own error is raised: a partition mismatch,
             a schema change, ...) or the query did; what committed before stays committed.
     """
-    _require_classic(df.sparkSession, target.root)
+    _require_classic(df.sparkSession, target.location.uri)
     query_name = spec.query or target.asset_name.replace("/", "__")
-    checkpoint = stream_checkpoint(target.root, query_name)
+    checkpoint = stream_checkpoint(target.location.path, query_name)
     state = _State()
     on_batch = _BatchWriter(
         state=state,

@@ -50,7 +50,9 @@ def write_append(df: DataFrame, session: WriteSession, record: CommitRecord) -> 
         committed, landed = session.commit(
             actions, record, schema=written.schema, partition_ids=session.target.partition_ids
         )
-    result = CommitResult.of(committed, landed, written.num_records, written.seconds)
+    result = CommitResult.of(
+        committed, landed, written.num_records, written.seconds, written.facts_seconds
+    )
     return KindWrite(result, result.record, metrics, gates_seconds=gates)
 
 

@@ -100,7 +100,9 @@ def _commit(
         schema=written.schema,
         partition_ids=session.target.partition_ids,
     )
-    return CommitResult.of(committed, landed, written.num_records, written.seconds)
+    return CommitResult.of(
+        committed, landed, written.num_records, written.seconds, written.facts_seconds
+    )
 
 
 __all__ = ["Extras", "record_only", "write_replace"]

@@ -63,7 +63,7 @@ class BatchCheck(Protocol):
 class WriteTarget:
     """Where and how one output is written."""
 
-    location: TableLocation
+    root: str | TableLocation  # the table: a path, or a location with its storage options
     asset_name: str
     kind: ModelKind
     columns: Sequence[DimensionColumn]
@@ -83,9 +83,9 @@ class WriteTarget:
     # see its partitions' whole input, so a merge never undoes earlier merges.
     incremental_inputs: bool = False
 
-    @property
-    def root(self) -> str:
-        return self.location.uri
+    @cached_property
+    def location(self) -> TableLocation:
+        return as_location(self.root)
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -150,7 +150,7 @@ class WriteSession:
             return where
         location = as_location(where)
         target = WriteTarget(
-            location=location,
+            root=location,
             asset_name=table_name or location.name,
             kind=kind,
             columns=(),

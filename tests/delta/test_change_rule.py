@@ -386,7 +386,7 @@ def test_a_repartitioned_table(tmp_path: Path) -> None:
 def test_compaction_refuses_a_table_whose_features_its_rewrite_breaks(tmp_path: Path) -> None:
     """Spark rewrites compacted files as plain Parquet: it would bring deleted rows of a deletion
     vector back and write logical column names into a column-mapped table."""
-    from dagster_partlake.delta.maintenance import compact_table
+    from dagster_partlake.maintenance.compact import compact_table
 
     root = tmp_path / "t"
     shutil.copytree(DATA / "delta-rs/table_with_partitioning_mapping", root)
