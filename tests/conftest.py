@@ -50,15 +50,15 @@ def spark() -> Iterator[object]:
     fetched JARs, it reads and writes `format("delta")` and `s3a://` (see `spark_s3`)."""
     from pyspark.sql import SparkSession
 
-    from dagster_partlake.spark.storage import delta_conf
+    from dagster_partlake.spark.storage import delta_conf, jars_conf
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # As SparkResource does: Python workers (streaming sources) run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = dict(SPARK_TEST_CONF)
     jars = lake_jars()
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
+    if jars:  # as SparkResource adds them to a local session
+        conf.update(jars_conf(jars, "local[2]", {}))
         conf.update(delta_conf({}))
     builder = SparkSession.builder.master("local[2]").appName("partlake-tests")
     for key, value in conf.items():

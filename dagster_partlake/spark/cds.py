@@ -11,13 +11,13 @@ not, it starts one builder in the background (`python -m dagster_partlake.spark.
 its output in `<archive>.log`) and the session starts as before; the builder runs a small
 workload like partlake's (partitioned Parquet written and read, aggregations, a join, a window)
 in a child process, waits for that JVM to exit and write the archive, and moves it into place.
-The archive is keyed by the pyspark version, the `java` executable, Spark's jars and the extra
-JARs the session adds (`spark.jars`: hadoop-aws and Delta, see `spark.jars`); Java itself checks it
-against the classpath and ignores an archive that does not match. With the extra JARs, the
-workload also writes and reads a small Delta table, so that Delta's classes (loaded by Spark's
-own class loader from `spark.jars`) are archived too; a change of those JARs builds a new
-archive, and the old one stays valid for sessions without them. A build that failed
-leaves `<archive>.failed` (delete it to try again) rather than being retried by every session.
+The archive is keyed by the pyspark version, the `java` executable, Spark's jars and the JARs
+the session puts before them on the driver's classpath (hadoop-aws and Delta, `spark.jars`);
+Java itself checks it against the classpath and ignores an archive that does not match. With
+those JARs, the workload also writes and reads a small Delta table, so that Delta's classes are
+archived too; other JARs build another archive, and the one without them stays valid for
+sessions without them. A build that failed leaves `<archive>.failed` (delete it to try again)
+rather than being retried by every session.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def archive_path(extra_jars: Sequence[str] = ()) -> str | None:
     extra = [(os.path.realpath(j), os.path.getsize(j)) for j in extra_jars]
     key = repr((pyspark.__version__, java, stat.st_size, stat.st_mtime_ns, names))
     if extra:  # keeps the key, and so the archive, of a session without extra JARs as it was
-        key += repr(extra)
+        key += repr(("driver-classpath", extra))
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
     return os.path.join(archive_dir(), f"spark-{pyspark.__version__}-{digest}.jsa")
 
@@ -169,12 +169,12 @@ def workload(dump_to: str, extra_jars: Sequence[str] = ()) -> None:
     from pyspark.sql import functions as F
 
     from dagster_partlake.spark.conf import DEFAULT_CONF
-    from dagster_partlake.spark.storage import delta_conf
+    from dagster_partlake.spark.storage import delta_conf, jars_conf
 
     conf = dict(DEFAULT_CONF)
     delta = any("delta-spark" in os.path.basename(j) for j in extra_jars)
     if extra_jars:
-        conf["spark.jars"] = ",".join(extra_jars)
+        conf.update(jars_conf(extra_jars, "local[*]", {}))
     if delta:
         conf.update(delta_conf({}))
     builder = SparkSession.builder.master("local[*]").appName("partlake-cds")

@@ -33,6 +33,7 @@ from dagster_partlake.spark.storage import (
     apply_hadoop,
     check_options,
     delta_conf,
+    jars_conf,
     redact,
     s3a_settings,
 )
@@ -138,8 +139,9 @@ class SparkResource(LazyPySparkResource):
     add_jars: bool = Field(
         default=True,
         description=(
-            "Local Spark and a standalone cluster: add the fetched JARs (spark.jars) and Delta's "
-            "SQL extension and catalog. Set False on a cluster whose Spark already has "
+            "Local Spark and a standalone cluster: add the fetched JARs (to the driver's "
+            "classpath for local Spark, spark.jars for a cluster) and Delta's SQL extension "
+            "and catalog. Set False on a cluster whose Spark already has "
             "hadoop-aws and Delta: the resource then adds neither (the s3a settings still "
             "apply). Unused with remote: a Spark Connect server gets them when it starts."
         ),
@@ -176,14 +178,14 @@ class SparkResource(LazyPySparkResource):
 
     def lake_conf(self) -> dict[str, str]:
         """What a local session or a standalone cluster's app gets for the lake's storage:
-        the fetched JARs and Delta's settings (unless `add_jars` is off or none were fetched)
+        the fetched JARs (`jars_conf`: on the driver's classpath for local Spark, `spark.jars`
+        for a cluster) and Delta's settings, unless `add_jars` is off or none were fetched,
         and the public s3a settings. Secrets are not in it."""
         conf = self.s3a().spark_conf()
         jars = local_jars(self.jars_dir) if self.add_jars else []
         if jars:
             user = self._user_conf()
-            listed = [j for j in user.get("spark.jars", "").split(",") if j]
-            conf["spark.jars"] = ",".join([*(str(j) for j in jars), *listed])
+            conf.update(jars_conf(jars, self.master, user))
             conf.update(delta_conf(user))
         return conf
 
@@ -196,7 +198,8 @@ class SparkResource(LazyPySparkResource):
         SQL extensions are kept beside the lake's)."""
         lake = self.lake_conf()
         conf = {**DEFAULT_CONF, **lake, **self._user_conf()}
-        for key in ("spark.jars", "spark.sql.extensions"):  # lake_conf merged the user's in
+        merged = ("spark.jars", "spark.driver.extraClassPath", "spark.sql.extensions")
+        for key in merged:  # lake_conf kept the user's beside its own
             if key in lake:
                 conf[key] = lake[key]
         return conf
@@ -219,7 +222,7 @@ class SparkResource(LazyPySparkResource):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = SparkSession.builder.master(self.master)
             conf = self.effective_conf()
-            jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+            jars = [j for j in conf.get("spark.driver.extraClassPath", "").split(os.pathsep) if j]
             use_cds = self.class_data_sharing and self._new_jvm()
             options = java_options(extra_jars=jars) if use_cds else None
             if options:

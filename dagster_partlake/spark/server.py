@@ -2,7 +2,7 @@
 
 - A Spark Connect server (`partlake spark start|stop|status`): every run's Spark work goes to one
   JVM, so runs pay a 0.1 s client connection instead of a JVM start. It starts with the lake's
-  storage, as `SparkResource` gives a local session: the fetched JARs (`--jars`), Delta's SQL
+  storage, as `SparkResource` gives a local session: the fetched JARs, Delta's SQL
   extension and catalog, and the public `s3a` settings from storage options or the AWS
   environment variables; the access keys reach it through its environment only (never its
   command line), where s3a's default credential chain reads them. Its clients cannot add JARs
@@ -27,7 +27,7 @@ from pathlib import Path
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.spark.conf import DEFAULT_CONF
 from dagster_partlake.spark.jars import local_jars
-from dagster_partlake.spark.storage import check_options, delta_conf, s3a_settings
+from dagster_partlake.spark.storage import check_options, delta_conf, jars_conf, s3a_settings
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 HOST = "127.0.0.1"
@@ -152,6 +152,7 @@ def start_connect(
     conf.update(s3a.spark_conf())
     jars = local_jars(jars_dir) if add_jars else []
     if jars:
+        conf.update(jars_conf(jars, master, {}))
         conf.update(delta_conf({}))
     command = [
         str(spark_home() / "bin" / "spark-submit"),
@@ -159,7 +160,6 @@ def start_connect(
         master,
         "--driver-memory",
         driver_memory,
-        *(["--jars", ",".join(str(j) for j in jars)] if jars else []),
         "--class",
         CONNECT_CLASS,
         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),

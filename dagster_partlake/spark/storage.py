@@ -16,8 +16,9 @@ s3a's default credential chain reads them.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_partlake.errors import PartlakeConfigError
@@ -147,6 +148,26 @@ def delta_conf(existing: Mapping[str, str]) -> dict[str, str]:
             "spark.sql.catalog.spark_catalog", DELTA_CATALOG
         ),
     }
+
+
+def jars_conf(
+    jars: Sequence[str | Path], master: str, existing: Mapping[str, str]
+) -> dict[str, str]:
+    """Spark conf that puts `jars` on the session's classpath, kept beside `existing` ones.
+
+    A local master gets them on the driver JVM's classpath (`spark.driver.extraClassPath`):
+    local executors share that JVM, nothing is copied, and the class-data-sharing archive can
+    hold their classes. `spark.jars` instead would copy every JAR (the AWS SDK bundle alone is
+    654 MiB) into a temporary folder per session. A cluster master gets `spark.jars`, which
+    Spark ships to each executor once per application.
+    """
+    paths = [str(j) for j in jars]
+    if master.startswith("local"):
+        key, separator = "spark.driver.extraClassPath", os.pathsep
+    else:
+        key, separator = "spark.jars", ","
+    kept = [j for j in existing.get(key, "").split(separator) if j]
+    return {key: separator.join([*paths, *kept])}
 
 
 def apply_hadoop(session: SparkSession, settings: Mapping[str, str]) -> None:
