@@ -121,8 +121,11 @@ def test_the_fetched_jars_go_on_a_local_drivers_classpath_and_a_clusters_spark_j
     assert "spark.jars" not in local
     assert local["spark.sql.extensions"] == "my.Extension,io.delta.sql.DeltaSparkSessionExtension"
     assert local["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog")
-    cluster = SparkResource(master="spark://127.0.0.1:7077", spark_conf={"spark.jars": "/x.jar"})
+    cluster = SparkResource(master="spark://spark-master:7077", spark_conf={"spark.jars": "/x.jar"})
     assert cluster.effective_conf()["spark.jars"] == ",".join([*fetched, "/x.jar"])
+    on_this_machine = SparkResource(master="spark://127.0.0.1:7077").effective_conf()
+    assert on_this_machine["spark.executor.extraClassPath"] == os.pathsep.join(fetched)
+    assert on_this_machine["spark.driver.extraClassPath"] == os.pathsep.join(fetched)
     # A cluster whose Spark has them already: nothing added.
     bare = SparkResource(master="spark://127.0.0.1:7077", add_jars=False).effective_conf()
     assert not {"spark.jars", "spark.sql.extensions", "spark.driver.extraClassPath"} & set(bare)
@@ -198,3 +201,72 @@ def test_spark_resource_in_a_new_process_takes_the_storage_options(
     table = DeltaTable(uri, storage_options=s3.storage_options())
     assert table.version() == 1
     assert sorted(table.to_pyarrow_table()["region"].to_pylist()) == ["apac"] * 3 + ["eu", "us"]
+
+
+CONNECT_CLIENT = """
+import json, sys
+from pyspark.sql import SparkSession
+url, uri = sys.argv[1], sys.argv[2]
+spark = SparkSession.builder.remote(url).getOrCreate()
+read = spark.read.format("delta").load(uri).count()
+spark.range(2).selectExpr("id", "'us' as region").write.format("delta").mode("append").save(uri)
+history = [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()]
+print(json.dumps({"read": read, "history": history}))
+"""
+
+CLUSTER_CLIENT = """
+import json, sys
+from dagster_partlake.spark.resource import SparkResource
+master, options, uri = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+spark = SparkResource(master=master, storage_options=options,
+                      spark_conf={"spark.executor.memory": "512m"}).spark_session
+read = spark.read.format("delta").load(uri).count()
+spark.range(3).selectExpr("id", "'apac' as region").write.format("delta").mode("append").save(uri)
+print(json.dumps({"read": read}))
+"""
+
+
+@pytest.mark.cluster
+def test_a_spark_connect_server_and_a_standalone_cluster_use_delta_on_s3(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """`partlake spark start` with the AWS settings in its environment (as a user runs it): the
+    server gets the JARs, Delta's settings and s3a; a standalone cluster's app gets them from
+    `SparkResource(master=...)`. Both read and append to a Delta table delta-rs wrote on S3."""
+    from dagster_partlake.spark.server import start_standalone, stop
+    from tests.servers import free_port, spark_connect
+
+    uri = s3.uri("clusters/table")
+    write_deltalake(uri, pa.table({"id": [1, 2], "region": ["eu", "us"]}), partition_by=["region"],
+                    storage_options=s3.storage_options())  # fmt: skip
+    env = subprocess_env(SPARK_LOCAL_IP="127.0.0.1", **s3.storage_options())
+
+    def client(script: str, *args: str, env: dict[str, str] = env) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args], cwd=REPO_ROOT, env=env, capture_output=True,
+            text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    with spark_connect(tmp_path / "connect", env) as url:
+        seen = client(CONNECT_CLIENT, url, s3.uri("clusters/table", "s3a"))
+    assert seen == {"read": 2, "history": ["WRITE", "WRITE"]}
+
+    root, port = str(tmp_path / "standalone"), free_port()
+    bare = {k: v for k, v in env.items() if not k.startswith("AWS_")}  # options, not the env
+    try:
+        start_standalone(root, port=port, workers=1, cores=1, memory="1g")
+        seen = client(
+            CLUSTER_CLIENT, f"spark://127.0.0.1:{port}", json.dumps(s3.storage_options()),
+            s3.uri("clusters/table", "s3a"), env=bare,
+        )  # fmt: skip
+    finally:
+        for name in ["worker0", "master"]:
+            stop(root, name)
+    assert seen == {"read": 4}
+    table = DeltaTable(uri, storage_options=s3.storage_options())
+    assert table.version() == 2
+    assert sorted(table.to_pyarrow_table()["region"].to_pylist()) == (
+        ["apac"] * 3 + ["eu"] + ["us"] * 3
+    )

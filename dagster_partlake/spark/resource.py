@@ -139,11 +139,12 @@ class SparkResource(LazyPySparkResource):
     add_jars: bool = Field(
         default=True,
         description=(
-            "Local Spark and a standalone cluster: add the fetched JARs (to the driver's "
-            "classpath for local Spark, spark.jars for a cluster) and Delta's SQL extension "
-            "and catalog. Set False on a cluster whose Spark already has "
-            "hadoop-aws and Delta: the resource then adds neither (the s3a settings still "
-            "apply). Unused with remote: a Spark Connect server gets them when it starts."
+            "Local Spark and a standalone cluster: add the fetched JARs (to the JVMs' "
+            "classpaths for local Spark and a cluster on 127.0.0.1, spark.jars for another "
+            "cluster) and Delta's SQL extension and catalog. Set False on a cluster whose "
+            "Spark already has hadoop-aws and Delta: the resource then adds neither (the s3a "
+            "settings still apply). Unused with remote: a Spark Connect server gets them when "
+            "it starts."
         ),
     )
     _owns_session: bool = PrivateAttr(default=False)
@@ -178,9 +179,9 @@ class SparkResource(LazyPySparkResource):
 
     def lake_conf(self) -> dict[str, str]:
         """What a local session or a standalone cluster's app gets for the lake's storage:
-        the fetched JARs (`jars_conf`: on the driver's classpath for local Spark, `spark.jars`
-        for a cluster) and Delta's settings, unless `add_jars` is off or none were fetched,
-        and the public s3a settings. Secrets are not in it."""
+        the fetched JARs (`jars_conf`: on the classpath for local Spark and a cluster on this
+        machine, `spark.jars` for another) and Delta's settings, unless `add_jars` is off or
+        none were fetched, and the public s3a settings. Secrets are not in it."""
         conf = self.s3a().spark_conf()
         jars = local_jars(self.jars_dir) if self.add_jars else []
         if jars:
@@ -198,7 +199,10 @@ class SparkResource(LazyPySparkResource):
         SQL extensions are kept beside the lake's)."""
         lake = self.lake_conf()
         conf = {**DEFAULT_CONF, **lake, **self._user_conf()}
-        merged = ("spark.jars", "spark.driver.extraClassPath", "spark.sql.extensions")
+        merged = (
+            "spark.jars", "spark.driver.extraClassPath", "spark.executor.extraClassPath",
+            "spark.sql.extensions",
+        )  # fmt: skip
         for key in merged:  # lake_conf kept the user's beside its own
             if key in lake:
                 conf[key] = lake[key]

@@ -212,6 +212,10 @@ def start_standalone(
                     str(worker_port),
                     "--webui-port",
                     "0",
+                    # Applications' folders (the JARs they ship, executor logs) under `root`,
+                    # not inside the pip-installed pyspark.
+                    "--work-dir",
+                    str(server_dir(root) / f"worker{i}-work"),
                     "--cores",
                     str(cores),
                     "--memory",

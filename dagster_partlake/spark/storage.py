@@ -155,19 +155,28 @@ def jars_conf(
 ) -> dict[str, str]:
     """Spark conf that puts `jars` on the session's classpath, kept beside `existing` ones.
 
-    A local master gets them on the driver JVM's classpath (`spark.driver.extraClassPath`):
-    local executors share that JVM, nothing is copied, and the class-data-sharing archive can
-    hold their classes. `spark.jars` instead would copy every JAR (the AWS SDK bundle alone is
-    654 MiB) into a temporary folder per session. A cluster master gets `spark.jars`, which
-    Spark ships to each executor once per application.
+    Local Spark, and a standalone cluster on this machine (`spark://127.0.0.1` or `localhost`,
+    as `partlake`'s own), get them on the JVMs' classpaths (`spark.driver.extraClassPath`, and
+    `spark.executor.extraClassPath` for the cluster's executors, which share this disk): nothing
+    is copied, and the class-data-sharing archive can hold their classes. `spark.jars` instead
+    copies every JAR (the AWS SDK bundle alone is 654 MiB) into a folder per local session and
+    per executor of each application. Any other cluster gets `spark.jars`, which Spark ships to
+    its executors.
     """
     paths = [str(j) for j in jars]
-    if master.startswith("local"):
-        key, separator = "spark.driver.extraClassPath", os.pathsep
+    host = master.removeprefix("spark://").split(":")[0]
+    if master.startswith("local") or host in ("127.0.0.1", "localhost"):
+        keys = ["spark.driver.extraClassPath"]
+        if not master.startswith("local"):
+            keys.append("spark.executor.extraClassPath")
+        separator = os.pathsep
     else:
-        key, separator = "spark.jars", ","
-    kept = [j for j in existing.get(key, "").split(separator) if j]
-    return {key: separator.join([*paths, *kept])}
+        keys, separator = ["spark.jars"], ","
+    conf = {}
+    for key in keys:
+        kept = [j for j in existing.get(key, "").split(separator) if j]
+        conf[key] = separator.join([*paths, *kept])
+    return conf
 
 
 def apply_hadoop(session: SparkSession, settings: Mapping[str, str]) -> None:
