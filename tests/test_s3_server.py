@@ -91,9 +91,7 @@ def test_delta_rs_commits_of_concurrent_writers_all_land(s3: S3Server) -> None:
     assert table.version() == 4
     assert sorted(table.to_pyarrow_table()["writer"].to_pylist()) == [-1, 0, 1, 2, 3]
     log = sorted(p.name for p in (s3.data / s3.bucket / "delta-rs/concurrent/_delta_log").iterdir())
-    assert [name for name in log if name.endswith(".json")] == [
-        f"{v:020d}.json" for v in range(5)
-    ]
+    assert [name for name in log if name.endswith(".json")] == [f"{v:020d}.json" for v in range(5)]
 
 
 def test_the_script_reports_the_running_server_and_its_settings(s3: S3Server) -> None:
