@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         assert path is not None, "no java found"
         if not os.path.isfile(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            cds.build(path, extra)
+            cds.build(path, extra, timeout=3600)  # a busy shared machine: minutes
         archives[name] = {"path": path, "bytes": os.path.getsize(path)}
     samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for number in range(args.repeats):

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -125,26 +126,26 @@ def _take_lock(lock: str) -> bool:
     return True
 
 
-def build(path: str, extra_jars: Sequence[str] = ()) -> None:
+def build(path: str, extra_jars: Sequence[str] = (), timeout: float = 600) -> None:
     """Write the archive at `path` for sessions adding `extra_jars`: the workload runs in a
     child process whose JVM writes the archive when it exits; then it is moved into place
-    (readers never see half a file)."""
+    (readers never see half a file). A workload still running after `timeout` seconds is
+    killed with its JVM."""
     folder = os.path.dirname(path)
     partial = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.partial")
+    command = [sys.executable, "-m", "dagster_partlake.spark.cds", "--workload", partial]
     try:
         started = time.perf_counter()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "dagster_partlake.spark.cds",
-                "--workload",
-                partial,
-                *extra_jars,
-            ],  # fmt: skip
-            check=True,
-            timeout=600,
-        )
+        # Its own process group: a timeout ends the JVM too, before it writes a stray archive.
+        child = subprocess.Popen([*command, *extra_jars], start_new_session=True)
+        try:
+            code = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            raise
+        if code != 0:
+            raise subprocess.CalledProcessError(code, command)
         if not os.path.isfile(partial) or os.path.getsize(partial) == 0:
             raise RuntimeError(f"the JVM wrote no archive at {partial}")
         os.replace(partial, path)
