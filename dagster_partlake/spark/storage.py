@@ -8,7 +8,7 @@ starting with `fs.s3a.` goes to Hadoop as it is. Options win over the environmen
 
 Secrets (keys, session token) never enter Spark's conf: pyspark passes its conf to the JVM on
 the `spark-submit` command line, which every user of the machine can read. They are set on the
-running session's Hadoop configuration instead (`apply_secrets`), which Spark ships to its
+running session's Hadoop configuration instead (`apply_hadoop`), which Spark ships to its
 executors with each job; a Spark server started by partlake gets them in its environment, where
 s3a's default credential chain reads them.
 """
@@ -65,7 +65,7 @@ class S3aSettings:
 def redact(options: Mapping[str, str]) -> dict[str, str]:
     """`options` with the value of every secret key replaced, for reprs and messages."""
     secret = {*SECRET_KEYS, *SECRET_HADOOP_KEYS}
-    return {k: (REDACTED if _norm(k) in secret or k in secret else v) for k, v in options.items()}
+    return {k: (REDACTED if _norm(k) in secret else v) for k, v in options.items()}
 
 
 def _norm(key: str) -> str:
@@ -75,7 +75,9 @@ def _norm(key: str) -> str:
 def check_options(options: Mapping[str, str]) -> None:
     """Raise a `PartlakeConfigError` naming any key that is neither a known AWS option nor an
     `fs.s3a.` Hadoop key (a typo would otherwise be ignored)."""
-    unknown = sorted(k for k in options if _norm(k) not in OPTION_KEYS and not k.startswith("fs."))
+    unknown = sorted(
+        k for k in options if _norm(k) not in OPTION_KEYS and not k.startswith("fs.s3a.")
+    )
     if unknown:
         raise PartlakeConfigError(
             f"unknown storage option(s) {', '.join(unknown)}; Spark takes "
