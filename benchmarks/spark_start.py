@@ -54,7 +54,7 @@ def probe(mode: str) -> dict[str, float]:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,  # a session on a shared 2-core machine at load 30 took minutes
         check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
