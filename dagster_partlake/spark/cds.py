@@ -11,13 +11,14 @@ not, it starts one builder in the background (`python -m dagster_partlake.spark.
 its output in `<archive>.log`) and the session starts as before; the builder runs a small
 workload like partlake's (partitioned Parquet written and read, aggregations, a join, a window)
 in a child process, waits for that JVM to exit and write the archive, and moves it into place.
-The archive is keyed by the pyspark version, the `java` executable, Spark's jars and the JARs
-the session puts before them on the driver's classpath (hadoop-aws and Delta, `spark.jars`);
-Java itself checks it against the classpath and ignores an archive that does not match. With
-those JARs, the workload also writes and reads a small Delta table, so that Delta's classes are
-archived too; other JARs build another archive, and the one without them stays valid for
-sessions without them. A build that failed leaves `<archive>.failed` (delete it to try again)
-rather than being retried by every session.
+The archive is keyed by the pyspark version, the `java` executable, Spark's jars (their names
+and folder: Java matches an archive against the classpath's paths, so each virtualenv needs its
+own) and the JARs the session puts before them on the driver's classpath (hadoop-aws and Delta,
+`spark.jars`); Java ignores an archive that does not match its classpath. With those JARs, the
+workload also writes and reads a small Delta table, so that Delta's classes are archived too;
+other JARs build another archive, and the one without them stays valid for sessions without
+them. A build that failed leaves `<archive>.failed` (delete it to try again) rather than being
+retried by every session.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def archive_path(extra_jars: Sequence[str] = ()) -> str | None:
     names = sorted(os.listdir(jars)) if os.path.isdir(jars) else []
     stat = os.stat(java)
     extra = [(os.path.realpath(j), os.path.getsize(j)) for j in extra_jars]
+    # The jars' folder too: Java matches the archive against the classpath's paths, so two
+    # checkouts (two virtualenvs) cannot share one archive.
     key = repr((pyspark.__version__, java, stat.st_size, stat.st_mtime_ns, names))
+    key += repr(os.path.realpath(jars))
     if extra:  # keeps the key, and so the archive, of a session without extra JARs as it was
         key += repr(("driver-classpath", extra))
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
