@@ -215,24 +215,34 @@ class ReportWriter:
         the partitions it requests runs for, recorded before the runs are created)."""
         self._record(instance, report)
 
-    def claim(self, partitions: Collection[tuple[str, Key]]) -> set[tuple[str, Key]]:
+    def claim(
+        self, partitions: Collection[tuple[str, Key]]
+    ) -> tuple[set[tuple[str, Key]], list[FreshnessReport]]:
         """Take the results of `partitions` ((asset, partition) pairs) out of the reports not
-        recorded yet: the caller records newer ones itself. The pairs of the report being
-        recorded at this moment are returned: their results may land at any time now."""
+        recorded yet, for the caller to record itself (before newer ones). Returns the pairs of
+        the report being recorded at this moment (their results may land at any time now) and
+        the results taken, as reports under their own ids."""
         if not partitions:
-            return set()
+            return set(), []
         wanted = set(partitions)
+        taken: list[FreshnessReport] = []
         with self._ready:
             kept: deque[FreshnessReport] = deque()
             for report in self._queue:
+                mine = tuple(e for e in report.evaluations if _pair(e) in wanted)
+                if not mine:
+                    kept.append(report)
+                    continue
+                taken.append(replace(report, evaluations=mine, waiting=0))
                 left = tuple(e for e in report.evaluations if _pair(e) not in wanted)
                 if left:
                     kept.append(replace(report, evaluations=left))
             self._queue = kept
             recording = self._recording
-        if recording is None:
-            return set()
-        return {p for p in map(_pair, recording.evaluations) if p in wanted}
+        busy = set()
+        if recording is not None:
+            busy = {p for p in map(_pair, recording.evaluations) if p in wanted}
+        return busy, taken
 
     @property
     def idle(self) -> bool:

@@ -48,7 +48,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import (
@@ -96,7 +96,7 @@ from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 if TYPE_CHECKING:
-    from dagster import DagsterInstance, DagsterRun
+    from dagster import AssetCheckEvaluation, DagsterInstance, DagsterRun
 
     from dagster_partlake.compat import AssetGraph
 
@@ -417,28 +417,46 @@ def _record_requested(
     writer = state.writer
     assert writer is not None  # made by `_report`
     requested = {(i.asset, i.partition) for run in runs for i in run.items}
-    busy = writer.claim(requested)
+    busy, earlier = writer.claim(requested)
     now = tuple(r for r in runs if not any((i.asset, i.partition) in busy for i in r.items))
     later = tuple(r for r in runs if r not in now)
     mine = {(i.asset, i.partition) for run in now for i in run.items}
-    own = [e for e in report.evaluations if (e.asset_key.to_user_string(), e.partition) in mine]
-    rest = [e for e in report.evaluations if e not in own]
-    if len(own) > MAX_RECORDED_IN_TICK:
+    own: list[AssetCheckEvaluation] = []
+    rest: list[AssetCheckEvaluation] = []
+    for evaluation in report.evaluations:
+        pair = (evaluation.asset_key.to_user_string(), evaluation.partition)
+        (own if pair in mine else rest).append(evaluation)
+    # Taken back from the thread: those of runs left for the next tick go back to it.
+    reports = [replace(r, evaluations=_of(r, mine)) for r in earlier]
+    rest_earlier = [replace(r, evaluations=_of(r, requested - mine)) for r in earlier]
+    reports.append(FreshnessReport(tuple(own), 0, report.report_id))
+    count = sum(len(r.evaluations) for r in reports)
+    if count > MAX_RECORDED_IN_TICK:
         # Left to the runs' own check steps: a result recorded after a run exists hides its own.
         context.log.info(
-            f"{len(own) - MAX_RECORDED_IN_TICK} partlake_fresh result(s) of requested "
-            "partitions left to their runs' check steps."
+            f"{count} partlake_fresh results of requested partitions: the runs' own check "
+            f"steps say them (at most {MAX_RECORDED_IN_TICK} are recorded by a tick)."
         )
-        own = own[:MAX_RECORDED_IN_TICK]
+        reports = []
     started = time.perf_counter()
-    writer.record_now(context.instance, FreshnessReport(tuple(own), 0, report.report_id))
-    if own:
+    for part in reports:
+        writer.record_now(context.instance, part)
+    if count and reports:
         context.log.info(
-            f"Recorded {len(own)} partlake_fresh result(s) of the requested partitions in "
+            f"Recorded {count} partlake_fresh result(s) of the requested partitions in "
             f"{(time.perf_counter() - started) * 1000:,.0f} ms."
         )
+    for part in rest_earlier:
+        writer.submit(part)
     writer.submit(FreshnessReport(tuple(rest), report.waiting, report.report_id))
     return now, later
+
+
+def _of(report: FreshnessReport, pairs: set[tuple[str, Key]]) -> tuple[AssetCheckEvaluation, ...]:
+    """The results of `report` about `pairs` ((asset, partition))."""
+    return tuple(
+        e for e in report.evaluations if (e.asset_key.to_user_string(), e.partition) in pairs
+    )
 
 
 def _running(graph: LakeGraph, in_flight: Sequence[DagsterRun]) -> dict[str, set[Key]]:
