@@ -155,7 +155,7 @@ def refreshed_demo(
         rewritten_at = time.time()
         ingest(env, "--date", "2024-01-02", "--region", "us", "--seed", "7")
         assert {(i["asset"], i["partition"]) for i in dev.stale()} == CLOSURE
-        wait_until(lambda: dev.stale() == [], timeout=360, what="the daemon to refresh")
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the daemon to refresh")
         refresh_seconds = time.time() - rewritten_at
         filled = "found the lake partlake run filled" if filled_by_partlake else "filled the lake"
         print(
@@ -399,7 +399,7 @@ class TestSqliteInstance:
         }
         [run] = wait_until(
             lambda: [r for r in finished_since(damaged_at) if "clean_events" in r["assets"]],
-            timeout=180,
+            timeout=600,
             what="the clean_events refresh",
         )
         assert run["status"] == "SUCCESS"
@@ -419,7 +419,7 @@ class TestSqliteInstance:
 
         newest.write_bytes(original)
         repaired_at = time.time()
-        wait_until(lambda: dev.stale() == [], timeout=300, what="the refresh after the repair")
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the refresh after the repair")
         # A partition is fresh once its commit lands; its run ends a moment later.
         wait_until(
             lambda: set().union(*(covered(r) for r in finished_since(repaired_at))) >= held,
@@ -454,7 +454,7 @@ class TestSqliteInstance:
 
         first, second = wait_until(
             lambda: attempts(2),
-            timeout=300,
+            timeout=900,
             interval=3,
             what="two attempts of the broken partition",
         )[:2]
@@ -637,7 +637,7 @@ class TestPostgresInstance:
             released = dev.dagster("instance", "concurrency", "set", "partlake", "2")
             assert released.returncode == 0, released.stderr[-3000:]
 
-        wait_until(lambda: dev.stale() == [], timeout=360, what="the refresh of the closure")
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the refresh of the closure")
         fresh = wait_until(
             lambda: fresh_results(dev, closure, after=rewritten_at, passed=True),
             timeout=60,
