@@ -143,13 +143,13 @@ def refreshed_demo(
     )
     ingest(env, "--date", "2024-01-01", "--date", "2024-01-02", "--region", "eu", "--region", "us")
     if filled_by_partlake:
-        filled = run_partlake("run", "-m", "definitions", env=env, timeout=600)
+        filled = run_partlake("run", "-m", "definitions", env=env, timeout=1800)
         assert filled.returncode == 0, filled.stdout[-3000:] + filled.stderr[-3000:]
     with dagster_dev(env, tmp / "dagster_dev.log") as dev:
         started = time.monotonic()
         turned_on = dev.dagster("sensor", "start", "-w", "workspace.yaml", SENSOR)
         assert turned_on.returncode == 0, turned_on.stderr[-3000:]
-        wait_until(lambda: dev.stale() == [], timeout=480, what="the daemon to fill the lake")
+        wait_until(lambda: dev.stale() == [], timeout=1800, what="the daemon to fill the lake")
         fill_seconds = time.monotonic() - started
 
         rewritten_at = time.time()
