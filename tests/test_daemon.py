@@ -370,7 +370,7 @@ class TestSqliteInstance:
             refresh_id = run["tags"]["partlake/refresh"]
             page.goto(f"{dev.url}/runs?{refresh_filter(refresh_id)}")
             for r in refresh_runs:
-                expect(page.get_by_text(r["runId"][:8]).first).to_be_visible()
+                expect(page.get_by_text(r["runId"][:8]).first).to_be_visible(timeout=60_000)
             page.screenshot(path=out / "ui-refresh-runs.png")
             browser.close()
 
@@ -546,10 +546,12 @@ class TestSqliteInstance:
             page.set_default_timeout(60_000)
             page.goto(f"{dev.url}/runs?{refresh_filter(refresh_id)}")
             dismiss_welcome(page)
-            expect(page.get_by_text("Failure").first).to_be_visible()
+            # The run list loads its runs after the page (a minute on a busy machine).
+            expect(page.get_by_text("Failure").first).to_be_visible(timeout=60_000)
             page.screenshot(path=out / "ui-refresh-failed-upstream.png")
             page.goto(f"{dev.url}/assets/clean_events?view=partitions")
-            expect(page.get_by_text(re.compile(r"^Failed \(\d+\)$")).first).to_be_visible()
+            failed_count = page.get_by_text(re.compile(r"^Failed \(\d+\)$")).first
+            expect(failed_count).to_be_visible(timeout=60_000)
             page.screenshot(path=out / "ui-refresh-partition-status.png")
             browser.close()
 
