@@ -520,7 +520,7 @@ class TestSqliteInstance:
         )
 
     @pytest.mark.browser
-    def test_the_ui_shows_a_failed_upstream_holding_back_its_downstream(
+    def test_the_ui_shows_a_failing_partition_holding_back_its_downstream(
         self, refreshed: Refreshed, tmp_path: Path
     ) -> None:
         """After the back-off test: the refresh of the broken partition in the browser, its
