@@ -13,7 +13,7 @@ How a refresh runs is the sensor's `refresh`:
 - `"runs"` (default): the runs of the plan that wait for no other run
   (`dagster_partlake.planning.runs`, the same runs `partlake plan` shows), upstream before
   downstream, partitions of one asset batched as its backfill policy allows. The next level of
-  a closure is requested by the first tick after the runs it reads have ended: the cursor stays
+  a closure is requested by the first tick after what it reads is committed: the cursor stays
   `pending` while runs are in flight, and the sensor ticks on every pass of the daemon
   (`minimum_interval_seconds`), so a level follows the one before within one pass (5 s at most).
   Every run of one refresh carries the same `partlake/refresh` tag (the UI's run list filtered
@@ -202,7 +202,7 @@ def build_invalidation_sensor(
             `$PARTLAKE_HOME`, else `.partlake`.
         minimum_interval_seconds: least time between ticks. The Dagster daemon evaluates
             sensors every 5 s at most; with the default, 2 s, this one ticks on every pass, so
-            a source commit, or the end of a run the next level of a refresh reads, is acted
+            a source commit, or the commit the next level of a refresh reads, is acted
             on within 5 s. A tick that finds no new commit costs two `stat`s per table.
         retry_base_seconds: wait before retrying a failed partition; doubles per failure.
         retry_max_seconds: longest wait between retries.
@@ -213,7 +213,7 @@ def build_invalidation_sensor(
         default_status: whether the sensor starts running when the code location loads.
         max_chained_runs: deprecated and ignored: runs are no longer requested ahead of the
             runs they read; the next level of a refresh is requested by the first tick after
-            they end (accepted with a warning).
+            what it reads is committed (accepted with a warning).
         watch_seconds: deprecated and ignored: a tick no longer watches the tables; it ticks
             on every pass of the daemon (`minimum_interval_seconds`) and returns at once
             (accepted with a warning).
@@ -258,7 +258,7 @@ def _warn_deprecated(max_chained_runs: int | None, watch_seconds: float | None) 
         warnings.warn(
             "build_invalidation_sensor(max_chained_runs=...) is deprecated and ignored: no run "
             "starts early to wait for another any more; the next level of a refresh is requested "
-            "by the first tick after the runs it reads have ended. Remove the argument.",
+            "by the first tick after what it reads is committed. Remove the argument.",
             DeprecationWarning,
             stacklevel=3,
         )
