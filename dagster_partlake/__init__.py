@@ -21,7 +21,9 @@ if TYPE_CHECKING:
         SchemaMismatchError,
         SparkUnavailableError,
         SqlModelError,
+        TableFeatureError,
         TableUnreadableError,
+        UnreadableTableFeatureError,
     )
     from dagster_partlake.freshness.automation import partlake_stale
     from dagster_partlake.freshness.check import partlake_asset_checks
@@ -63,7 +65,9 @@ __all__ = [
     "SqlModels",
     "StalePartition",
     "InvalidPredicateError",
+    "TableFeatureError",
     "TableUnreadableError",
+    "UnreadableTableFeatureError",
     "build_invalidation_sensor",
     "build_maintenance_job",
     "model_kind_metadata",
@@ -89,7 +93,9 @@ _LAZY = {
     "PartlakeConfigError": "dagster_partlake.errors",
     "PartlakeError": "dagster_partlake.errors",
     "SchemaMismatchError": "dagster_partlake.errors",
+    "TableFeatureError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
+    "UnreadableTableFeatureError": "dagster_partlake.errors",
     "SparkUnavailableError": "dagster_partlake.errors",
     "SqlModelError": "dagster_partlake.errors",
     "SqlModels": "dagster_partlake.sql.component",
