@@ -60,7 +60,6 @@ from dagster_partlake.incremental.landing import (
 )
 from dagster_partlake.incremental.spec import Incremental, incremental_of
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec, stream_of
-from dagster_partlake.io_manager.chain import wait_for_upstream_runs, waits_for
 from dagster_partlake.kinds.spec import model_kind
 from dagster_partlake.metadata import (
     FORMAT_KEY,
@@ -78,6 +77,7 @@ from dagster_partlake.partitions.keys import (
     selection_for_keys,
     validate_keys,
 )
+from dagster_partlake.processes import record_worker
 from dagster_partlake.spark.resource import SparkResource, take_session_starts
 from dagster_partlake.storage.location import TableLocation, lake_location, table_location
 
@@ -96,9 +96,6 @@ class _Read:
     incremental: bool = False  # only what the consumer had not read (`partlake/incremental`)
     # load_input's time: the table's log, the list of the partitions' files, Spark's read plan.
     seconds: float = 0.0
-
-
-CHAINED_NICENESS = 10  # added to the niceness of a run that waits for others, with local Spark
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -151,18 +148,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         run = context.dagster_run
-        if run is None or context.instance is None or not waits_for(run):
+        if run is None or context.instance is None:
             return
-        # A run the sensor requested ahead of the runs it reads (`io_manager.chain`): Spark
-        # starts first, so a local session's JVM start-up overlaps their work, then it waits
-        # here, before any step claims a pool slot.
-        if self.spark.remote is None and self.spark.master.startswith("local"):
-            # Its JVM (a child of this process) then yields the CPU to theirs, which the
-            # refresh waits for; alone again, niceness costs nothing.
-            os.nice(CHAINED_NICENESS)
-        with self.spark.server_errors():
-            self.spark.spark_session  # noqa: B018 (starts the session)
-        wait_for_upstream_runs(context.instance, run, context.log)
+        # The run's worker names itself on the run, so run monitoring's health check
+        # (`MonitoredRunLauncher`) knows which process to ask about.
+        record_worker(context.instance, run)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         self._reads.clear()

@@ -4,7 +4,9 @@ Users give options the way delta-rs and dagster-deltalake take them (`AWS_ENDPOI
 `AWS_ACCESS_KEY_ID`, ...; any case), explicitly on the IO manager or the Spark resource, or through
 the standard environment variables; explicit ones win. This module turns them into what each
 engine needs (delta-rs' `storage_options`, a pyarrow filesystem, Spark's `fs.s3a.*` settings) and
-is the one place that knows the names. Values are secrets: `redacted` is what may be shown.
+is the one place that knows delta-rs' names (Spark's `s3a` settings are made from the same
+options by `dagster_partlake.spark.storage`). Values are secrets: `redacted` is what may be
+shown.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ENV_OPTIONS: dict[str, tuple[str, ...]] = {
         "AWS_DEFAULT_REGION",
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT",
         "AWS_ALLOW_HTTP",
         "AWS_S3_ALLOW_UNSAFE_RENAME",
     ),
@@ -45,6 +48,7 @@ ENV_OPTIONS: dict[str, tuple[str, ...]] = {
     ),
 }
 SECRET_WORDS = ("SECRET", "KEY", "TOKEN", "PASSWORD", "SAS", "CREDENTIAL")
+REDACTED = "*****(redacted)"
 
 
 def normalized(options: Mapping[str, str] | None) -> dict[str, str]:
@@ -70,7 +74,11 @@ def redacted(options: Mapping[str, str]) -> dict[str, str]:
 
 def endpoint(options: Mapping[str, str]) -> str | None:
     """The S3 endpoint URL the options name, if any."""
-    return options.get("AWS_ENDPOINT_URL_S3") or options.get("AWS_ENDPOINT_URL")
+    return (
+        options.get("AWS_ENDPOINT_URL_S3")
+        or options.get("AWS_ENDPOINT_URL")
+        or options.get("AWS_ENDPOINT")
+    )
 
 
 def _allows_http(options: Mapping[str, str]) -> bool:
@@ -110,33 +118,6 @@ def arrow_s3_arguments(options: Mapping[str, str]) -> dict[str, object]:
         # A local or S3-compatible endpoint names buckets in the path.
         arguments["force_virtual_addressing"] = False
     return arguments
-
-
-def spark_s3a_conf(options: Mapping[str, str]) -> dict[str, str]:
-    """Spark's `spark.hadoop.fs.s3a.*` settings for these options (empty: none given, so
-    the cluster's own configuration applies)."""
-    conf: dict[str, str] = {}
-    prefix = "spark.hadoop.fs.s3a."
-    url = endpoint(options)
-    if url:
-        conf[prefix + "endpoint"] = url
-        conf[prefix + "path.style.access"] = "true"
-        conf[prefix + "connection.ssl.enabled"] = "false" if _allows_http(options) else "true"
-    if "AWS_REGION" in options:
-        conf[prefix + "endpoint.region"] = options["AWS_REGION"]
-    if "AWS_ACCESS_KEY_ID" in options:
-        conf[prefix + "access.key"] = options["AWS_ACCESS_KEY_ID"]
-        conf[prefix + "secret.key"] = options.get("AWS_SECRET_ACCESS_KEY", "")
-        if "AWS_SESSION_TOKEN" in options:
-            conf[prefix + "session.token"] = options["AWS_SESSION_TOKEN"]
-            conf[prefix + "aws.credentials.provider"] = (
-                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-            )
-        else:
-            conf[prefix + "aws.credentials.provider"] = (
-                "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-            )
-    return conf
 
 
 def require_scheme(scheme: str, where: str) -> None:
