@@ -133,6 +133,11 @@ bench-noop: install
 	@test -d $(PARTLAKE_HOME)/warehouse/raw_events || $(MAKE) demo
 	$(BIN)/python -m benchmarks.noop_run $(BENCH_ARGS)
 
+# What one write reads of its table's log, per model kind (BENCH_ARGS='--checkout PATH' to add an
+# older checkout measured the same way).
+bench-log-reads: check-java install
+	$(BIN)/python -m benchmarks.log_reads $(BENCH_ARGS)
+
 # Incremental planning vs the full plan and the oracle over 10,000 random worlds (no Spark).
 bench-exactness: install
 	$(BIN)/python -m benchmarks.exactness $(BENCH_ARGS)
