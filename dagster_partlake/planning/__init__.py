@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     from dagster_partlake.planning.replan import PlanMemo as PlanMemo
     from dagster_partlake.planning.replan import changed_partitions as changed_partitions
     from dagster_partlake.planning.replan import full as full
-    from dagster_partlake.planning.replan import replan as replan
     from dagster_partlake.planning.runs import PlannedRun as PlannedRun
     from dagster_partlake.planning.runs import RunPlan as RunPlan
     from dagster_partlake.planning.runs import plan_runs as plan_runs
@@ -62,7 +61,6 @@ _LAZY = {
     "PlanMemo": "dagster_partlake.planning.replan",
     "changed_partitions": "dagster_partlake.planning.replan",
     "full": "dagster_partlake.planning.replan",
-    "replan": "dagster_partlake.planning.replan",
     "PlannedRun": "dagster_partlake.planning.runs",
     "RunPlan": "dagster_partlake.planning.runs",
     "plan_runs": "dagster_partlake.planning.runs",
