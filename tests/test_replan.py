@@ -24,7 +24,8 @@ def replay(world: World, events: list[Event]) -> tuple[int, int]:
     incremental = 0
     for event in events:
         apply(world, event)
-        inputs, columns = world.plan_input(), world.columnar_input()
+        inputs = world.plan_input()
+        columns = world.columnar_input(inputs)
         memo = replan(memo, inputs, changed_partitions(memo.inputs, inputs))
         in_bulk = replan(in_bulk, columns, changed_partitions(in_bulk.inputs, columns))
         incremental += memo.incremental
