@@ -630,3 +630,38 @@ def test_the_worlds_map_partitions_as_partlake_does() -> None:
                 # Days outside the daily definition (a month's first days) never have data.
                 found = set(upstream_keys(key)) & set(UNIVERSE[up])
                 assert found == set(reads(up, down, key)), (up, down, key)
+
+
+def test_the_rule_decides_alike_on_one_partition_and_on_columns() -> None:
+    """`planning.rule` on every combination of facts: as Python bools one partition at a time
+    (`judge`) and as boolean columns all at once (the bulk pass), the same reasons and citations;
+    and the reasons' order is `REASONS`'."""
+    import numpy as np
+
+    from dagster_partlake.planning.definition import REASONS
+    from dagster_partlake.planning.rule import RULE, Facts, cited, first_reason, reason_column
+
+    assert tuple(reason for reason, _ in RULE) == REASONS
+    rows = list(itertools.product((False, True), repeat=7))  # 5 facts, has data, moved
+    column = {i: np.array([row[i] for row in rows]) for i in range(7)}
+    many = Facts(column[0], ~column[0], column[1], column[2], column[3], column[4])
+    reasons = reason_column(np, many, len(rows))
+    citations = cited(many, column[5], column[6])
+    for n, (recorded, present, code, own, inputs, has, moved) in enumerate(rows):
+        one = Facts(recorded, not recorded, present, code, own, inputs)
+        reason = first_reason(one)
+        assert (REASONS[reasons[n]] if reasons[n] >= 0 else None) == reason, rows[n]
+        assert bool(citations[n]) == cited(one, has, moved), rows[n]
+        # The rule in words (the planner's docstring), for the record.
+        expected = (
+            ("missing" if present else None)
+            if not recorded
+            else "code_changed"
+            if code
+            else "out_of_band"
+            if own
+            else "upstream_changed"
+            if inputs
+            else None
+        )
+        assert reason == expected, rows[n]
