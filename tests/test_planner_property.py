@@ -652,16 +652,16 @@ def test_the_rule_decides_alike_on_one_partition_and_on_columns() -> None:
         reason = first_reason(one)
         assert (REASONS[reasons[n]] if reasons[n] >= 0 else None) == reason, rows[n]
         assert bool(citations[n]) == cited(one, has, moved), rows[n]
-        # The rule in words (the planner's docstring), for the record.
-        expected = (
-            ("missing" if present else None)
-            if not recorded
-            else "code_changed"
-            if code
-            else "out_of_band"
-            if own
-            else "upstream_changed"
-            if inputs
-            else None
-        )
+        expected = _in_words(recorded, present, code, own, inputs)
         assert reason == expected, rows[n]
+
+
+def _in_words(recorded: bool, present: bool, code: bool, own: bool, inputs: bool) -> str | None:
+    """The rule as the planner's docstring says it (the reason = the first that applies)."""
+    if not recorded:
+        return "missing" if present else None
+    if code:
+        return "code_changed"
+    if own:
+        return "out_of_band"
+    return "upstream_changed" if inputs else None
