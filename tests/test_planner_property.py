@@ -26,11 +26,12 @@ Every world is checked on both of the planner's paths: one partition at a time o
 
 from __future__ import annotations
 
-import copy
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
+from typing import TypeVar, cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,6 +103,8 @@ PARTITIONED_KINDS = ("partition", "partition", "tracked", "append", "merge", "sc
 UNPARTITIONED_KINDS = ("table", "table", "append", "merge", "scd2")
 ORDERED = ("merge", "scd2")  # `kinds.spec.ORDERED_KINDS`
 Verdict = tuple[str, tuple[str, ...]]  # (reason, sorted because)
+V = TypeVar("V")
+M = TypeVar("M")
 
 
 def _parts(key: Key) -> tuple[str, dict[str, str]]:
@@ -171,6 +174,7 @@ class World:
     seed: int = 0  # whether a `tracked` recomputation comes out unchanged
     last_commit: dict[str, int] = field(default_factory=dict)  # newest partlake write per table
     touched: dict[str, int] = field(default_factory=dict)  # newest change by others (decoupled)
+    memo: dict[object, tuple[list[object], object]] = field(default_factory=dict, repr=False)
 
     def tick(self) -> int:
         self.clock += 1
@@ -269,8 +273,9 @@ class World:
         }  # a self-dependency does not make an asset any less of a root
         return PlanInput(
             assets,
-            copy.deepcopy(readable),
-            copy.deepcopy(records),
+            # Copies of the maps (their values are frozen and never changed in place).
+            {n: dict(v) for n, v in readable.items()},
+            {n: dict(v) for n, v in records.items()},
             partition_keys=roots,
             unreadable={n: f"{n} is unreadable" for n in self.unreadable},
         )
@@ -297,9 +302,17 @@ class World:
         return replace(
             inputs,
             assets=assets,
-            states={n: StateMap.build(v.items()) for n, v in inputs.states.items()},
-            records={n: record_map(v) for n, v in inputs.records.items()},
+            states={n: self._columns(v, state_map) for n, v in inputs.states.items()},
+            records={n: self._columns(v, record_map) for n, v in inputs.records.items()},
         )
+
+    def _columns(self, values: dict[Key, V], build: Callable[[dict[Key, V]], M]) -> M:
+        """`build(values)`, made once per distinct map (as a session keeps a table's
+        conversion until its table moves): maps are equal when they hold the same objects."""
+        key = (build, tuple((k, id(v)) for k, v in values.items()))
+        if key not in self.memo:
+            self.memo[key] = (list(values.values()), build(values))  # the values stay alive
+        return cast(M, self.memo[key][1])
 
     def self_dependency(self, spec: Spec) -> tuple[Dependency, ...]:
         if spec.self_dep is None:
@@ -504,6 +517,11 @@ def managed_spec(draw: st.DrawFn, name: str, scheme: str, deps: tuple[str, ...])
     return Spec(name, scheme, deps, False, self_dep, kind, decoupled)
 
 
+def state_map(states: dict[Key, PartitionState]) -> StateMap:
+    """States as a table's log gives them: column-wise over the interned keys."""
+    return StateMap.build(states.items())
+
+
 def record_map(records: dict[Key, Record]) -> RecordMap:
     """Records as a table's commits give them: one source per write, consumption as `IntMap`s."""
     sources = tuple(
@@ -641,7 +659,7 @@ def test_the_rule_decides_alike_on_one_partition_and_on_columns() -> None:
     from dagster_partlake.planning.definition import REASONS
     from dagster_partlake.planning.rule import RULE, Facts, cited, first_reason, reason_column
 
-    assert tuple(reason for reason, _ in RULE) == REASONS
+    assert tuple(reason for reason, _, _ in RULE) == REASONS
     rows = list(itertools.product((False, True), repeat=7))  # 5 facts, has data, moved
     column = {i: np.array([row[i] for row in rows]) for i in range(7)}
     many = Facts(column[0], ~column[0], column[1], column[2], column[3], column[4])

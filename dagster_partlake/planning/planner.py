@@ -75,7 +75,14 @@ from dagster_partlake.planning.definition import (
     UnreadableTable,
     render_partition,
 )
-from dagster_partlake.planning.rule import Facts, cited, first_reason, input_moved, written_after
+from dagster_partlake.planning.rule import (
+    Facts,
+    cited,
+    first_reason,
+    input_moved,
+    one_partition,
+    written_after,
+)
 
 # The planner's data lives in `planning.definition`; these names are re-exported for the
 # modules (and users) that know them from here.
@@ -269,9 +276,9 @@ def judge_stream(
         inputs_moved=bool(changed),
     )
     reason = first_reason(facts)
-    return (
-        None if reason is None else StalePartition(asset.name, None, reason, tuple(sorted(changed)))
-    )
+    if reason is None:
+        return None
+    return StalePartition(asset.name, None, reason, tuple(sorted(changed)))
 
 
 def judge(
@@ -285,9 +292,11 @@ def judge(
     """The verdict on one partition (None: fresh), given the stale partitions of its upstream
     assets (and, for an asset ordered on itself, of its earlier partitions): its facts, decided
     by `planning.rule`."""
-    # Per upstream partition read: (rendered, has data, moved since the write read it).
-    edges: list[tuple[str, bool, bool]] = []
-    present = True
+    recorded = record is not None
+    # Per upstream partition read with data or moved: (asset, key, has data, moved since the
+    # write read it).
+    edges: list[tuple[str, Key, bool, bool]] = []
+    present, inputs_moved = True, False
     for dep in asset.deps:
         upstream_states = inputs.states.get(dep.upstream, {})
         upstream_stale = stale.get(dep.upstream, set())
@@ -295,10 +304,9 @@ def judge(
         any_data = False
         for u in _mapped(dep, key):
             current = upstream_states.get(u)
-            now = current.last_updated if current is not None else None
+            now = None if current is None else current.last_updated
             is_stale = u in upstream_stale
             has_data = now is not None or is_stale
-            any_data = any_data or has_data
             if record is None:
                 moved = False
             elif dep.order_only:
@@ -306,21 +314,23 @@ def judge(
             else:
                 moved = input_moved(is_stale, now, consumed.get(u))
             if has_data or moved:
-                edges.append((render_partition(dep.upstream, u), has_data, moved))
+                any_data = any_data or has_data
+                inputs_moved = inputs_moved or moved
+                edges.append((dep.upstream, u, has_data, moved))
         # Its own earlier partition never keeps a partition from being due.
         present = present and (any_data or dep.upstream == asset.name)
-    own = state.last_updated if state is not None else None
-    recorded = record is not None
-    facts = Facts(
-        recorded=recorded,
-        unrecorded=not recorded,
-        inputs_present=present,
-        code_changed=record is not None and record.code_version != asset.code_version,
-        own_moved=record is not None and own != record.written_last_updated,
-        inputs_moved=any(moved for _, _, moved in edges),
+    own = None if state is None else state.last_updated
+    facts = one_partition(
+        recorded,
+        present,
+        record is not None and record.code_version != asset.code_version,
+        record is not None and own != record.written_last_updated,
+        inputs_moved,
     )
     reason = first_reason(facts)
     if reason is None:
         return None
-    because = sorted(shown for shown, has, moved in edges if cited(facts, has, moved))
+    because = sorted(
+        render_partition(a, u) for a, u, has, moved in edges if cited(facts, has, moved)
+    )
     return StalePartition(asset.name, key, reason, tuple(because))

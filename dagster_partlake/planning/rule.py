@@ -4,17 +4,17 @@ The rule is `planning.planner`'s (its module docstring). Two paths gather the fa
 (`planning.planner`) for one partition at a time, from the planner's input as Python values
 (bools, lastUpdated as int or None), and the bulk pass (`planning.bulk`) for whole columns of
 partitions at once, as numpy values (boolean masks, int64 columns with `NONE` for None). Both
-decide with the functions here, which use only what the two kinds of values share (`&`, `|`,
-`!=`), so one partition and a million are judged by the same lines. (The bulk pass exists for
-speed: a cold plan of 3 x 100,000 partitions takes 0.3 s on columns, 15 s one at a time.)
+decide with what is here: `RULE` (each reason, when it applies, and their order), read by
+`first_reason` for one partition and by `reason_column` for many, and the facts' own rules
+(`input_moved`, `written_after`, `cited`), which use only what the two kinds of values share
+(`&`, `|`, `!=`). The bulk pass exists for speed: a cold plan of 3 x 100,000 partitions with
+one-to-one mappings costs 0.05 s of CPU on columns, 2.5 s one partition at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dagster_partlake.planning.definition import REASONS, Reason
 
@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 Flag = Any
 
 
-@dataclass(frozen=True, slots=True)
-class Facts:
+class Facts(NamedTuple):  # a tuple: made once per partition judged, it must be cheap
     """What the verdict on a partition depends on (one partition's, or many's as masks)."""
 
     recorded: Flag  # a write of the partition is recorded
@@ -40,16 +39,32 @@ class Facts:
     inputs_moved: Flag  # some upstream partition it reads moved (`input_moved`, `written_after`)
 
 
-# Each reason with when it applies, in the order they are tried: the first that applies is the
-# verdict; none: fresh. The order is `REASONS`'.
-RULE: tuple[tuple[Reason, Callable[[Facts], Flag]], ...] = (
-    ("missing", lambda f: f.unrecorded & f.inputs_present),
-    ("code_changed", lambda f: f.recorded & f.code_changed),
-    ("out_of_band", lambda f: f.recorded & f.own_moved),
-    ("upstream_changed", lambda f: f.recorded & f.inputs_moved),
+_tuple_of = tuple.__new__  # `Facts` made without its keyword-handling constructor
+
+
+def one_partition(
+    recorded: bool, inputs_present: bool, code_changed: bool, own_moved: bool, inputs_moved: bool
+) -> Facts:
+    """The facts of one partition (`judge` makes one per partition judged, so this skips the
+    named tuple's constructor, a third of a microsecond each)."""
+    return _tuple_of(
+        Facts, (recorded, not recorded, inputs_present, code_changed, own_moved, inputs_moved)
+    )
+
+
+# Each reason with when it applies (two facts that must both hold: which partitions it is about,
+# and the fact that makes them stale), in the order they are tried: the first that applies is
+# the verdict; none: fresh. The order is `REASONS`'.
+RULE: tuple[tuple[Reason, str, str], ...] = (
+    ("missing", "unrecorded", "inputs_present"),
+    ("code_changed", "recorded", "code_changed"),
+    ("out_of_band", "recorded", "own_moved"),
+    ("upstream_changed", "recorded", "inputs_moved"),
 )
-if tuple(reason for reason, _ in RULE) != REASONS:  # a reason's index means the same in both
+if tuple(reason for reason, _, _ in RULE) != REASONS:  # a reason's index means the same in both
     raise AssertionError("planning.rule.RULE and planning.definition.REASONS disagree")
+# RULE with the facts as positions in `Facts` (a partition at a time, this is the hot path).
+_RULE_AT = tuple((r, Facts._fields.index(a), Facts._fields.index(b)) for r, a, b in RULE)
 
 
 def input_moved(is_stale: Flag, now: Any, consumed: Any) -> Flag:
@@ -76,8 +91,8 @@ def cited(facts: Facts, with_data: Flag, moved: Flag) -> Flag:
 
 def first_reason(facts: Facts) -> Reason | None:
     """The verdict on one partition: the first reason of `RULE` that applies (None: fresh)."""
-    for reason, applies in RULE:
-        if applies(facts):
+    for reason, about, when in _RULE_AT:
+        if facts[about] and facts[when]:
             return reason
     return None
 
@@ -86,6 +101,7 @@ def reason_column(np: ModuleType, facts: Facts, size: int) -> npt.NDArray[np.int
     """The verdict on many partitions (`facts` as masks of `size`): per partition the index
     in `REASONS` of the first reason of `RULE` that applies, -1 where none does (fresh)."""
     reasons = np.full(size, -1, np.int8)
-    for index in reversed(range(len(RULE))):  # the earlier reasons overwrite the later ones
-        reasons[RULE[index][1](facts)] = index
+    for index in reversed(range(len(_RULE_AT))):  # the earlier reasons overwrite the later ones
+        _, about, when = _RULE_AT[index]
+        reasons[facts[about] & facts[when]] = index
     return reasons
