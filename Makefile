@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start screenshots
+.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -119,6 +119,12 @@ bench-refresh: check-java install
 # Local Spark start-up and first job with and without the class-data-sharing archive.
 bench-spark-start: check-java install
 	$(BIN)/python -m benchmarks.spark_start $(BENCH_ARGS)
+
+# The no-op `partlake run` next to `python -c "import dagster"`, in paired runs, on the demo's
+# lake (made first when there is none). BENCH_ARGS='--full' also times the full path.
+bench-noop: install
+	@test -d $(PARTLAKE_HOME)/warehouse/raw_events || $(MAKE) demo
+	$(BIN)/python -m benchmarks.noop_run $(BENCH_ARGS)
 
 # Incremental planning vs the full plan and the oracle, on both planner paths, over 100,000
 # random worlds of every model kind, with self-dependencies and up to 3 dimensions (no Spark;

@@ -20,7 +20,9 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     from dagster_partlake.errors import SchemaMismatchError as SchemaMismatchError
     from dagster_partlake.errors import SparkUnavailableError as SparkUnavailableError
     from dagster_partlake.errors import SqlModelError as SqlModelError
+    from dagster_partlake.errors import TableFeatureError as TableFeatureError
     from dagster_partlake.errors import TableUnreadableError as TableUnreadableError
+    from dagster_partlake.errors import UnreadableTableFeatureError as UnreadableTableFeatureError
     from dagster_partlake.freshness.automation import partlake_stale as partlake_stale
     from dagster_partlake.freshness.check import partlake_asset_checks as partlake_asset_checks
     from dagster_partlake.gates.spec import GateFailedError as GateFailedError
@@ -63,7 +65,9 @@ _LAZY = {
     "SchemaMismatchError": "dagster_partlake.errors",
     "SparkUnavailableError": "dagster_partlake.errors",
     "SqlModelError": "dagster_partlake.errors",
+    "TableFeatureError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
+    "UnreadableTableFeatureError": "dagster_partlake.errors",
     "partlake_stale": "dagster_partlake.freshness.automation",
     "partlake_asset_checks": "dagster_partlake.freshness.check",
     "GateFailedError": "dagster_partlake.gates.spec",

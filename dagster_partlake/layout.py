@@ -9,6 +9,7 @@ the state reader, the sensor, the CLI and the example agree on one layout:
     <table>/_delta_log/_last_checkpoint         the newest checkpoint's version
     <table>/_partlake_staging/<uuid>/           files written by a run, not committed yet
     <table>/_partlake_stream/<query>/           a streaming query's checkpoint (offsets, commits)
+    $DAGSTER_HOME/partlake_run_processes/       one file per running `partlake run` process
 
 Every folder partlake keeps inside a table starts with `_`: delta-rs' readers and vacuum skip
 such folders, and so does `partlake maintain vacuum` (it removes only old staging folders).
@@ -25,6 +26,9 @@ LAST_CHECKPOINT = "_last_checkpoint"
 STAGING_DIR = "_partlake_staging"
 STREAM_DIR = "_partlake_stream"
 WAREHOUSE_DIR = "warehouse"
+# In the Dagster instance's directory ($DAGSTER_HOME): one file per running `partlake run`
+# process (`orchestration.workers`); a file left there is a process that died.
+RUN_REGISTRY_DIR = "partlake_run_processes"
 
 
 class _HasPath(Protocol):
@@ -58,6 +62,16 @@ def table_path(
         return os.path.join(base, str(path))
     parts = asset_key.path if hasattr(asset_key, "path") else asset_key
     return os.path.join(base, WAREHOUSE_DIR, *parts)
+
+
+def default_persist_dir() -> str:
+    """Where command-line processes keep table states and their last plan:
+    `$PARTLAKE_CACHE_DIR`, else the user's cache folder."""
+    explicit = os.environ.get("PARTLAKE_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dagster_partlake", "state")
 
 
 def log_dir(table: str) -> str:

@@ -1,12 +1,13 @@
 """Table maintenance: compact small files, vacuum unreferenced files, checkpoint and trim the log.
 
 None of these may make a partition look changed, since the planner would then recompute
-everything downstream of it. lastUpdated of a partition is the newest add-action
-`modification_time` of its live files (`delta.state`), and out_of_band detection compares it with
-the commit records. So:
+everything downstream of it. lastUpdated of a partition is the time of the newest commit that
+changed its live files with `dataChange: true` actions (`delta.change_rule`), and out_of_band
+detection compares it with the commit records. So:
 
-- `compact_table` gives every new file the newest `modification_time` of the files it replaces
-  (each partition's newest time is unchanged), marks all its actions `dataChange=false`, and puts
+- `compact_table` marks all its actions `dataChange=false` (no partition changes), gives every
+  new file the newest `modification_time` of the files it replaces (a partition whose changing
+  commit the log no longer holds takes its files' newest time, which stays the same), and puts
   no `partlake` record in its commit (only `partlake_maintenance` custom metadata, which
   `CommitRecord.from_commit_info` ignores). It names each compacted table partition in an
   application transaction (`writer.files_txn_id`), as every partlake write that removes files of
@@ -18,8 +19,9 @@ the commit records. So:
 - `vacuum_table` deletes only files no live version references; delta-rs records the vacuum as
   two commits (`VACUUM START`/`VACUUM END`) without add actions.
 - `checkpoint_table` writes a checkpoint and deletes old JSON commits, except those holding the
-  newest partlake record of a partition (or the commit that set a partition's lastUpdated): the
-  planner's records live only in the JSON commits.
+  newest partlake record of a partition and the commit that changed each partition last (which
+  gives it its lastUpdated): the planner's records and those times live only in the JSON
+  commits.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from dagster_partlake.delta.defaults import (
     DEFAULT_TARGET_FILE_BYTES,
 )
 from dagster_partlake.delta.history import MAINTENANCE_KEY, maintenance_version
+from dagster_partlake.delta.protocol import check_table_writable
 from dagster_partlake.delta.reader import open_table, read_files
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.staging import (
@@ -169,6 +172,8 @@ def compact_table(
 
     Raises:
         PartlakeConfigError: there is no table at `root`.
+        TableFeatureError: the table uses a protocol feature partlake's rewrite does not honour
+            (deletion vectors, column mapping, ...: `delta.protocol`); nothing was committed.
         CommitConflictError: concurrent commits kept conflicting; nothing was committed.
         PartlakeError: the rewritten files do not hold the same rows; nothing was committed.
     """
@@ -176,6 +181,9 @@ def compact_table(
         raise ValueError(f"target_file_bytes must be positive, got {target_file_bytes}")
     snapshot = open_table(root, table_name=table_name)
     root, name, table = snapshot.root, snapshot.name, snapshot.table
+    # Spark rewrites the files as plain Parquet: deleted rows of a deletion vector would come
+    # back, and column-mapped columns would get their logical names.
+    check_table_writable(table, table_name=name, root=root)
     partition_by = tuple(table.metadata().partition_columns)
     data_columns = [c for c in snapshot.schema.names if c not in partition_by]
     files = live_files(table, selection or PartitionSelection.everything(), data_columns)
@@ -585,13 +593,15 @@ def checkpoint_table(
 
 
 def _record_versions(root: str) -> set[int]:
-    """Versions whose partlake record the planner and the writers still read: per partition id
+    """Versions whose JSON commit the planner and the writers still read: per partition id
     the newest record (and the newest with a commit time), the newest scd2 snapshot record, and
-    the commits that set some partition's current lastUpdated."""
+    the commits that set some partition's current lastUpdated (any writer's: its time is that
+    commit's, `delta.change_rule`)."""
     state = StateCache().sync(root)
     if state is None:
         return set()
     needed = {v for v in state.touched_in.values() if v is not None}
+    needed.update(v for v in (state.changed_in or {}).values() if v is not None)
     newest: set[str] = set()
     newest_timed: set[str] = set()
     snapshot_seen = False

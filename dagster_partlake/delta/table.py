@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 from dagster_partlake.delta.record import CommitRecord, compact_pairs
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
-from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.errors import TableUnreadableError, UnreadableTableFeatureError
 from dagster_partlake.layout import (
     LOG_DIR,
     commit_file,
@@ -82,19 +82,74 @@ def load_table(root: str, *, table_name: str | None = None) -> DeltaTable:
 def unreadable(
     root: str, error: BaseException, *, table_name: str | None = None
 ) -> TableUnreadableError:
-    """The error to raise for a table whose log delta-rs (or we) could not read: names the
-    table, its path, the commit file at fault where one can be found, and the way out."""
+    """The error to raise for a table whose log cannot be read: names the table, its path, and
+    what is wrong. Only a broken log (a damaged or missing commit file, or one delta-rs cannot
+    read either) is told to restore a file from a backup; a valid table that needs a feature
+    partlake lacks is told which (`UnreadableTableFeatureError`)."""
+    if isinstance(error, UnreadableTableFeatureError):
+        return error
+    if isinstance(error, TableUnreadableError):
+        if error.__cause__ is None:
+            return error  # already says what is wrong
+        error = error.__cause__  # said again below, with this table name
     name = table_name or os.path.basename(os.path.abspath(root))
+    where = f"the Delta log of {name} at {os.path.abspath(root)} cannot be read"
     damage = log_damage(root)
     if damage is None:
+        feature = _feature_error(root, name)
+        if feature is not None:
+            return feature
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        damage = f"delta-rs says: {first_line}"
+        refused = _delta_rs_refusal(root)
+        if refused is None:
+            return TableUnreadableError(
+                f"{where} by partlake's log reader ({first_line}), although delta-rs reads it: "
+                f"partlake plans and writes nothing that depends on {name}; please report this "
+                "with the table's _delta_log folder."
+            )
+        damage = f"delta-rs says: {refused}"
     return TableUnreadableError(
-        f"the Delta log of {name} at {os.path.abspath(root)} cannot be read: {damage}. Restore "
-        "the file from a backup (if it is the newest commit and its writer was interrupted, "
-        f"moving it out of {LOG_DIR} discards that commit); until the log is readable, partlake "
-        f"plans and writes nothing that depends on {name}."
+        f"{where}: {damage}. Restore the file from a backup (if it is the newest commit and its "
+        f"writer was interrupted, moving it out of {LOG_DIR} discards that commit); until the "
+        f"log is readable, partlake plans and writes nothing that depends on {name}."
     )
+
+
+def _feature_error(root: str, name: str) -> UnreadableTableFeatureError | None:
+    """The protocol gate's error for the newest protocol action of the log, if it refuses it."""
+    from dagster_partlake.delta.protocol import Protocol, check_readable
+
+    protocol = None
+    for version in reversed(log_versions(root)):
+        try:
+            with open(commit_file(root, version), encoding="utf-8") as log_file:
+                for line in log_file:
+                    if line.startswith('{"protocol"'):
+                        protocol = json.loads(line)["protocol"]
+        except (OSError, ValueError, KeyError):
+            return None
+        if protocol is not None:
+            break
+    if protocol is None:
+        return None
+    try:
+        check_readable(Protocol.from_action(protocol), table_name=name, root=root)
+    except UnreadableTableFeatureError as refused:
+        return refused
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def _delta_rs_refusal(root: str) -> str | None:
+    """What delta-rs says when it loads the table (None: it loads it)."""
+    from deltalake import DeltaTable
+
+    try:
+        DeltaTable(root)
+    except Exception as error:  # noqa: BLE001 - its message is what is shown
+        return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return None
 
 
 def log_damage(root: str) -> str | None:

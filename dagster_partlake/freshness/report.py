@@ -24,6 +24,9 @@ would take longer the more verdicts changed, and a tick's cost must stay its pla
 requests runs waits for its report first, a bounded time: see the sensor). A report
 that could not be recorded is said on the next tick, and the reporter then starts over from
 what the instance holds.
+
+`MISSING_CHECKS` and `checked_assets` are declared with the check (`freshness.check`, which a
+code location imports anyway) and re-exported here.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from typing import TYPE_CHECKING
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from dagster_partlake.compat import record_check_evaluations, targeting_latest_materializations
+from dagster_partlake.freshness.check import MISSING_CHECKS as MISSING_CHECKS
+from dagster_partlake.freshness.check import checked_assets as checked_assets
 from dagster_partlake.freshness.check import fresh_evaluation, stale_evaluation
 from dagster_partlake.metadata import FRESH_CHECK
 
@@ -62,11 +67,6 @@ IN_PROGRESS = [
     DagsterRunStatus.STARTED,
     DagsterRunStatus.CANCELING,
 ]
-# What the sensor and `partlake plan` say when the code location registers no partlake_fresh.
-MISSING_CHECKS = (
-    "partlake_fresh is not registered, so the UI cannot show which partitions are stale: add "
-    "asset_checks=partlake_asset_checks(assets) to the code location's Definitions."
-)
 
 
 @dataclass(frozen=True)
@@ -323,13 +323,6 @@ def _stored_failures(instance: DagsterInstance, key: AssetKey) -> Mapping[Key, S
         info.partition_key: _UNKNOWN
         for info in infos
         if info.latest_execution_status == CHECK_FAILED
-    }
-
-
-def checked_assets(asset_check_keys: Collection[AssetCheckKey]) -> dict[str, AssetKey]:
-    """Name -> key of the assets that have `partlake_fresh` among `asset_check_keys`."""
-    return {
-        k.asset_key.to_user_string(): k.asset_key for k in asset_check_keys if k.name == FRESH_CHECK
     }
 
 

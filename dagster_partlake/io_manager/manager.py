@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from dagster_partlake.delta.reader import TableSnapshot
-    from dagster_partlake.delta.schema import DeltaType
     from dagster_partlake.delta.table import LiveFile
     from dagster_partlake.gates.before_commit import GateCheck
     from dagster_partlake.io_manager.streaming import StreamRun
@@ -45,7 +44,7 @@ from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.state import folder_state
+from dagster_partlake.delta.state import StateCache, folder_state
 from dagster_partlake.delta.table import latest_records, live_files, newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates.checks import log_gate_results
@@ -357,12 +356,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             self._remember(context, asset_name, _Read(-1, partitions, root=root))
             return stream_input(spark, spec, root=root, table_schema=None)
         snapshot = open_table(root, table_name=asset_name)
-        partitions = _lastupdated(
-            live_files(snapshot.table, PartitionSelection.everything()),
-            columns,
-            snapshot.column_types,
-        )
         version = snapshot.table.version()
+        partitions = _lastupdated(
+            snapshot, version, live_files(snapshot.table, PartitionSelection.everything()), columns
+        )
         self._remember(context, asset_name, _Read(version, partitions, root=root))
         return stream_input(spark, spec, root=root, table_schema=snapshot.schema)
 
@@ -430,7 +427,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         with self.spark.server_errors():
             result = read_snapshot(self.spark.spark_session, snapshot, selection)
         rows = sum(f.num_records or 0 for f in result.files)
-        partitions = _lastupdated(result.files, columns, snapshot.column_types)
+        partitions = _lastupdated(snapshot, result.version, result.files, columns)
         self._remember(context, asset_name, _Read(result.version, partitions, rows))
         summary = {
             "partlake/table_version": result.version,
@@ -487,8 +484,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             consumer_root=self.table_root(consumer),
             consumer=consumer.to_user_string(),
         )
-        partitions = _lastupdated(read.state, columns, snapshot.column_types)
         version = snapshot.table.version()
+        partitions = _lastupdated(snapshot, version, read.state, columns)
         self._remember(
             context,
             snapshot.name,
@@ -671,18 +668,39 @@ def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, str | d
 
 
 def _lastupdated(
-    files: Iterable[LiveFile],
-    columns: list[DimensionColumn],
-    column_types: Mapping[str, DeltaType],
+    snapshot: TableSnapshot, version: int, files: Iterable[LiveFile], columns: list[DimensionColumn]
 ) -> dict[str, int]:
-    """Partition id -> lastUpdated (ms) of the files read."""
-    codec = KeyCodec(columns, column_types)
+    """Partition id -> lastUpdated (ms) of the partitions of the files read, as the table's
+    state at the version read has it (`dagster_partlake.delta.change_rule`: the time of the
+    commit that changed each one), so that the planner compares like with like."""
+    from dagster_partlake.delta.partition_text import normalized
+
+    state = _STATES.at_version(snapshot.root, version, name=snapshot.name)
+    codec = KeyCodec(columns, snapshot.column_types)
+    spelled: list[dict[str | None, str | None]] = [{} for _ in state.partition_by]
     partitions: dict[str, int] = {}
     for f in files:
+        raw = [f.partition_values.get(c) for c in state.partition_by]
+        for value, known, column in zip(raw, spelled, state.partition_by, strict=True):
+            if value not in known:
+                kind = state.column_types.get(column, "string")
+                known[value] = normalized([value], kind)[0]
+        values = tuple(known[v] for v, known in zip(raw, spelled, strict=True))
+        updated = state.last_updated.get(values)
+        if updated is None:
+            raise PartlakeError(
+                f"partition {values} of {snapshot.name} holds a file read at version {version} "
+                "but is not in partlake's state of that version (its log reader and delta-rs "
+                "disagree); please report this with the table's _delta_log folder."
+            )
         key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
         key = key or WHOLE_TABLE_ID
-        partitions[key] = max(partitions.get(key, 0), f.modification_time)
+        partitions[key] = max(partitions.get(key, 0), updated)
     return partitions
+
+
+# Table states at the versions runs read (`_lastupdated`): one per process, like the planner's.
+_STATES = StateCache()
 
 
 def _partitions_def_of(context: InputContext | OutputContext) -> PartitionsDefinition | None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 
 from dagster_partlake.compat import GRPC_INFO_TAG
+from dagster_partlake.layout import RUN_REGISTRY_DIR
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, DagsterRun
@@ -317,7 +318,7 @@ def describe_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[str
 # running `partlake run` process under the instance's directory tells it, with one `listdir`,
 # whether a previous one died with runs unfinished.
 
-_REGISTRY_DIR = "partlake_run_processes"
+_REGISTRY_DIR = RUN_REGISTRY_DIR
 
 
 def _registry(dagster_home: str) -> str:
