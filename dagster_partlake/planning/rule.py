@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dagster_partlake.planning.definition import REASONS, Reason
+from dagster_partlake.planning.definition import Reason
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,15 +54,14 @@ def one_partition(
 
 # Each reason with when it applies (two facts that must both hold: which partitions it is about,
 # and the fact that makes them stale), in the order they are tried: the first that applies is
-# the verdict; none: fresh. The order is `REASONS`'.
+# the verdict; none: fresh. The order is `REASONS`' (a reason's index means the same in both;
+# the planner's property test checks it).
 RULE: tuple[tuple[Reason, str, str], ...] = (
     ("missing", "unrecorded", "inputs_present"),
     ("code_changed", "recorded", "code_changed"),
     ("out_of_band", "recorded", "own_moved"),
     ("upstream_changed", "recorded", "inputs_moved"),
 )
-if tuple(reason for reason, _, _ in RULE) != REASONS:  # a reason's index means the same in both
-    raise AssertionError("planning.rule.RULE and planning.definition.REASONS disagree")
 # RULE with the facts as positions in `Facts` (a partition at a time, this is the hot path).
 _RULE_AT = tuple((r, Facts._fields.index(a), Facts._fields.index(b)) for r, a, b in RULE)
 
@@ -99,7 +98,8 @@ def first_reason(facts: Facts) -> Reason | None:
 
 def reason_column(np: ModuleType, facts: Facts, size: int) -> npt.NDArray[np.int8]:
     """The verdict on many partitions (`facts` as masks of `size`): per partition the index
-    in `REASONS` of the first reason of `RULE` that applies, -1 where none does (fresh)."""
+    in `REASONS` (`planning.definition`) of the first reason of `RULE` that applies, -1 where
+    none does (fresh)."""
     reasons = np.full(size, -1, np.int8)
     for index in reversed(range(len(_RULE_AT))):  # the earlier reasons overwrite the later ones
         _, about, when = _RULE_AT[index]
