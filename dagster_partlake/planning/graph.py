@@ -39,7 +39,7 @@ from dagster_partlake.partitions.keys import (
 )
 from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
 from dagster_partlake.planning.batches import RunRules
-from dagster_partlake.planning.planner import Dependency, Key, PlanAsset
+from dagster_partlake.planning.definition import Dependency, Key, PlanAsset
 from dagster_partlake.storage.location import TableLocation, lake_location, table_path
 
 if TYPE_CHECKING:
