@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -330,16 +330,11 @@ def spec_of(assets_def: AssetsDefinition, key: AssetKey) -> ModelSpec:
 def raw_inputs(assets_def: AssetsDefinition, key: AssetKey) -> list[RawInput]:
     """The upstream assets of `key` with the metadata of the inputs that read them (a
     dependency without an input has none), in dependency order."""
-    by_upstream: dict[AssetKey, tuple[str, Mapping[str, Any]]] = {}
-    for input_name, upstream in assets_def.node_keys_by_input_name.items():
-        input_def = assets_def.node_def.input_def_named(input_name)
-        by_upstream.setdefault(upstream, (input_name, dict(input_def.metadata or {})))
-    result = []
-    for dep in assets_def.specs_by_key[key].deps:
-        input_name, metadata = by_upstream.get(dep.asset_key, (None, {}))
-        result.append(RawInput(dep.asset_key, input_name, metadata))
-    return result
-
-
-def specs_by_name(specs: Iterable[ModelSpec]) -> dict[str, ModelSpec]:
-    return {spec.name: spec for spec in specs}
+    by_upstream: dict[AssetKey, tuple[str | None, Mapping[str, Any]]] = {}
+    for name, upstream in assets_def.node_keys_by_input_name.items():
+        input_def = assets_def.node_def.input_def_named(name)
+        by_upstream.setdefault(upstream, (name, dict(input_def.metadata or {})))
+    return [
+        RawInput(dep.asset_key, *by_upstream.get(dep.asset_key, (None, {})))
+        for dep in assets_def.specs_by_key[key].deps
+    ]

@@ -205,8 +205,8 @@ def check_keys(metadata: Mapping[str, Any] | None, *, on: On, owner: str) -> Non
             )
         here = sorted(s.key for s in SETTINGS if on in s.on and s.key.startswith(PREFIX))
         close = difflib.get_close_matches(key, here, n=1, cutoff=0.6)
-        hint = f"did you mean '{close[0]}'? " if close else ""
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise PartlakeConfigError(
-            f"{owner} sets '{key}', which is not a partlake setting; {hint}the {on} settings "
+            f"{owner} sets '{key}', which is not a partlake setting{hint}; the {on} settings "
             f"are {', '.join(here)}."
         )
