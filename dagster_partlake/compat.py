@@ -246,6 +246,6 @@ def all_assets_checked_at_load(check: Callable[[AssetGraph], object]) -> AssetSe
     class _CheckedAtLoad(AllSelection):
         def to_serializable_asset_selection(self, asset_graph: Any) -> AssetSelection:
             check(asset_graph)
-            return AllSelection()
+            return AllSelection(include_sources=self.include_sources)
 
-    return _CheckedAtLoad()
+    return _CheckedAtLoad(include_sources=False)  # as AssetSelection.all()

@@ -109,13 +109,13 @@ def model_kind(metadata: Mapping[str, Any], *, partitioned: bool, asset_name: st
     kind: Kind = raw
     if kind in ("partition", "tracked") and not partitioned:
         raise PartlakeConfigError(
-            f"asset {asset_name} is not partitioned, so '{KIND_KEY}' {kind!r} has no partitions to "
+            f"asset {asset_name} is not partitioned, so kind {kind!r} has no partitions to "
             "replace; use 'table' (or give the asset a partitions_def)."
         )
     if kind == "table" and partitioned:
         raise PartlakeConfigError(
-            f"asset {asset_name} is partitioned, so '{KIND_KEY}' 'table' would replace every "
-            "partition on each run; use 'partition' (or 'tracked'), or drop the partitions_def."
+            f"asset {asset_name} is partitioned, so kind 'table' would replace every partition "
+            "on each run; use 'partition' (or 'tracked'), or drop the partitions_def."
         )
     unique_key = _columns(metadata, UNIQUE_KEY_KEY, asset_name)
     if kind in ("merge", "scd2") and not unique_key:
