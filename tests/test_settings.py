@@ -53,7 +53,11 @@ def _spec(metadata: dict[str, Any], *, partitions_def: Any = DAILY, managed: boo
     ("metadata", "partitions_def", "message"),
     [
         ({"partlake/kind": "upsert"}, DAILY, "asset orders has 'partlake/kind' 'upsert'"),
-        ({"partlake/kind": "table"}, DAILY, "asset orders is partitioned, so kind 'table' would replace"),
+        (
+            {"partlake/kind": "table"},
+            DAILY,
+            "asset orders is partitioned, so kind 'table' would replace",
+        ),
         ({"partlake/kind": "merge"}, DAILY, "orders is a 'merge' model but has no 'partlake/uniq"),
         (
             {"partlake/constraints": [{"not_null": []}]},
