@@ -6,7 +6,9 @@ The Dagster side of storage: turns the run's partition keys into table partition
 remembers, per step, which table version and partition states it read, so `handle_output` of the
 same step can record, in the Delta commit (`CommitRecord`) and in the materialization metadata,
 what each new partition was computed from: every output records the inputs of its own upstream
-assets (in a multi-asset step, not the other outputs' inputs).
+assets (in a multi-asset step, not the other outputs' inputs). An asset's settings (kind, gates,
+partition columns, run guards, its inputs' pins and incremental modes) come from its `ModelSpec`
+(`dagster_partlake.spec`), parsed once per asset and process, the one the planner reads.
 """
 
 from __future__ import annotations
@@ -710,7 +712,7 @@ def _input_spec(context: InputContext, consumer: ModelSpec | None, asset_name: s
     if found is not None:
         return found
     version, timestamp = pin_of(
-        context.definition_metadata or {}, input_name=asset_name, asset_name="the step"
+        context.definition_metadata or {}, input_name=asset_name, asset_name="this step"
     )
     return InputSpec(asset_name, None, version=version, timestamp=timestamp)
 
