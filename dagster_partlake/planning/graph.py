@@ -5,8 +5,10 @@ columns, code version, parents, pools, backfill policy and where its table lives
 comes from the code location's `DeltaPartitionIOManager`, else `$PARTLAKE_HOME`), and the
 planner's view of the graph with each edge's partition mapping as functions
 (`dagster_partlake.partitions.mappings`). A long-lived process (the sensor's code server) keeps
-one graph, so what is derived from it is computed once: the planner's assets, the existing
-partitions of root assets (until a new one appears) and the incremental inputs. What planning
+one graph, so what is derived from it is computed once: every asset's settings (its `ModelSpec`,
+`dagster_partlake.spec`, checked here as everywhere the code location loads, and the same spec
+the IO manager reads), the planner's assets and the existing partitions of root assets (until a
+new one appears). What planning
 keeps between plans is the `PlanningSession`'s, not the graph's.
 """
 
