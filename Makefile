@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start screenshots
+.PHONY: install jars demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -18,12 +18,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed jars
+
+# Spark's JARs for s3a:// and Delta (hadoop-aws, the AWS SDK bundle, delta-spark, delta-storage),
+# from Maven Central with `mvn dependency:copy` into .partlake/jars; the list is
+# dagster_partlake/spark/jars.py. Skips what is there, so a second run takes well under a second.
+jars: $(VENV)/.installed
+	@$(BIN)/python -m dagster_partlake.spark.jars fetch
 
 check-java:
 	@scripts/check_java.sh
 
-# Debian's chromium and postgresql for the end-to-end tests (CI runs this too).
+# Debian's chromium, postgresql and maven, and the S3 server (s3proxy, from Maven Central) for the
+# end-to-end tests (CI runs this too).
 test-deps:
 	@scripts/install_test_deps.sh
 
@@ -87,7 +94,7 @@ soak: check-java install
 	$(BIN)/python -m benchmarks.soak --minutes $(MINUTES)
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not spark and not dagster_cli and not cluster and not faults"
+	$(BIN)/python -m pytest -m "not spark and not dagster_cli and not cluster and not faults and not s3"
 
 # Benchmarks (not part of `make test`): JSON and PNG under benchmarks/out/.
 # The full backfill 3 times, interleaved floor / local / shared, then the other scenarios
@@ -120,6 +127,12 @@ bench-refresh: check-java install
 bench-spark-start: check-java install
 	$(BIN)/python -m benchmarks.spark_start $(BENCH_ARGS)
 
+# The no-op `partlake run` next to `python -c "import dagster"`, in paired runs, on the demo's
+# lake (made first when there is none). BENCH_ARGS='--full' also times the full path.
+bench-noop: install
+	@test -d $(PARTLAKE_HOME)/warehouse/raw_events || $(MAKE) demo
+	$(BIN)/python -m benchmarks.noop_run $(BENCH_ARGS)
+
 # Incremental planning vs the full plan and the oracle over 10,000 random worlds (no Spark).
 bench-exactness: install
 	$(BIN)/python -m benchmarks.exactness $(BENCH_ARGS)
@@ -131,7 +144,7 @@ bench-maintain: install
 # The README's screenshots of the Dagster UI (docs/*.png), taken by the browser test.
 screenshots: check-java install
 	PARTLAKE_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q tests/test_daemon.py \
-		-k "(TestSqliteInstance and (closure or browser)) or (TestPostgresInstance and stale_partition)"
+		-k "(TestSqliteInstance and (closure or browser or failing_partition)) or (TestPostgresInstance and stale_partition)"
 
 # The documentation site (docs/, mkdocs.yml) into $(PARTLAKE_HOME)/site; --strict fails on any
 # warning: a broken link or anchor, a docstring griffe cannot parse.
@@ -139,5 +152,6 @@ screenshots: check-java install
 docs: install
 	$(BIN)/python -m mkdocs build --strict -d $(PARTLAKE_HOME)/site
 
+# Keeps .partlake/jars: fetched, not generated, like .venv (make install would fetch them again).
 clean:
-	rm -rf .partlake
+	@if [ -d .partlake ]; then find .partlake -mindepth 1 -maxdepth 1 ! -name jars -exec rm -rf {} +; fi

@@ -43,7 +43,7 @@ from dagster_partlake import (
 )
 from dagster_partlake.delta import PartitionSelection, commit_staged, stage_partitions
 from dagster_partlake.delta.table import live_files, load_table
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 
 TARGET_RATIO = 0.1
 events = partlake_source("events")

@@ -33,10 +33,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from dagster_partlake.delta import PartitionSelection, write_partitions
-from dagster_partlake.delta.merge import merge_rows
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.table import live_files, load_table
 from dagster_partlake.delta.writer import commit_staged, stage_partitions
+from dagster_partlake.kinds.merge import merge_rows
 
 TARGET_RATIO = 0.2
 
@@ -116,6 +116,8 @@ def checksum(spark: SparkSession, path: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Spark's Python workers (which write the files) run this interpreter, as SparkResource does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=40)

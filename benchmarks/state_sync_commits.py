@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from deltalake import DeltaTable
 
-    from dagster_partlake.delta.maintenance import checkpoint_table
+    from dagster_partlake.maintenance.checkpoint import checkpoint_table
 
     root = os.path.join(args.work, "table")
     print(f"building {args.commits} commits over {args.partitions} partitions", file=sys.stderr)

@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_source
 from dagster_partlake.delta import PartitionSelection, write_partitions
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 
 TARGET_RATIO = 0.1
 DAYS = 8  # the events fall on 2024-01-01 .. 2024-01-08

@@ -21,14 +21,15 @@ if TYPE_CHECKING:
         SchemaMismatchError,
         SparkUnavailableError,
         SqlModelError,
+        TableFeatureError,
         TableUnreadableError,
+        UnreadableTableFeatureError,
     )
     from dagster_partlake.freshness.automation import partlake_stale
     from dagster_partlake.freshness.check import partlake_asset_checks
     from dagster_partlake.gates.spec import GateFailedError
     from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
     from dagster_partlake.kinds.spec import ModelKind, model_kind_metadata
-    from dagster_partlake.layout import table_path
     from dagster_partlake.maintenance.job import MaintenanceConfig, build_maintenance_job
     from dagster_partlake.orchestration.launcher import MonitoredRunLauncher
     from dagster_partlake.orchestration.pools import POOL
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from dagster_partlake.spark.resource import SparkResource
     from dagster_partlake.sql.component import SqlModels
     from dagster_partlake.sql.definition import sql_assets
+    from dagster_partlake.storage.location import table_path
 
 __all__ = [
     "POOL",
@@ -63,7 +65,9 @@ __all__ = [
     "SqlModels",
     "StalePartition",
     "InvalidPredicateError",
+    "TableFeatureError",
     "TableUnreadableError",
+    "UnreadableTableFeatureError",
     "build_invalidation_sensor",
     "build_maintenance_job",
     "model_kind_metadata",
@@ -89,7 +93,9 @@ _LAZY = {
     "PartlakeConfigError": "dagster_partlake.errors",
     "PartlakeError": "dagster_partlake.errors",
     "SchemaMismatchError": "dagster_partlake.errors",
+    "TableFeatureError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
+    "UnreadableTableFeatureError": "dagster_partlake.errors",
     "SparkUnavailableError": "dagster_partlake.errors",
     "SqlModelError": "dagster_partlake.errors",
     "SqlModels": "dagster_partlake.sql.component",
@@ -101,7 +107,7 @@ _LAZY = {
     "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
     "ModelKind": "dagster_partlake.kinds.spec",
     "model_kind_metadata": "dagster_partlake.kinds.spec",
-    "table_path": "dagster_partlake.layout",
+    "table_path": "dagster_partlake.storage.location",
     "MaintenanceConfig": "dagster_partlake.maintenance.job",
     "build_maintenance_job": "dagster_partlake.maintenance.job",
     "POOL": "dagster_partlake.orchestration.pools",

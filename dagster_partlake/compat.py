@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         AssetKey,
         AssetSelection,
         DagsterInstance,
+        RunRequest,
     )
 
     # What a Declarative Automation condition's `evaluate` receives, and its view of the asset
@@ -74,6 +75,8 @@ __all__ = [
     "CheckRunHealthResult",
     "WorkerStatus",
     "all_assets_checked_at_load",
+    "backfill_request",
+    "backfills_in_progress",
     "log_check_evaluation",
     "partition_loading_context",
     "record_check_evaluations",
@@ -249,3 +252,40 @@ def all_assets_checked_at_load(check: Callable[[AssetGraph], object]) -> AssetSe
             return AllSelection(include_sources=self.include_sources)
 
     return _CheckedAtLoad(include_sources=False)  # as AssetSelection.all()
+
+
+def backfill_request(
+    asset_graph: AssetGraph,
+    partitions: Iterable[tuple[AssetKey, str | None]],
+    tags: dict[str, str],
+) -> RunRequest:
+    """A sensor's request for one asset backfill of `partitions` ((asset key, partition key or
+    None) pairs): the sensor daemon creates the backfill, and the backfill daemon runs it level
+    by level. `RunRequest.for_asset_graph_subset` takes an `AssetGraphSubset`, which Dagster
+    keeps private."""
+    from dagster import RunRequest
+    from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+    from dagster._core.definitions.events import AssetKeyPartitionKey
+
+    subset = AssetGraphSubset.from_asset_partition_set(
+        {AssetKeyPartitionKey(key, partition) for key, partition in partitions}, asset_graph
+    )
+    return RunRequest.for_asset_graph_subset(subset, tags=tags)
+
+
+def backfills_in_progress(
+    instance: DagsterInstance, tags: dict[str, str], asset_graph: AssetGraph
+) -> list[tuple[str, list[tuple[AssetKey, str | None]]]]:
+    """The asset backfills with `tags` that have not ended, each with the (asset key, partition
+    key) pairs it targets. `BulkActionsFilter` and `BulkActionStatus` are not exported."""
+    from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
+
+    statuses = [BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING]
+    found = []
+    for backfill in instance.get_backfills(filters=BulkActionsFilter(statuses=statuses, tags=tags)):
+        if not backfill.is_asset_backfill:
+            continue
+        target = backfill.get_asset_backfill_data(asset_graph).target_subset
+        pairs = [(p.asset_key, p.partition_key) for p in target.iterate_asset_partitions()]
+        found.append((backfill.backfill_id, pairs))
+    return found

@@ -32,6 +32,20 @@ class TableUnreadableError(PartlakeError):
     """A table's Delta log cannot be read (a damaged or missing commit file)."""
 
 
+class StorageError(PartlakeError):
+    """An object store refused a request or did not answer (credentials, bucket, endpoint)."""
+
+
+class TableFeatureError(PartlakeError):
+    """A valid Delta table needs a protocol feature (or version) partlake does not support for
+    what was asked: writing to it, or, as `UnreadableTableFeatureError`, reading it."""
+
+
+class UnreadableTableFeatureError(TableFeatureError, TableUnreadableError):
+    """A valid Delta table needs a reader feature (or version) partlake does not read: what
+    depends on it is held back like a table whose log cannot be read."""
+
+
 class SparkUnavailableError(PartlakeError):
     """The Spark Connect server did not answer (stopped, restarted, unreachable)."""
 

@@ -1,7 +1,9 @@
 """Where things live in a lake: the root, each asset's table, and the files of a Delta log.
 
-Pure (no Dagster, no storage access): every module that needs a path asks here, so the IO manager,
-the state reader, the sensor, the CLI and the example agree on one layout:
+Pure (no Dagster, no storage access): the names every module agrees on, so the IO manager, the
+state reader, the sensor, the CLI and the example agree on one layout (a table's location, local
+or on an object store, is `dagster_partlake.storage.location`'s; `table_location` puts a managed
+asset's table under the lake root):
 
     <root>/warehouse/<asset key path>/          a managed asset's Delta table
     <root>/<partlake/path metadata>/            a source that says where it lives
@@ -9,6 +11,7 @@ the state reader, the sensor, the CLI and the example agree on one layout:
     <table>/_delta_log/_last_checkpoint         the newest checkpoint's version
     <table>/_partlake_staging/<uuid>/           files written by a run, not committed yet
     <table>/_partlake_stream/<query>/           a streaming query's checkpoint (offsets, commits)
+    $DAGSTER_HOME/partlake_run_processes/       one file per running `partlake run` process
 
 Every folder partlake keeps inside a table starts with `_`: delta-rs' readers and vacuum skip
 such folders, and so does `partlake maintain vacuum` (it removes only old staging folders).
@@ -17,19 +20,15 @@ such folders, and so does `partlake maintain vacuum` (it removes only old stagin
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Protocol
 
 LOG_DIR = "_delta_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 STAGING_DIR = "_partlake_staging"
 STREAM_DIR = "_partlake_stream"
 WAREHOUSE_DIR = "warehouse"
-
-
-class _HasPath(Protocol):
-    @property
-    def path(self) -> Sequence[str]: ...
+# In the Dagster instance's directory ($DAGSTER_HOME): one file per running `partlake run`
+# process (`orchestration.workers`); a file left there is a process that died.
+RUN_REGISTRY_DIR = "partlake_run_processes"
 
 
 def default_root() -> str:
@@ -38,26 +37,20 @@ def default_root() -> str:
 
 
 def resolve_root(root: str | None) -> str:
-    """The absolute lake root: `root` if given, else `default_root()`."""
+    """The absolute local folder `root`, else `default_root()`: where partlake keeps its own
+    files on this machine (logs, state caches, servers), which is the lake root too unless the
+    IO manager names another (`dagster_partlake.storage.location.lake_location`)."""
     return os.path.abspath(root or default_root())
 
 
-def table_path(
-    root: str | None, asset_key: _HasPath | Sequence[str], path: str | None = None
-) -> str:
-    """Where the table of an asset lives: `<root>/warehouse/<asset key path>`, or `<root>/<path>`
-    for a source whose metadata `partlake/path` says so (an absolute `path` is used as is).
-
-    Args:
-        root: lake root (None: `default_root()`).
-        asset_key: a Dagster `AssetKey` or its path components.
-        path: the asset's `partlake/path` metadata, if any.
-    """
-    base = resolve_root(root)
-    if path:
-        return os.path.join(base, str(path))
-    parts = asset_key.path if hasattr(asset_key, "path") else asset_key
-    return os.path.join(base, WAREHOUSE_DIR, *parts)
+def default_persist_dir() -> str:
+    """Where command-line processes keep table states and their last plan:
+    `$PARTLAKE_CACHE_DIR`, else the user's cache folder."""
+    explicit = os.environ.get("PARTLAKE_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dagster_partlake", "state")
 
 
 def log_dir(table: str) -> str:

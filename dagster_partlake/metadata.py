@@ -30,10 +30,14 @@ def plain(value: object) -> object:
 # Tags of the runs partlake plans (partlake run, the sensor): why, and which partitions.
 REASONS_TAG = "partlake/reasons"
 PARTITIONS_TAG = "partlake/partitions"
-# A sensor run that others requested in the same tick wait for: its id among the sensor's runs.
+# On every run (or asset backfill) of one refresh the invalidation sensor requests: the refresh's
+# id, the same from the first level of a closure to its last (the UI's run list filters by it).
+REFRESH_TAG = "partlake/refresh"
+# Written by earlier versions of the sensor, which requested runs ahead of the runs they read and
+# made them wait inside their run; no longer written, still understood on runs made then:
+# CHAIN_TAG named a run others waited for, WAITS_FOR_TAG the runs a run waited for, and
+# UPSTREAM_FAILED_TAG the run whose failure ended it (not counted as its own failure).
 CHAIN_TAG = "partlake/chain"
-# On a run requested to wait for others (`dagster_partlake.io_manager.chain`): their
-# CHAIN_TAG values, comma-separated; set to the failed one's run id when one of them failed.
 WAITS_FOR_TAG = "partlake/waits_for"
 UPSTREAM_FAILED_TAG = "partlake/upstream_failed"
 

@@ -53,6 +53,9 @@ maintenance = build_maintenance_job()
 
 ASSETS = [*LAKEHOUSE, *MODEL_ASSETS, *SQL_MODELS]
 
+# `runs` (default) or `backfill` (see the sensor below).
+_SENSOR_REFRESH = "backfill" if os.environ.get("PARTLAKE_SENSOR_REFRESH") == "backfill" else "runs"
+
 defs = Definitions(
     # The lakehouse group, the model kinds over a daily user export (group `models`), the
     # incremental inputs (group `feeds`) and the SQL models (group `sql`).
@@ -61,15 +64,15 @@ defs = Definitions(
     # asset's partlake settings are checked first, so a bad one fails this code location's load.
     asset_checks=partlake_asset_checks(ASSETS),
     # The intervals are environment knobs so a demo or a test can tick faster than production;
-    # PARTLAKE_SENSOR_CHAINED_RUNS=0 requests each level of a closure only once the one before
-    # has ended; PARTLAKE_SENSOR_WATCH_SECONDS=0 makes a tick with no new commit skip at once
-    # instead of watching the tables until about the daemon's next pass.
+    # PARTLAKE_SENSOR_REFRESH=backfill makes each refresh one Dagster asset backfill instead of
+    # runs requested level by level (slower: docs, Operating the daemon).
     sensors=[
         build_invalidation_sensor(
             minimum_interval_seconds=int(os.environ.get("PARTLAKE_SENSOR_INTERVAL_SECONDS", "2")),
             retry_base_seconds=int(os.environ.get("PARTLAKE_SENSOR_RETRY_SECONDS", "60")),
-            max_chained_runs=int(os.environ.get("PARTLAKE_SENSOR_CHAINED_RUNS", "4")),
-            watch_seconds=float(os.environ.get("PARTLAKE_SENSOR_WATCH_SECONDS", "4.5")),
+            refresh="backfill"
+            if os.environ.get("PARTLAKE_SENSOR_REFRESH") == "backfill"
+            else "runs",
         )
     ],
     jobs=[maintenance],

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 from definitions.partitions import EXPORTS_END, EXPORTS_START
 
 PLANS = ["free", "pro", "team"]

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 
 PLANS = ["free", "pro", "team"]
 

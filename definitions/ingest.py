@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import write_deltalake
 
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 from definitions.partitions import REGIONS, START_DATE
 
 EVENT_TYPES = ["view", "click", "purchase", "refund"]

@@ -7,7 +7,8 @@ import os
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from dagster_partlake.layout import WAREHOUSE_DIR, resolve_root, table_path
+from dagster_partlake.layout import WAREHOUSE_DIR, resolve_root
+from dagster_partlake.storage.location import table_path
 
 TABLES = [
     "raw_events",

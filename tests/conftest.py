@@ -32,24 +32,64 @@ SPARK_TEST_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
+    # Delta rebuilds a snapshot's state in 50 tasks by default; the tests' tables are tiny.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
+
+
+def lake_jars() -> list[str]:
+    """The JARs `make install` fetched (hadoop-aws, the AWS SDK, Delta), or [] if it did not."""
+    from dagster_partlake.spark.jars import local_jars
+
+    return [str(path) for path in local_jars()]
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """The one local SparkSession of the test session (a JVM takes ~5 s to start)."""
+    """The one local SparkSession of the test session (a JVM takes ~5 s to start); with the
+    fetched JARs, it reads and writes `format("delta")` and `s3a://` (see `spark_s3`)."""
     from pyspark.sql import SparkSession
+
+    from dagster_partlake.spark.storage import delta_conf, jars_conf
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # As SparkResource does: Python workers (streaming sources) run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = dict(SPARK_TEST_CONF)
+    jars = lake_jars()
+    if jars:  # as SparkResource adds them to a local session
+        conf.update(jars_conf(jars, "local[2]", {}))
+        conf.update(delta_conf({}))
     builder = SparkSession.builder.master("local[2]").appName("partlake-tests")
-    for key, value in SPARK_TEST_CONF.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real S3 server (s3proxy, `scripts/s3_server.py`) for the test session, on
+    127.0.0.1 and a free port, storing under a temporary folder, with the bucket `lake`."""
+    from tests.servers import s3_server
+
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def spark_s3(spark, s3) -> object:  # type: ignore[no-untyped-def]
+    """The shared SparkSession, pointed at the `s3` server (its s3a settings set on the running
+    session, as `SparkResource` sets the secret ones); needs the fetched JARs."""
+    from dagster_partlake.spark.storage import apply_hadoop, s3a_settings
+
+    if not lake_jars():
+        pytest.fail("the Spark JARs are missing: run `make install` (it fetches them).")
+    settings = s3a_settings(s3.storage_options(), environ={})
+    apply_hadoop(spark, {**settings.public, **settings.secret})
+    return spark
 
 
 @pytest.fixture

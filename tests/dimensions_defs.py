@@ -30,7 +30,7 @@ from dagster_partlake import (
     partlake_partitions,
     partlake_source,
 )
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 
 DAYS = ["2024-01-01", "2024-01-02"]
 REGIONS = ["eu", "us"]

@@ -1,4 +1,5 @@
-"""Real servers for end-to-end tests: `dagster dev` (webserver + daemon) and PostgreSQL.
+"""Real servers for end-to-end tests: `dagster dev` (webserver + daemon), PostgreSQL and an S3
+server (s3proxy).
 
 Each listens on 127.0.0.1 only, on a free port, and is stopped by its PID (process group) when
 the context manager exits, whatever happened inside.
@@ -316,3 +317,92 @@ def spark_connect(root: Path, env: dict[str, str]) -> Iterator[str]:
         yield f"sc://127.0.0.1:{port}"
     finally:
         run_partlake("spark", "stop", "--root", str(root), env=env, timeout=120)
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running s3proxy (`scripts/s3_server.py`): endpoint, keys, its data folder on disk."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+    bucket: str
+    data: Path
+    state: Path
+    pid: int
+    started_seconds: float
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs' storage options for this server (SparkResource takes the same)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": self.region,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
+
+    def uri(self, path: str, scheme: str = "s3") -> str:
+        """`s3://lake/<path>` (delta-rs) or, with scheme='s3a', what Spark reads."""
+        return f"{scheme}://{self.bucket}/{path.lstrip('/')}"
+
+    def client(self) -> Any:
+        """A boto3 S3 client on this server (path-style addressing, no retries)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+        )
+
+
+S3_SCRIPT = REPO_ROOT / "scripts" / "s3_server.py"
+
+
+def s3_script(state: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`scripts/s3_server.py --state STATE ARGS...`, as a person runs it."""
+    return subprocess.run(
+        [sys.executable, str(S3_SCRIPT), "--state", str(state), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@contextmanager
+def s3_server(root: Path, bucket: str = "lake") -> Iterator[S3Server]:
+    """s3proxy on 127.0.0.1 and a free port, its data under `root`, with `bucket`; a fresh
+    random secret key; stopped by its PID (the script's `stop`) whatever happens inside."""
+    import json
+    import secrets
+
+    state = root / "s3-state"
+    state.mkdir(parents=True)
+    secret = secrets.token_hex(16)
+    port = free_port()
+    started = s3_script(
+        state, "start", "--port", str(port), "--bucket", bucket, "--access-key", "partlake-test",
+        "--secret-key", secret,
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        info = json.loads((state / "server.json").read_text())
+        yield S3Server(
+            endpoint=info["endpoint"],
+            access_key=info["access_key"],
+            secret_key=secret,
+            region=info["region"],
+            bucket=bucket,
+            data=Path(info["data"]),
+            state=state,
+            pid=info["pid"],
+            started_seconds=info["started_seconds"],
+        )
+    finally:
+        s3_script(state, "stop", timeout=60)

@@ -23,7 +23,7 @@ from dagster_partlake import (
     build_invalidation_sensor,
     partlake_source,
 )
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 
 SCHEMA = "event_id long, user_id long, amount long, ts timestamp"
 # Ten days (2024-01-01..2024-01-10) keep the plans of the tests short.

@@ -18,25 +18,24 @@ from typing import Any
 
 from dagster import DagsterInstance, materialize
 
-import dagster_partlake.delta.stream_sink as sink
+import dagster_partlake.kinds.stream as sink
 
 
 def main() -> None:
     lake, when, batch = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     os.environ["PARTLAKE_HOME"] = str(lake)
-    real_commit = sink.commit_staged
+    real_commit = sink.commit
 
-    def commit_and_die(staged: Any, **kwargs: Any) -> Any:
-        record = kwargs.get("record")
-        dies = record is not None and record.stream_batch == batch
+    def commit_and_die(*args: Any, **kwargs: Any) -> Any:
+        dies = (kwargs.get("app_transaction") or (None, None))[1] == batch
         if dies and when == "before_commit":
             os.kill(os.getpid(), signal.SIGKILL)
-        result = real_commit(staged, **kwargs)
+        result = real_commit(*args, **kwargs)
         if dies and when == "after_commit":
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
-    sink.commit_staged = commit_and_die  # type: ignore[assignment]
+    sink.commit = commit_and_die  # type: ignore[assignment]
     from tests.stream_defs import defs, events, landing
 
     spark = defs.resources["spark"].spark_session

@@ -281,3 +281,49 @@ def test_a_sensor_selection_sees_the_asset_graph_when_the_code_location_is_snaps
     # the selection selects what AssetSelection.all() does.
     assert snap.sensors[0].asset_selection == AssetSelection.all()
     assert selection.resolve(seen[0]) == AssetSelection.all().resolve(seen[0])
+
+
+def test_a_backfill_request_becomes_a_backfill_listed_until_it_ends() -> None:
+    """`backfill_request` (`RunRequest.for_asset_graph_subset` over a private AssetGraphSubset)
+    and `backfills_in_progress` (private BulkActionsFilter) against the installed Dagster."""
+    import time
+
+    from dagster import Definitions, StaticPartitionsDefinition, asset, instance_for_test
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+
+    parts = StaticPartitionsDefinition(["a", "b", "c"])
+
+    @asset(partitions_def=parts)
+    def up() -> None: ...
+
+    @asset(partitions_def=parts, deps=[up])
+    def down() -> None: ...
+
+    graph = Definitions(assets=[up, down]).resolve_asset_graph()
+    pairs = [(up.key, "a"), (down.key, "a"), (up.key, "c")]
+    request = compat.backfill_request(graph, pairs, {"partlake/sensor": "s"})
+    subset = request.asset_graph_subset
+    assert subset is not None
+    assert {(p.asset_key, p.partition_key) for p in subset.iterate_asset_partitions()} == set(pairs)
+    with instance_for_test() as instance:
+        instance.add_backfill(
+            PartitionBackfill.from_asset_graph_subset(
+                backfill_id="b1",
+                dynamic_partitions_store=instance,
+                backfill_timestamp=time.time(),
+                asset_graph_subset=subset,
+                tags=dict(request.tags),
+                title=None,
+                description=None,
+                run_config=None,
+            )
+        )
+        [(backfill_id, found)] = compat.backfills_in_progress(
+            instance, {"partlake/sensor": "s"}, graph
+        )
+        assert backfill_id == "b1" and set(found) == set(pairs)
+        assert compat.backfills_in_progress(instance, {"partlake/sensor": "other"}, graph) == []
+        backfill = instance.get_backfill("b1")
+        assert backfill is not None
+        instance.update_backfill(backfill.with_status(BulkActionStatus.COMPLETED_SUCCESS))
+        assert compat.backfills_in_progress(instance, {"partlake/sensor": "s"}, graph) == []

@@ -103,7 +103,6 @@ class Refreshed:
     rewritten_at: float
     fill_seconds: float
     refresh_seconds: float
-    chained: bool  # the sensor requests a closure's next levels ahead (max_chained_runs > 0)
 
 
 def ingest(env: dict[str, str], *args: str) -> None:
@@ -125,7 +124,6 @@ def refreshed_demo(
     spark_remote: str | None = None,
     *,
     filled_by_partlake: bool = False,
-    chained_runs: int = 4,
 ) -> Iterator[Refreshed]:
     """`dagster dev` on a fresh demo instance; the sensor, turned on with the Dagster CLI, fills
     the lake (or finds it filled by `partlake run`: a few minutes less of one process per run);
@@ -141,33 +139,30 @@ def refreshed_demo(
         PARTLAKE_SENSOR_INTERVAL_SECONDS=str(TICK_SECONDS),
         PARTLAKE_SENSOR_RETRY_SECONDS=str(RETRY_SECONDS),
         SPARK_LOCAL_IP="127.0.0.1",
-        PARTLAKE_SENSOR_CHAINED_RUNS=str(chained_runs),
         **({"PARTLAKE_SPARK_REMOTE": spark_remote} if spark_remote else {}),
     )
     ingest(env, "--date", "2024-01-01", "--date", "2024-01-02", "--region", "eu", "--region", "us")
     if filled_by_partlake:
-        filled = run_partlake("run", "-m", "definitions", env=env, timeout=600)
+        filled = run_partlake("run", "-m", "definitions", env=env, timeout=1800)
         assert filled.returncode == 0, filled.stdout[-3000:] + filled.stderr[-3000:]
     with dagster_dev(env, tmp / "dagster_dev.log") as dev:
         started = time.monotonic()
         turned_on = dev.dagster("sensor", "start", "-w", "workspace.yaml", SENSOR)
         assert turned_on.returncode == 0, turned_on.stderr[-3000:]
-        wait_until(lambda: dev.stale() == [], timeout=480, what="the daemon to fill the lake")
+        wait_until(lambda: dev.stale() == [], timeout=1800, what="the daemon to fill the lake")
         fill_seconds = time.monotonic() - started
 
         rewritten_at = time.time()
         ingest(env, "--date", "2024-01-02", "--region", "us", "--seed", "7")
         assert {(i["asset"], i["partition"]) for i in dev.stale()} == CLOSURE
-        wait_until(lambda: dev.stale() == [], timeout=360, what="the daemon to refresh")
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the daemon to refresh")
         refresh_seconds = time.time() - rewritten_at
         filled = "found the lake partlake run filled" if filled_by_partlake else "filled the lake"
         print(
             f"daemon ({label}): {filled} in {fill_seconds:.0f} s; "
             f"source rewrite -> everything fresh in {refresh_seconds:.0f} s"
         )
-        yield Refreshed(
-            dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds, chained_runs > 0
-        )
+        yield Refreshed(dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds)
 
 
 def chromium() -> str:
@@ -223,6 +218,29 @@ def dismiss_welcome(page: Any) -> None:
         return  # this browser was greeted before
 
 
+def committed(dev: DagsterDev, run_id: str) -> dict[str, float]:
+    """When run `run_id` recorded each asset's materialization (after its commit), read from
+    the instance as the daemon wrote it."""
+    from dagster import DagsterEventType, DagsterInstance
+
+    with DagsterInstance.from_config(dev.env["DAGSTER_HOME"]) as instance:
+        records = instance.get_records_for_run(
+            run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+    return {
+        r.event_log_entry.dagster_event.asset_key.to_user_string(): r.event_log_entry.timestamp
+        for r in records
+        if r.event_log_entry.dagster_event and r.event_log_entry.dagster_event.asset_key
+    }
+
+
+def refresh_filter(refresh_id: str) -> str:
+    """The run list's query string that shows the runs of one refresh."""
+    from urllib.parse import urlencode
+
+    return urlencode({"q[]": f"tag:partlake/refresh={refresh_id}"})
+
+
 def covered(run: dict[str, Any]) -> set[tuple[str, str]]:
     keys = run["tags"]["partlake/partitions"].split(", ")
     return {(asset, key) for asset in run["assets"] for key in keys}
@@ -240,17 +258,16 @@ def check_refresh(refreshed: Refreshed) -> None:
     assert sum(len(covered(r)) for r in runs) == len(CLOSURE)  # nothing requested twice
     assert all(r["tags"]["partlake/reasons"] == "upstream_changed" for r in runs)
     assert all(r["tags"]["partlake/sensor"] == SENSOR for r in runs)
-    # Chained: the monthly level was requested in the tick of the daily runs it reads, and
-    # waited for them in its run (their `partlake/chain` ids) instead of for a later tick.
-    chained = [r for r in runs if "partlake/waits_for" in r["tags"]]
-    if refreshed.chained:
-        assert {a for r in chained for a in r["assets"]} >= {"monthly_region_stats"}, runs
-        chain_ids = {r["tags"].get("partlake/chain") for r in runs}
-        assert all(set(r["tags"]["partlake/waits_for"].split(",")) <= chain_ids for r in chained)
-    else:
-        assert chained == [] and len(runs) == 2, runs  # one run per level, one after the other
-    # A tick may start before the rewrite and act on it (the example's sensor watches the
-    # tables for 4.5 s before it skips): ticks that ended after it.
+    # One run per level, the monthly one created only once the daily one had committed what it
+    # reads (it may still be running its check steps: no run waits inside another), both under
+    # the refresh's one id.
+    assert len(runs) == 2, runs
+    daily, monthly = runs
+    assert "monthly_region_stats" in monthly["assets"]
+    assert monthly["creationTime"] >= committed(dev, daily["runId"])["daily_region_stats"], runs
+    assert all("partlake/waits_for" not in r["tags"] for r in runs)
+    assert len({r["tags"]["partlake/refresh"] for r in runs}) == 1, runs
+    # A tick may start just before the rewrite and act on it: ticks that ended after it.
     after = [t for t in ticks(dev) if (t["endTimestamp"] or 0) >= refreshed.rewritten_at]
     requested = [run_id for t in after for run_id in t["runIds"]]
     assert sorted(requested) == sorted(r["runId"] for r in runs)
@@ -259,7 +276,7 @@ def check_refresh(refreshed: Refreshed) -> None:
     # Fresh: the next ticks request nothing (and no tick failed meanwhile).
     done = max(r["endTime"] for r in runs)
     idle = wait_until(
-        # Ended ticks: the one in progress (watching, 4.5 s) has no status yet.
+        # Ended ticks: one in progress has no status yet.
         lambda: (
             [t for t in ticks(dev) if t["timestamp"] > done + 1 and t["status"] != "STARTED"][1:]
             or None
@@ -347,6 +364,14 @@ class TestSqliteInstance:
                 expect(page.get_by_text(tag).first).to_be_visible()
             page.wait_for_timeout(1000)  # the dialog fades in; let it finish before the picture
             page.screenshot(path=out / "ui-run-tags.png")
+
+            # The refresh as one chain: the run list filtered by its `partlake/refresh` tag
+            # shows its two runs, the monthly one created after the daily one ended.
+            refresh_id = run["tags"]["partlake/refresh"]
+            page.goto(f"{dev.url}/runs?{refresh_filter(refresh_id)}")
+            for r in refresh_runs:
+                expect(page.get_by_text(r["runId"][:8]).first).to_be_visible(timeout=60_000)
+            page.screenshot(path=out / "ui-refresh-runs.png")
             browser.close()
 
     def test_damaged_table_fails_ticks_with_its_message_and_holds_back_its_closure(
@@ -391,7 +416,7 @@ class TestSqliteInstance:
         }
         [run] = wait_until(
             lambda: [r for r in finished_since(damaged_at) if "clean_events" in r["assets"]],
-            timeout=180,
+            timeout=600,
             what="the clean_events refresh",
         )
         assert run["status"] == "SUCCESS"
@@ -411,7 +436,7 @@ class TestSqliteInstance:
 
         newest.write_bytes(original)
         repaired_at = time.time()
-        wait_until(lambda: dev.stale() == [], timeout=300, what="the refresh after the repair")
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the refresh after the repair")
         # A partition is fresh once its commit lands; its run ends a moment later.
         wait_until(
             lambda: set().union(*(covered(r) for r in finished_since(repaired_at))) >= held,
@@ -446,23 +471,22 @@ class TestSqliteInstance:
 
         first, second = wait_until(
             lambda: attempts(2),
-            timeout=300,
+            timeout=900,
             interval=3,
             what="two attempts of the broken partition",
         )[:2]
         assert first["status"] == second["status"] == "FAILURE"
         assert "partlake/attempt" not in first["tags"]
-        # The monthly rollups, requested to wait for the broken run, failed with it at once
-        # without computing, saying which run failed (not counted as failures of their own).
-        chained = [
-            r
-            for r in sensor_runs(dev)
-            if first["tags"]["partlake/chain"] in r["tags"].get("partlake/waits_for", "").split(",")
-        ]
-        assert chained, "the broken run's readers were requested with it"
-        assert all(r["status"] == "FAILURE" for r in chained), chained
-        assert all(r["tags"]["partlake/upstream_failed"] == first["runId"] for r in chained)
         assert second["tags"]["partlake/attempt"] == "2"
+        # The failed upstream stops its downstream: no run of the monthly rollups reading it.
+        readers = {
+            ("monthly_region_stats", "2024-01|eu"),
+            ("marts/monthly_region_summary", "2024-01|eu"),
+        }
+        assert not any(
+            covered(r) & readers for r in sensor_runs(dev) if r["creationTime"] >= broke_at
+        )
+        assert first["tags"]["partlake/refresh"] == second["tags"]["partlake/refresh"]
         waited = second["creationTime"] - first["endTime"]
         assert waited >= RETRY_SECONDS - 1, f"retried {waited:.1f} s after the failure"
         between = [
@@ -495,6 +519,42 @@ class TestSqliteInstance:
             f"no attempt 3 within {1.75 * RETRY_SECONDS:.0f} s of attempt 2's failure"
         )
 
+    @pytest.mark.browser
+    def test_the_ui_shows_a_failing_partition_holding_back_its_downstream(
+        self, refreshed: Refreshed, tmp_path: Path
+    ) -> None:
+        """After the back-off test: the refresh of the broken partition in the browser, its
+        failed runs and no run of what reads them; the partition's status in the asset's
+        partitions. Screenshots as in the test above."""
+        from playwright.sync_api import expect, sync_playwright
+
+        dev = refreshed.dev
+        out = Path(os.environ.get("PARTLAKE_SCREENSHOTS") or tmp_path)
+        out.mkdir(parents=True, exist_ok=True)
+        failed = [
+            r
+            for r in sensor_runs(dev)
+            if r["status"] == "FAILURE" and ("clean_events", "2024-01-01|eu") in covered(r)
+        ]
+        assert failed, "run after test_failing_partition_is_retried_with_back_off_not_every_tick"
+        refresh_id = failed[-1]["tags"]["partlake/refresh"]
+        mine = [r for r in sensor_runs(dev) if r["tags"].get("partlake/refresh") == refresh_id]
+        assert not any("monthly_region_stats" in r["assets"] for r in mine), mine
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(f"{dev.url}/runs?{refresh_filter(refresh_id)}")
+            dismiss_welcome(page)
+            # The run list loads its runs after the page (a minute on a busy machine).
+            expect(page.get_by_text("Failure").first).to_be_visible(timeout=60_000)
+            page.screenshot(path=out / "ui-refresh-failed-upstream.png")
+            page.goto(f"{dev.url}/assets/clean_events?view=partitions")
+            failed_count = page.get_by_text(re.compile(r"^Failed \(\d+\)$")).first
+            expect(failed_count).to_be_visible(timeout=60_000)
+            page.screenshot(path=out / "ui-refresh-partition-status.png")
+            browser.close()
+
 
 class TestPostgresInstance:
     """The same daemon flow as a team runs it beyond one machine: the Dagster instance in
@@ -505,14 +565,8 @@ class TestPostgresInstance:
         tmp = tmp_path_factory.mktemp("daemon-postgres")
         env = subprocess_env(SPARK_LOCAL_IP="127.0.0.1")
         with postgres_server() as postgres, spark_connect(tmp / "spark", env) as remote:
-            label = "postgres + Spark Connect, chained runs off"
-            # Chained runs off (PARTLAKE_SENSOR_CHAINED_RUNS=0): each level of a closure is
-            # requested once the one before has ended, as before chaining existed; the SQLite
-            # class runs the demo's default. The stale-partition test needs it: a chained run's
-            # planned partlake_fresh shows in the UI as in progress from the moment it exists.
-            with refreshed_demo(
-                tmp, label, postgres.dagster_yaml(), remote, chained_runs=0
-            ) as demo:
+            label = "postgres + Spark Connect"
+            with refreshed_demo(tmp, label, postgres.dagster_yaml(), remote) as demo:
                 yield demo
 
     def test_sensor_refreshes_exactly_the_closure_under_the_daemon(
@@ -602,7 +656,7 @@ class TestPostgresInstance:
             released = dev.dagster("instance", "concurrency", "set", "partlake", "2")
             assert released.returncode == 0, released.stderr[-3000:]
 
-        wait_until(lambda: dev.stale() == [], timeout=360, what="the refresh of the closure")
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the refresh of the closure")
         fresh = wait_until(
             lambda: fresh_results(dev, closure, after=rewritten_at, passed=True),
             timeout=60,

@@ -198,9 +198,19 @@ def test_a_run_waiting_for_a_pool_slot_says_which_pool_and_who_holds_it(
     assert any(m.startswith("[WAITING]") and holding.run_id[:8] in m for m in logged)
 
 
+def _worker_started(instance, run, pid: int) -> None:  # type: ignore[no-untyped-def]
+    """What a run worker records as it starts: its RUN_START event, which Dagster stores with the
+    pid of the process that emitted it."""
+    from dagster import DagsterEvent, DagsterEventType
+
+    event = DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name, pid=pid)
+    instance.report_dagster_event(event, run.run_id)
+
+
 def test_the_launcher_tells_run_monitoring_whether_a_run_worker_lives(instance) -> None:  # type: ignore[no-untyped-def]
     """What the daemon's run monitoring asks `MonitoredRunLauncher` about a launched run: its
-    worker logged its pid; alive -> RUNNING; killed -> FAILED, and its pool slots are freed."""
+    worker recorded itself at start; alive -> RUNNING; killed -> FAILED, and its pool slots are
+    freed. A log line naming a pid is not read."""
     import json as json_module
 
     from dagster._core.events import EngineEventData
@@ -220,11 +230,13 @@ def test_the_launcher_tells_run_monitoring_whether_a_run_worker_lives(instance) 
             tags={GRPC_INFO_TAG: json_module.dumps({"host": "localhost", "port": 4000})},
         )
         assert launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING  # no pid yet
+        # Dagster's log line alone says nothing to partlake: no worker known, still RUNNING.
         instance.report_engine_event(
-            f"Started process for run (pid: {worker.pid}).",
-            run,
-            EngineEventData.in_process(worker.pid),
+            "Started process for run (pid: 1).", run, EngineEventData.in_process(1)
         )
+        health = launcher.check_run_worker_health(run)
+        assert health.status == WorkerStatus.RUNNING and "no worker" in (health.msg or "")
+        _worker_started(instance, run, worker.pid)
         instance.event_log_storage.set_concurrency_slots(POOL, 2)
         instance.event_log_storage.claim_concurrency_slot(POOL, run.run_id, "held")
         assert launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING
@@ -241,14 +253,47 @@ def test_the_launcher_tells_run_monitoring_whether_a_run_worker_lives(instance) 
             status=DagsterRunStatus.STARTED,
             tags={GRPC_INFO_TAG: json_module.dumps({"host": "etl-7.example", "port": 4000})},
         )
-        instance.report_engine_event(
-            f"Started process for run (pid: {worker.pid}).",
-            remote,
-            EngineEventData.in_process(worker.pid),
-        )
+        _worker_started(instance, remote, worker.pid)
         assert launcher.check_run_worker_health(remote).status == WorkerStatus.RUNNING
     finally:
         worker.kill()
+
+
+def test_a_worker_names_itself_on_its_run_and_a_parents_tags_do_not_mislead(instance) -> None:  # type: ignore[no-untyped-def]
+    """The tags a worker writes at start (`record_worker`, from DeltaPartitionIOManager's set-up)
+    add its start time, so a reused pid is told apart; a re-execution carrying its parent's tags
+    (a dead worker's) is judged by its own worker's RUN_START."""
+    import json as json_module
+
+    from dagster._core.test_utils import create_run_for_test
+
+    from dagster_partlake.compat import GRPC_INFO_TAG
+    from dagster_partlake.orchestration.workers import worker_of_run
+    from dagster_partlake.processes import PID_TAG, PROCESS_START_TAG, process_tags, record_worker
+
+    launched = {GRPC_INFO_TAG: json_module.dumps({"host": "localhost", "port": 4000})}
+    run = create_run_for_test(
+        instance, job_name="held_job", status=DagsterRunStatus.STARTED, tags=launched
+    )
+    assert record_worker(instance, run) is True
+    run = instance.get_run_by_id(run.run_id)
+    assert run.tags[PID_TAG] == str(os.getpid()) and PROCESS_START_TAG in run.tags
+    assert record_worker(instance, run) is False  # names this process already
+    _worker_started(instance, run, os.getpid())
+    worker = worker_of_run(instance, run)
+    assert worker is not None and worker.pid == os.getpid() and worker.started is not None
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    child = create_run_for_test(
+        instance,
+        job_name="held_job",
+        status=DagsterRunStatus.STARTED,
+        tags={**launched, **process_tags(os.getpid()), PID_TAG: str(gone.pid)},
+    )
+    _worker_started(instance, child, os.getpid())
+    worker = worker_of_run(instance, child)
+    assert worker is not None and worker.pid == os.getpid()
 
 
 def test_a_reused_pid_is_not_the_runs_process() -> None:

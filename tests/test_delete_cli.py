@@ -21,9 +21,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, model_kind_metadata
-from dagster_partlake.delta.delete import delete_rows
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.writer import write_partitions
+from dagster_partlake.maintenance.delete import delete_rows
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.orchestration.sources import partlake_source
 from dagster_partlake.partitions.keys import selection_for_keys

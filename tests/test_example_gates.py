@@ -13,7 +13,7 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 from definitions.ingest import write_partition
 from tests.conftest import cli_env, run_partlake
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 from definitions.exports import generate, write_export
 from tests.conftest import cli_env, delta_rows, run_partlake
 

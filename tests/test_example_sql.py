@@ -17,7 +17,7 @@ import pytest
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 from definitions.ingest import write_partition
 from tests.conftest import REPO_ROOT, cli_env, delta_rows, run_partlake, sensor_tick
 

@@ -279,6 +279,56 @@ def test_a_report_the_instance_refuses_is_said_not_lost(tmp_path: Path) -> None:
         assert writer.take_errors() == []
 
 
+def test_the_writer_hands_back_queued_results_of_partitions_a_tick_requests(
+    tmp_path: Path,
+) -> None:
+    """`ReportWriter.claim`: results not recorded yet of the partitions a tick requests runs for
+    come back to the tick (which records them before the runs exist); the others stay queued;
+    the report being recorded at that moment is named instead (its results may land any time)."""
+    import threading
+
+    from dagster import AssetCheckEvaluation, instance_for_test
+
+    from dagster_partlake.freshness import report as report_module
+    from dagster_partlake.freshness.report import FreshnessReport, ReportWriter
+
+    def report(report_id: str, *partitions: str) -> FreshnessReport:
+        evaluations = tuple(
+            AssetCheckEvaluation(
+                asset_key=AssetKey("a"), check_name=FRESH_CHECK, passed=False, partition=p
+            )
+            for p in partitions
+        )
+        return FreshnessReport(evaluations, 0, report_id)
+
+    entered, release = threading.Event(), threading.Event()
+    record = report_module.record_report
+
+    def held(instance, first):  # type: ignore[no-untyped-def]
+        if first.report_id == "partlake-fresh-1":
+            entered.set()
+            release.wait(60)
+        record(instance, first)
+
+    (tmp_path / "home").mkdir()
+    with instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        writer = ReportWriter(instance)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(report_module, "record_report", held)
+            writer.submit(report("partlake-fresh-1", "x"))
+            assert entered.wait(60)  # the thread is recording report 1
+            writer.submit(report("partlake-fresh-2", "x", "y", "z"))
+            busy, taken = writer.claim({("a", "x"), ("a", "y")})
+            assert busy == {("a", "x")}
+            assert [(t.report_id, [e.partition for e in t.evaluations]) for t in taken] == [
+                ("partlake-fresh-2", ["x", "y"])
+            ]
+            assert not writer.idle
+            release.set()
+            assert writer.flush(timeout=60)
+        assert latest(instance, "a") == {"x": "FAILED", "z": "FAILED"}  # y was handed back
+
+
 def test_a_code_location_without_partlake_fresh_gets_one_warning_line(
     tmp_path: Path, lake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

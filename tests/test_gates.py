@@ -33,9 +33,9 @@ from dagster_partlake.gates.spec import (
     row_count,
     unique,
 )
-from dagster_partlake.layout import table_path
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
-from tests.conftest import delta_rows
+from dagster_partlake.storage.location import table_path
+from tests.conftest import delta_files, delta_rows
 
 daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
 SCHEMA = "date date, id long, region string, amount long"
@@ -165,9 +165,9 @@ def test_a_violated_constraint_commits_nothing_and_fails_its_check(
     # The other gates were evaluated in the same run and passed.
     for other in set(VIOLATIONS) - {violated}:
         assert _check(instance, other).run_id == result.run_id
-    # Nothing staged is left behind.
-    staging = Path(table_path(str(lake), ["checked"])) / "_partlake_staging"
-    assert not staging.exists() or not any(staging.iterdir())
+    # Nothing written is left behind: every data file on disk is a live one.
+    table = Path(table_path(str(lake), ["checked"]))
+    assert {str(p) for p in table.rglob("*.parquet")} == delta_files(table)
 
 
 @pytest.mark.spark
@@ -377,13 +377,15 @@ def test_an_invalid_expression_names_the_fix_and_commits_nothing(
 
 @pytest.mark.spark
 def test_counts_taken_while_writing_spare_a_read_of_the_staged_rows(spark, tmp_path: Path) -> None:
-    """With the violations Spark counted while writing and the staged files' row counts, clean
-    row constraints need no read of the staged rows; a counted violation is located by partition."""
+    """The job that writes the files counts, per file, each row constraint's violations
+    (`extras`); with those counts and the files' rows, the gates need no read of the rows, and a
+    counted violation is located by partition."""
     import shutil
 
-    from pyspark.sql import Observation
-
-    from dagster_partlake.gates.evaluate import GateInput, evaluate, while_writing
+    from dagster_partlake.delta.files import Extras, write_files
+    from dagster_partlake.delta.schema import spark_to_arrow
+    from dagster_partlake.gates.evaluate import GateInput, evaluate, extras
+    from dagster_partlake.storage.location import TableLocation
 
     gates = gates_of(
         {
@@ -397,22 +399,35 @@ def test_counts_taken_while_writing_spare_a_read_of_the_staged_rows(spark, tmp_p
     )
     day1, day2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
     rows = [(day1, 1, "eu", 5), (day2, 2, None, 7), (day2, 3, "us", 1)]
-    path = tmp_path / "staged"
-    observation = Observation()
-    written = spark.createDataFrame(rows, SCHEMA).observe(observation, *while_writing(gates))
-    written.write.partitionBy("date").parquet(str(path))
-    assert observation.get == {"_bad0": 1, "_bad1": 0}
-    staged = spark.read.parquet(str(path))
+    path = tmp_path / "written"
+    df = spark.createDataFrame(rows, SCHEMA)
+    flags, sums = extras(gates)
+    schema = spark_to_arrow(df.select(*[c for c in df.columns if c != "date"], "date").schema)
+    written = write_files(
+        df,
+        TableLocation.parse(path),
+        partition_by=["date"],
+        schema=schema,
+        extras=Extras(flags=flags, sums=sums),
+    )
+    counted: dict[str, dict[str, int]] = {}
+    for f in written.files:
+        into = counted.setdefault(f.partition_values["date"] or "", {"_rows": 0})
+        into["_rows"] += f.num_records
+        for name, n in f.flags.items():
+            into[name] = into.get(name, 0) + n
+    assert counted == {
+        "2024-01-01": {"_rows": 1, "_bad0": 0, "_bad1": 0},
+        "2024-01-02": {"_rows": 2, "_bad0": 1, "_bad1": 0},
+    }
     given = {
         "asset_name": "checked",
-        "new": staged,
+        "new": spark.read.parquet(str(path)),
         "partition_columns": ["date"],
         "keys": ["2024-01-01", "2024-01-02"],
         "key_of": lambda values: values["date"],
-        "rows": {"2024-01-01": 1, "2024-01-02": 2},
     }
-
-    found = {r.gate.name: r for r in evaluate(gates, GateInput(**given, observed=observation.get))}
+    found = {r.gate.name: r for r in evaluate(gates, GateInput(**given, counted=counted))}
     assert not found["not_null_region"].passed
     assert found["not_null_region"].offending == 1
     assert found["not_null_region"].failing_partitions == ("2024-01-02",)
@@ -420,7 +435,8 @@ def test_counts_taken_while_writing_spare_a_read_of_the_staged_rows(spark, tmp_p
 
     # Nothing violated: the verdicts come without reading the rows, which are gone here.
     shutil.rmtree(path)
-    clean = evaluate(gates, GateInput(**given, observed={"_bad0": 0, "_bad1": 0}))
+    clean_counts = {k: {**v, "_bad0": 0} for k, v in counted.items()}
+    clean = evaluate(gates, GateInput(**given, counted=clean_counts))
     assert [r.passed for r in clean] == [True, True, True]
     assert [r.checked for r in clean] == [3, 3, 2]
     # Without the counts the gates read them, and Spark finds the files missing.

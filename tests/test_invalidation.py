@@ -6,7 +6,6 @@ import datetime as dt
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -88,91 +87,126 @@ def test_source_rewrite_invalidates_exactly_its_downstream_closure(example, lake
     assert requests == [] and skip.startswith("No new commits")
 
 
-def test_a_watching_tick_acts_on_a_commit_made_while_it_watches(example, lake, instance) -> None:
-    """With `watch_seconds`, a tick that finds no new commit keeps checking: it skips after the
-    watch when nothing moves, and requests the closure's first runs when a source partition is
-    rewritten while it watches, in that tick, not the next."""
-    defs, _ = example
-    from definitions.ingest import write_partition
-
-    watching = build_invalidation_sensor("watch", minimum_interval_seconds=1, watch_seconds=30)
-    at_once = build_invalidation_sensor("watch", minimum_interval_seconds=1)
-    requests, cursor, skip = tick(defs, instance, at_once, None)
-    assert requests == [] and skip == "Everything is fresh."
-
-    short = build_invalidation_sensor("watch", minimum_interval_seconds=1, watch_seconds=1)
-    started = time.monotonic()
-    requests, cursor, skip = tick(defs, instance, short, cursor)
-    assert requests == [] and skip.startswith("No new commits")
-    assert time.monotonic() - started >= 1 - 0.2  # it watched (to within one poll), then skipped
-
-    rewrite = threading.Timer(
-        1.0,
-        write_partition,
-        args=(dt.date(2024, 1, 2), "eu", 200),
-        kwargs={"seed": 3, "root": str(lake)},
-    )
-    rewrite.start()
-    try:
-        requests, cursor, skip = tick(defs, instance, watching, cursor)
-    finally:
-        rewrite.join()
-    assert skip is None
-    first = set().union(*(requested(r) for r in requests if "partlake/waits_for" not in r.tags))
-    assert first >= {("clean_events", "2024-01-02|eu"), ("staging/events", "2024-01-02|eu")}
-    assert set().union(*(requested(r) for r in requests)) <= EXPECTED
-
-
-def test_a_watching_tick_requests_the_next_level_when_the_run_it_waits_for_ends(
+def test_deprecated_watch_and_chain_arguments_are_accepted_with_a_warning_naming_the_fix(
     example, lake, instance
 ) -> None:
-    """A tick that finds the first level's run in flight requests nothing; watching, it sees
-    that run commit and end, evaluates again and requests the next level in the same tick."""
-    from dagster import DagsterRunStatus, RunsFilter
+    """`watch_seconds` and `max_chained_runs` are accepted, say what replaced them, and change
+    nothing: the tick after a rewrite requests only the runs that wait for no other run."""
+    defs, _ = example
+    from definitions.ingest import write_partition
+
+    with pytest.warns(DeprecationWarning, match="watch_seconds=.*no longer watches"):
+        watching = build_invalidation_sensor("old", watch_seconds=4.5)
+    with pytest.warns(DeprecationWarning, match="max_chained_runs=.*no run starts early"):
+        chaining = build_invalidation_sensor("old", max_chained_runs=4)
+    _, cursor, skip = tick(defs, instance, watching, None)
+    assert skip == "Everything is fresh."
+    write_partition(dt.date(2024, 1, 2), "eu", 200, seed=3, root=str(lake))
+    requests, _, _ = tick(defs, instance, chaining, cursor)
+    assert [sorted(k.to_user_string() for k in r.asset_selection) for r in requests] == [
+        ["clean_events", "daily_region_stats", "marts/user_activity", "staging/events"]
+    ]
+    assert all("partlake/waits_for" not in r.tags for r in requests)
+
+
+def test_refresh_mode_out_of_range_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="refresh must be one of 'runs', 'backfill', got 'later'"):
+        build_invalidation_sensor("inv", refresh="later")  # type: ignore[arg-type]
+
+
+def test_each_level_is_requested_by_the_first_tick_after_what_it_reads_has_ended(
+    example, lake, instance
+) -> None:
+    """While the first level's run is in flight a tick requests nothing (it returns at once);
+    once it has ended, the next tick requests the next level, under the same refresh id; the
+    partlake_fresh results of requested partitions are recorded by the tick itself, before the
+    runs exist."""
+    from dagster import AssetCheckKey
 
     defs, _ = example
     from definitions.ingest import write_partition
 
-    sensor = build_invalidation_sensor("watch", watch_seconds=45, max_chained_runs=0)
-    at_once = build_invalidation_sensor("watch", max_chained_runs=0)
-    _, cursor, _ = tick(defs, instance, at_once, None)
+    sensor = build_invalidation_sensor("lvl")
+    _, cursor, _ = tick(defs, instance, sensor, None)
     write_partition(dt.date(2024, 1, 2), "eu", 200, seed=4, root=str(lake))
     [first], cursor, _ = tick(defs, instance, sensor, cursor)
-    assert "monthly_region_stats" not in {k.to_user_string() for k in first.asset_selection}
+    refresh_id = first.tags["partlake/refresh"]
+    assert refresh_id and json.loads(cursor)["refresh"] == refresh_id
+    # Recorded by the tick, not left to the writer's thread: failed, before the run exists.
+    infos = instance.event_log_storage.get_asset_check_partition_info(
+        [AssetCheckKey(k, "partlake_fresh") for k in first.asset_selection],
+        partition_keys=["2024-01-02|eu"],
+    )
+    assert len(infos) == 4 and all(i.latest_execution_status.value == "FAILED" for i in infos)
 
-    worker = threading.Thread(target=execute, args=(defs, instance, first))
-    worker.start()
-    try:
-
-        def in_flight() -> bool:
-            started = RunsFilter(tags={SENSOR_TAG: "watch"}, statuses=[DagsterRunStatus.STARTED])
-            return bool(instance.get_run_ids(filters=started))
-
-        while not in_flight():
-            assert worker.is_alive(), "the first level's run ended before it was seen started"
-            time.sleep(0.05)
-        requests, cursor, skip = tick(defs, instance, sensor, cursor)
-    finally:
-        worker.join()
-    assert skip is None, skip
-    assert set().union(*(requested(r) for r in requests)) >= {
+    job = defs.resolve_implicit_global_asset_job_def()
+    queued = instance.create_run_for_job(
+        job_def=job,
+        tags={**first.tags, "dagster/partition": "2024-01-02|eu"},
+        asset_selection=frozenset(first.asset_selection),
+    )
+    again, cursor, skip = tick(defs, instance, sensor, cursor)
+    assert again == [] and "wait for running or backing-off runs" in skip
+    instance.delete_run(queued.run_id)
+    execute(defs, instance, first)
+    second, cursor, _ = tick(defs, instance, sensor, cursor)
+    assert set().union(*(requested(r) for r in second)) == {
         ("monthly_region_stats", "2024-01|eu"),
         ("marts/monthly_region_summary", "2024-01|eu"),
     }
+    assert {r.tags["partlake/refresh"] for r in second} == {refresh_id}
+    for request in second:
+        execute(defs, instance, request)
+    done, cursor, skip = tick(defs, instance, sensor, cursor)
+    assert done == [] and skip == "Everything is fresh."
+    assert json.loads(cursor)["refresh"] == ""
 
 
-def test_watch_seconds_out_of_range_is_refused_with_the_fix() -> None:
-    with pytest.raises(ValueError, match="watch_seconds must be between 0 and 45.*got 90"):
-        build_invalidation_sensor("watch", watch_seconds=90)
+def test_a_backfill_refresh_requests_one_asset_backfill_of_the_closure(
+    example, lake, instance
+) -> None:
+    """`refresh="backfill"`: one request for an asset backfill of the whole closure (two
+    partitions definitions), tagged like the runs; while it is in progress, nothing more."""
+    from dagster._core.execution.backfill import PartitionBackfill
+
+    defs, _ = example
+    from definitions.ingest import write_partition
+
+    sensor = build_invalidation_sensor("bf", refresh="backfill")
+    _, cursor, _ = tick(defs, instance, sensor, None)
+    # The first day: the merge marts/user_activity must apply the next day again after it,
+    # which Dagster's backfill would run side by side: that day is left to the next backfill.
+    write_partition(dt.date(2024, 1, 1), "eu", 200, seed=5, root=str(lake))
+    [request], cursor, _ = tick(defs, instance, sensor, cursor)
+    subset = request.asset_graph_subset
+    assert subset is not None
+    first_day = {(a, k.replace("2024-01-02", "2024-01-01")) for a, k in EXPECTED}
+    assert {
+        (p.asset_key.to_user_string(), p.partition_key) for p in subset.iterate_asset_partitions()
+    } == first_day
+    assert request.tags[SENSOR_TAG] == "bf" and request.tags["partlake/refresh"]
+    instance.add_backfill(
+        PartitionBackfill.from_asset_graph_subset(
+            backfill_id="bfill1",
+            dynamic_partitions_store=instance,
+            backfill_timestamp=time.time(),
+            asset_graph_subset=subset,
+            tags=request.tags,
+            title=None,
+            description=None,
+            run_config=None,
+        )
+    )
+    again, cursor, skip = tick(defs, instance, sensor, cursor)
+    assert again == [] and "backfill(s) bfill1" in skip
+    assert "1 reading those" in skip  # marts/user_activity[2024-01-02|eu], after the backfill
 
 
 def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake, instance) -> None:
     defs, graph = example
     from definitions.ingest import write_partition
 
-    # One level at a time (max_chained_runs=0): this is about the first level's runs in flight
-    # and failing; runs requested ahead of them are tested in test_chain.py and test_daemon.py.
-    patient = build_invalidation_sensor("inv", retry_base_seconds=3600, max_chained_runs=0)
+    patient = build_invalidation_sensor("inv", retry_base_seconds=3600)
     _, cursor, _ = tick(defs, instance, patient, None)
     write_partition(dt.date(2024, 1, 1), "us", 200, seed=2, root=str(lake))
     requests, cursor, _ = tick(defs, instance, patient, cursor)
@@ -213,7 +247,7 @@ def test_in_flight_and_failing_partitions_are_not_requested_again(example, lake,
     assert again == []
 
     # The same failure seen by a sensor without backoff: requested again at once.
-    eager = build_invalidation_sensor("inv", retry_base_seconds=0, max_chained_runs=0)
+    eager = build_invalidation_sensor("inv", retry_base_seconds=0)
     again, _, _ = tick(defs, instance, eager, before_failure)
     assert [r.partition_key for r in again] == ["2024-01-01|us"]
     # A retry needs a run key of its own: the daemon skips a run key it has already seen.

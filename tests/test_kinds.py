@@ -27,11 +27,11 @@ from dagster_partlake.delta.table import log_versions, read_record
 from dagster_partlake.delta.writer import write_partitions
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.kinds.spec import model_kind, model_kind_metadata
-from dagster_partlake.layout import table_path
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.storage.location import table_path
 from tests.conftest import delta_files, delta_rows
 
 pytestmark = pytest.mark.spark
@@ -314,8 +314,8 @@ def test_merge_on_dimension_partitions_rewrites_only_files_that_can_hold_a_key(
     spark, lake: Path
 ) -> None:
     """Delta statistics then partitions: a batch of high keys leaves the low-key file alone."""
-    from dagster_partlake.delta.merge import merge_rows
     from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.kinds.merge import merge_rows
 
     path = table_path(str(lake), ["accounts"])
     day = dt.date(2024, 1, 1)

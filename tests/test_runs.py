@@ -255,34 +255,3 @@ def test_siblings_dagster_can_run_together_share_one_run() -> None:
         (("merged",), "2024-01-03|eu", (1,)),
         (("monthly", "summary"), "2024-01|eu", (1,)),
     ]
-
-
-def test_chainable_runs_wait_only_for_requested_or_chained_runs_and_never_after_a_cutoff() -> None:
-    # src -> clean -> daily -> monthly, and a third level: each day of `top` reads its month.
-    from_month = MultiPartitionMapping(
-        {
-            "month": DimensionPartitionMapping("date", TimeWindowPartitionMapping()),
-            "region": DimensionPartitionMapping("region", IdentityPartitionMapping()),
-        }
-    )
-    assets = [
-        *ASSETS,
-        PlanAsset("top", (dep("monthly", MONTHLY_REGION, DAILY_REGION, from_month),), "1"),
-    ]
-    defs = {**DEFS, "top": DAILY_REGION}
-    stale = PlanInput(assets, {"src": {"2024-01-31|eu": PartitionState(1)}}, {})
-    runs = plan_runs(plan(stale), assets, defs, {"top": SINGLE})
-    assert [(r.number, r.assets, r.waits_for) for r in runs.runs] == [
-        (1, ("clean", "daily"), ()),
-        (2, ("monthly",), (1,)),
-        (3, ("top",), (2,)),
-    ]
-    # Level by level: monthly waits for a requested run, top for a chained one.
-    assert [r.number for r in runs.chainable([1], limit=4)] == [2, 3]
-    assert [r.number for r in runs.chainable([1], limit=1)] == [2]
-    assert runs.chainable([1], limit=0) == ()
-    assert runs.chainable([], limit=4) == ()  # run 1 not requested: nothing can wait for it
-    # monthly may come out unchanged (early cutoff): top's run is decided after monthly commits.
-    cut = plan_runs(plan(stale), assets, defs, {"top": SINGLE}, cutoff={"monthly"})
-    assert [(r.number, r.after_cutoff) for r in cut.runs] == [(1, False), (2, False), (3, True)]
-    assert [r.number for r in cut.chainable([1], limit=4)] == [2]

@@ -13,7 +13,7 @@ from deltalake import write_deltalake
 from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, build_invalidation_sensor, partlake_source
-from dagster_partlake.layout import table_path
+from dagster_partlake.storage.location import table_path
 from tests.conftest import sensor_tick
 
 DAYS = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")

@@ -23,10 +23,10 @@ from dagster import (
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_stale, sql_assets
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.layout import table_path
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.storage.location import table_path
 from definitions.assets import build_lakehouse
 from definitions.ingest import write_partition
 from definitions.partitions import daily_region, monthly_region

@@ -20,7 +20,6 @@ from dagster import AssetKey, materialize
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 
-from dagster_partlake.delta.maintenance import vacuum_table
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.stream_source import StreamSourceError
@@ -28,6 +27,7 @@ from dagster_partlake.delta.table import log_versions, read_record
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.incremental.streams import StreamSpec, stream_of
 from dagster_partlake.layout import STREAM_DIR
+from dagster_partlake.maintenance.vacuum import vacuum_table
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.planner import (
@@ -41,7 +41,7 @@ from dagster_partlake.planning.planner import (
 from dagster_partlake.planning.replan import changed_partitions, full, replan
 from dagster_partlake.planning.session import make_plan
 from tests import stream_defs
-from tests.conftest import REPO_ROOT, cli_env, run_partlake, subprocess_env
+from tests.conftest import REPO_ROOT, cli_env, delta_files, run_partlake, subprocess_env
 
 # -- the declaration (no Spark) ---------------------------------------------------------------
 
@@ -233,7 +233,7 @@ def test_available_now_batches_commit_once_and_downstream_follows_the_touched_da
     assert _ids(lake) == list(range(60)) and not _stale(defs)
     # A row delete in the stream's table stands (the stream is where data enters): only what
     # reads the touched day is stale.
-    from dagster_partlake.delta.delete import delete_rows
+    from dagster_partlake.maintenance.delete import delete_rows
 
     delete_rows(spark, root, "event_id = 55")
     assert ("daily_totals", "2024-01-03", "upstream_changed") in _stale(defs)
@@ -253,7 +253,7 @@ def test_csv_and_parquet_landing_folders(spark, lake: Path, instance, monkeypatc
 
 @pytest.mark.spark
 def test_a_table_stream_refuses_a_rewritten_upstream(spark, lake: Path, instance, monkeypatch):
-    from dagster_partlake.delta.delete import delete_rows
+    from dagster_partlake.maintenance.delete import delete_rows
 
     monkeypatch.setenv("PARTLAKE_HOME", str(lake))
     defs, assets = _defs()
@@ -357,7 +357,8 @@ def test_a_stream_killed_mid_batch_and_restarted_commits_every_row_once(
     committed = list(range(75)) if when == "after_commit" else list(range(50))
     assert _ids(lake) == committed  # batches 0, 1 (and 2) landed whole, nothing more
     if when == "before_commit":
-        assert any((root / "_partlake_staging").iterdir())  # batch 2's Parquet, never committed
+        # Batch 2's Parquet files, written where they would live, never committed.
+        assert {str(p) for p in root.rglob("*.parquet")} - delta_files(root)
 
     monkeypatch.setenv("PARTLAKE_HOME", str(lake))
     defs, assets = _defs(options={"maxFilesPerTrigger": "1"})

@@ -81,19 +81,24 @@ def plan_code_location(
     module: str, select: str | None, *, need_instance: bool
 ) -> tuple[PlanningSession, PlanResult, RunPlan]:
     """Load the code location, plan it, and turn the plan into runs (no runs blocked): the
-    session, the plan and the runs."""
+    session, the plan and the runs. The plan is kept for the next process's shortcut
+    (`dagster_partlake.cli.shortcut`)."""
+    from dagster_partlake.cli import shortcut
     from dagster_partlake.cli.location import load_definitions
-    from dagster_partlake.delta.state import StateCache, default_persist_dir
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.layout import default_persist_dir
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import PlanningSession
 
-    session = PlanningSession(
-        LakeGraph(load_definitions(module)), StateCache(default_persist_dir())
-    )
+    with shortcut.recording(module) as loading:
+        graph = LakeGraph(load_definitions(module))
+    loading.walk_folders(graph)
+    session = PlanningSession(graph, StateCache(default_persist_dir()))
     # Opening the instance costs about a second of imports: without dynamic partitions a plan
     # (and a no-op `partlake run`) does without it.
     store = dagster_instance(need_instance) if session.graph.has_dynamic_partitions else None
     result = session.plan(select=selection(select), dynamic_partitions_store=store)
+    shortcut.keep(loading, session, result)
     return session, result, session.runs(result)
 
 

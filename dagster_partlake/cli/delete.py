@@ -14,7 +14,7 @@ from dagster_partlake.cli.main import main
 from dagster_partlake.cli.output import echo
 
 if TYPE_CHECKING:
-    from dagster_partlake.delta.delete import DeleteResult
+    from dagster_partlake.maintenance.delete import DeleteResult
 
 
 @main.command("delete")
@@ -41,7 +41,7 @@ def delete_command(
     import json
 
     from dagster_partlake.cli.location import load_definitions
-    from dagster_partlake.delta.delete import delete_rows
+    from dagster_partlake.maintenance.delete import delete_rows
     from dagster_partlake.planning.graph import LakeGraph
 
     graph = LakeGraph(load_definitions(module))

@@ -28,6 +28,12 @@ from dagster_partlake.layout import resolve_root
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+# The answers of a command that finds nothing to do (`render`, and the shortcut that gives them
+# without planning: `dagster_partlake.cli.shortcut`).
+NOTHING_TO_RUN = "Everything is fresh: nothing to run."
+PLAN_FRESH = "Everything is fresh: no asset partition needs to run."
+PLAN_FRESH_JSON = "[]"  # `partlake plan --json`: no stale partition
+
 LOG_DIR = "logs"
 KEEP_LOGS_SECONDS = 7 * 24 * 3600
 # Commands whose log is removed after a success: they changed nothing worth a record.

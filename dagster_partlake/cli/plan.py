@@ -8,15 +8,16 @@ from typing import TYPE_CHECKING
 
 import click
 
+from dagster_partlake.cli import shortcut
 from dagster_partlake.cli.common import (
     boundary,
     dagster_instance,
     fail_on_unreadable,
     plan_code_location,
+    selection,
 )
 from dagster_partlake.cli.main import main
-from dagster_partlake.cli.output import echo
-from dagster_partlake.freshness.report import MISSING_CHECKS, checked_assets
+from dagster_partlake.cli.output import PLAN_FRESH, PLAN_FRESH_JSON, echo
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,16 +51,23 @@ def plan_command(
 ) -> None:
     """Show which asset partitions are stale and why, and the runs that would refresh them,
     without running anything."""
-    from dagster_partlake.cli.render import plan_json, plan_text, runs_json_text
-
     if as_json and runs_json:
         raise click.UsageError("--json and --runs-json print different documents; choose one.")
+    # --runs-json and --report need the runs and the instance: always the full path.
+    answered = None if runs_json or report else shortcut.answer(module, selection(select))
+    if answered is not None and not shortcut.checking():
+        if answered.warning:
+            echo(answered.warning, err=True)
+        echo(PLAN_FRESH_JSON if as_json else PLAN_FRESH)
+        return
+    from dagster_partlake.cli.render import plan_json, plan_text, runs_json_text
+
     session, result, runs = plan_code_location(module, select, need_instance=report)
-    checked = checked_assets(session.graph.asset_graph.asset_check_keys)
-    if not checked and any(
-        a.partitions_def is not None and not a.is_source for a in session.graph.assets.values()
-    ):
-        echo(f"Warning: {MISSING_CHECKS}", err=True)
+    if answered is not None:
+        shortcut.confirm(not result.plan and not result.plan.unreadable)
+    warning = shortcut.missing_checks_warning(session.graph)
+    if warning:
+        echo(warning, err=True)
     failures = _gate_failures(session.graph, result.plan)
     if as_json:
         echo(plan_json(result.plan, failures, _dimension_values(session.graph)))
@@ -69,7 +77,9 @@ def plan_command(
         layouts = key_layouts(session.graph)
         echo(plan_text(runs, seconds=result.seconds, failures=failures, layouts=layouts))
     if report:
-        _report(session, result, checked)
+        from dagster_partlake.freshness.check import checked_assets
+
+        _report(session, result, checked_assets(session.graph.asset_graph.asset_check_keys))
     fail_on_unreadable(result.plan)
 
 

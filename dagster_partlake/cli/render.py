@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
+from dagster_partlake.cli.output import PLAN_FRESH
 from dagster_partlake.planning.planner import REASONS, Key, Plan
 from dagster_partlake.planning.runs import RunPlan
 
@@ -59,7 +60,7 @@ def plan_text(
     if not plan:
         if held:
             return "No stale asset partition among the assets that could be planned." + held
-        return "Everything is fresh: no asset partition needs to run."
+        return PLAN_FRESH
     grouped = plan.by_asset()
     took = f" (planned in {seconds * 1000:.0f} ms)" if seconds is not None else ""
     lines = [

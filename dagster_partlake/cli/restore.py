@@ -23,7 +23,7 @@ def restore_command(module: str, asset: str, version: int, partition: str | None
     """Bring an asset's table, or one partition of it, back to an earlier version in one commit.
     The restored partitions show as out_of_band in `partlake plan`, their dependents as
     upstream_changed."""
-    from dagster_partlake.delta.history import restore_partitions
+    from dagster_partlake.maintenance.restore import restore_partitions
 
     target = history_target(module, asset, partition)
     result = restore_partitions(

@@ -10,6 +10,7 @@ from collections import Counter
 
 import click
 
+from dagster_partlake.cli import shortcut
 from dagster_partlake.cli.common import (
     boundary,
     dagster_instance,
@@ -20,7 +21,7 @@ from dagster_partlake.cli.common import (
     skip_final_collection,
 )
 from dagster_partlake.cli.main import main
-from dagster_partlake.cli.output import echo, terminal
+from dagster_partlake.cli.output import NOTHING_TO_RUN, echo, terminal
 
 
 @main.command("run")
@@ -40,15 +41,23 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     """Run every stale asset partition (and nothing else) as Dagster runs: exactly the runs
     `partlake plan` shows."""
     require_dagster_home()
+    answered = shortcut.answer(module, selection(select))
+    if answered is not None and not shortcut.checking():
+        echo(NOTHING_TO_RUN)
+        return
     session, result, runs = plan_code_location(module, select, need_instance=True)
     graph = session.graph
     if not result.plan:
-        _reap_dead_runs()
+        reaped = _reap_dead_runs()
+        if answered is not None:
+            shortcut.confirm(not reaped and not result.plan.unreadable)
         skip_final_collection()
         if not result.plan.unreadable:
-            echo("Everything is fresh: nothing to run.")
+            echo(NOTHING_TO_RUN)
         fail_on_unreadable(result.plan)
         return
+    if answered is not None:
+        shortcut.confirm(False)
     # Imported only when there is something to run: a no-op run needs none of them.
     from dagster_partlake.cli.render import outcome_line
     from dagster_partlake.orchestration.pools import parallelism
@@ -104,15 +113,19 @@ def _summary(counts: Counter[str], total: int) -> str:
     return summary + "."
 
 
-def _reap_dead_runs() -> None:
+def _reap_dead_runs() -> int:
     """Mark failed the unfinished runs of earlier `partlake run` processes of this host that
-    died (and free their pool slots). Cheap when there are none: it opens the Dagster instance
-    only when such a process left its registration behind."""
+    died (and free their pool slots); how many. Cheap when there are none: it opens the Dagster
+    instance only when such a process left its registration behind."""
+    if not shortcut.registered_runs():
+        return 0  # without importing the workers' module
     from dagster_partlake.orchestration.workers import dead_registered, reap_dead_runs
 
     if not dead_registered(os.environ.get("DAGSTER_HOME")):
-        return
+        return 0
     instance = dagster_instance(True)
     assert instance is not None  # required: DAGSTER_HOME is set
-    for dead in reap_dead_runs(instance):
+    reaped = reap_dead_runs(instance)
+    for dead in reaped:
         echo(f"[FAILED] {dead.message}")
+    return len(reaped)

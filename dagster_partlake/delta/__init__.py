@@ -1,4 +1,10 @@
-"""The storage adapter: Delta tables written by Spark + delta-rs. Knows nothing about Dagster."""
+"""The storage adapter: Delta tables written by Spark + delta-rs. Knows nothing about Dagster.
+
+It keeps the log (`table`, `snapshot`, `state`), the one transaction (`transaction`) and the
+Delta-level operations (`files`, `reader`, `writer`, `history`). The table maintenance it used
+to export (compaction, vacuum, checkpoints, restore) lives in `dagster_partlake.maintenance`;
+its names are still exported here, unchanged.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +16,9 @@ if TYPE_CHECKING:
     from dagster_partlake.delta.history import (
         MAINTENANCE_KEY,
         HistoryEntry,
-        RestoreResult,
         load_version,
         resolve_version,
-        restore_partitions,
         table_history,
-    )
-    from dagster_partlake.delta.maintenance import (
-        CheckpointResult,
-        CompactedPartition,
-        CompactResult,
-        VacuumResult,
-        checkpoint_table,
-        compact_table,
-        vacuum_table,
     )
     from dagster_partlake.delta.reader import (
         ReadResult,
@@ -34,10 +29,10 @@ if TYPE_CHECKING:
     )
     from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
     from dagster_partlake.delta.selection import Box, DateRanges, PartitionSelection
-    from dagster_partlake.delta.staging import StagedWrite
     from dagster_partlake.delta.state import StateCache, TableState, folder_state
     from dagster_partlake.delta.writer import (
         CommitResult,
+        StagedWrite,
         commit_staged,
         stage_partitions,
         write_partitions,
@@ -78,23 +73,25 @@ __all__ = [
     "write_partitions",
 ]
 
-# Public name -> the module defining it, imported on first use: a process (a no-op
-# `partlake run`) imports only the modules its path needs.
+# Public name -> the module defining it, imported on first use: a process (a no-op `partlake run`)
+# imports only the modules its path needs. The maintenance names resolve to
+# `dagster_partlake.maintenance` (a higher layer, hence not imported for type checkers above):
+# they kept their place in this package's public names when maintenance moved there.
 _LAZY = {
     "MAINTENANCE_KEY": "dagster_partlake.delta.history",
     "HistoryEntry": "dagster_partlake.delta.history",
-    "RestoreResult": "dagster_partlake.delta.history",
+    "RestoreResult": "dagster_partlake.maintenance.restore",
     "load_version": "dagster_partlake.delta.history",
     "resolve_version": "dagster_partlake.delta.history",
-    "restore_partitions": "dagster_partlake.delta.history",
+    "restore_partitions": "dagster_partlake.maintenance.restore",
     "table_history": "dagster_partlake.delta.history",
-    "CheckpointResult": "dagster_partlake.delta.maintenance",
-    "CompactedPartition": "dagster_partlake.delta.maintenance",
-    "CompactResult": "dagster_partlake.delta.maintenance",
-    "VacuumResult": "dagster_partlake.delta.maintenance",
-    "checkpoint_table": "dagster_partlake.delta.maintenance",
-    "compact_table": "dagster_partlake.delta.maintenance",
-    "vacuum_table": "dagster_partlake.delta.maintenance",
+    "CheckpointResult": "dagster_partlake.maintenance.checkpoint",
+    "CompactedPartition": "dagster_partlake.maintenance.compact",
+    "CompactResult": "dagster_partlake.maintenance.compact",
+    "VacuumResult": "dagster_partlake.maintenance.vacuum",
+    "checkpoint_table": "dagster_partlake.maintenance.checkpoint",
+    "compact_table": "dagster_partlake.maintenance.compact",
+    "vacuum_table": "dagster_partlake.maintenance.vacuum",
     "ReadResult": "dagster_partlake.delta.reader",
     "TableSnapshot": "dagster_partlake.delta.reader",
     "open_table": "dagster_partlake.delta.reader",
@@ -109,7 +106,7 @@ _LAZY = {
     "TableState": "dagster_partlake.delta.state",
     "folder_state": "dagster_partlake.delta.state",
     "CommitResult": "dagster_partlake.delta.writer",
-    "StagedWrite": "dagster_partlake.delta.staging",
+    "StagedWrite": "dagster_partlake.delta.writer",
     "commit_staged": "dagster_partlake.delta.writer",
     "stage_partitions": "dagster_partlake.delta.writer",
     "write_partitions": "dagster_partlake.delta.writer",

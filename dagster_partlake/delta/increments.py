@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.table import LiveFile, commit_actions, log_versions
+from dagster_partlake.storage.location import TableLocation
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,11 @@ class Increment:
 
 
 def files_added(
-    root: str, *, since: int, until: int, selection: PartitionSelection | None = None
+    root: str | TableLocation,
+    *,
+    since: int,
+    until: int,
+    selection: PartitionSelection | None = None,
 ) -> Increment:
     """The files added to the table at `root` after version `since` up to `until` that are still
     live at `until`, in `selection` (default: everywhere).

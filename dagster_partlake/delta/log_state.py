@@ -1,52 +1,61 @@
 """A table's partition state replayed from its Delta log with Arrow, without a delta-rs snapshot.
 
 delta-rs keeps every live file of a loaded snapshot in memory (about 500 bytes per file, kept by
-its allocator after the table is dropped), while partition state needs two numbers per partition.
-So a first read replays the log itself, in bulk, in two passes over the JSON commits:
+its allocator after the table is dropped), while partition state needs a few numbers per
+partition. So a read replays the log itself, in bulk:
 
-- the first finds the metaData and protocol lines (read with `json.loads`) and the paths of the
-  remove actions, by a scan for their line starts, so that a table this reader cannot replay is
-  handed to delta-rs before anything large is parsed;
-- the newest classic checkpoint (one Parquet file, as delta-rs writes them): only the columns
-  `add.partitionValues` and `add.modificationTime` are read, as Arrow columns (and `add.path` when
-  some remove may name one of its files);
-- the second parses the JSON commits after it, a block of lines at a time (`_BLOCK`), with
-  Arrow's JSON reader against a schema of just what liveness needs (an add's path, partition
-  values and modification time, a remove's path), skipping the commitInfo lines, which are never
-  parsed (a partlake record of a large commit is most of its bytes).
+- the folder is listed once (`log_listing.Listing`): the newest complete checkpoint at or before
+  the version read (classic, multi-part, or V2 with its sidecar files, under its own name or the
+  classic one) and the JSON commits after it, which must follow it without a gap;
+- a first pass over those JSON commits finds the metaData and protocol lines (read with
+  `json.loads`) and the files some later action may replace (removed ones, and re-added ones),
+  by a scan for their line starts; the protocol then goes through the gate
+  (`dagster_partlake.delta.protocol`) before anything large is parsed;
+- the checkpoint's add actions are read as Arrow columns, a batch of rows at a time (only
+  `add.partitionValues`, `add.modificationTime`, and `add.path` / `add.deletionVector` when some
+  later action may name the file);
+- every JSON commit the log still holds (also those before the checkpoint, which say when each
+  partition last changed) is parsed a block of lines at a time (`_BLOCK`), several small commits
+  per block, with Arrow's JSON reader against a schema of just what liveness and change times
+  need; their commitInfo lines are never parsed whole (a partlake record of a large commit is
+  most of its bytes): only their first bytes are read for the commit's time
+  (`change_rule.commit_clock`).
 
-A file is live when the last action naming it is an add. Only files that some remove names are
-followed one by one, in log order; for the rest only their partition values (as codes into the
-distinct values of this read) and modification times are kept, and they are grouped by partition
-at once with numpy (the newest modification time and the file count per partition).
+A file is its path plus its deletion vector; it is live when the last action naming it is an add.
+Only files some later action names are followed one by one, in log order; for the rest only
+their partition values (as codes into the distinct values of this read) and modification times
+are kept, and they are grouped by partition at once with numpy. Partition values are read under
+their physical column names (column mapping) and keyed as `partition_text` spells them. Each
+partition's lastUpdated is the time of the newest commit that changed it
+(`dagster_partlake.delta.change_rule`).
 
-`read_file_actions` reads the add and remove actions of commits made since a state was read
-the same way, as columns (`dagster_partlake.delta.state` follows a table with them).
+`read_file_actions` reads the actions of commits made since a state was read the same way, as
+columns (`dagster_partlake.delta.state` follows a table with them).
 
 Nothing here converts Arrow data through pandas: pyarrow imports pandas (about 110 MB) for
 `to_numpy`, `group_by`, `pyarrow.parquet.read_table`, `pa.array` and Python scalars, so columns
 are read through their buffers.
-
-Returns None where this reader would have to know more of the protocol than it does, and the
-caller then asks delta-rs: multi-part or V2 checkpoints, column mapping, deletion vectors, a
-partition column whose JSON text is not the Arrow text delta-rs gives (timestamps, decimals), a
-log with gaps, or anything it cannot parse (a value of an unexpected type, a missing field).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.columnar.interner import VALUES
-from dagster_partlake.columnar.intmap import IntMap
+from dagster_partlake.columnar.intmap import ABSENT, IntMap
 from dagster_partlake.columnar.memory import give_back
-from dagster_partlake.layout import commit_version, log_dir
+from dagster_partlake.delta.change_rule import PARTLAKE_KEYS, ChangeTimes, commit_clock
+from dagster_partlake.delta.log_listing import SIDECARS, Listing
+from dagster_partlake.delta.partition_text import TEXT_TYPES, normalized
+from dagster_partlake.delta.protocol import Protocol, check_readable
+from dagster_partlake.errors import TableUnreadableError
+from dagster_partlake.layout import commit_file, log_dir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,439 +65,963 @@ if TYPE_CHECKING:
     from dagster_partlake.delta.schema import DeltaType
 
     Flags = npt.NDArray[np.bool_]
-
     Codes = npt.NDArray[np.int32]
     Times = npt.NDArray[np.int64]
-    # One block's actions: which are removes, partition value codes, paths, times.
-    _Chunk = tuple[npt.NDArray[np.bool_], list[Codes], pa.Array, Times]
+    Ids = npt.NDArray[np.int64]
 
-# Delta partition types whose JSON commit value is the text Arrow casts them to.
-TEXT_TYPES = frozenset({"string", "date", "byte", "short", "integer", "long"})
-# Reader features this replay handles (neither changes which files are live or when).
-_READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
+__all__ = ["TEXT_TYPES", "FileActions", "Layout", "LogState", "read_file_actions", "read_log_state"]
+
 # Bytes of JSON lines handed to Arrow at a time: bounds the memory of a commit of any size.
 _BLOCK = 1 << 22
 _BATCH = 1 << 16  # checkpoint rows read at a time
+_HEAD = 1 << 16  # bytes of a large commitInfo line read for its time
+_SMALL_LINE = 1 << 20  # a commitInfo line at most this long is kept whole
 _COMMIT_INFO, _META, _PROTOCOL = b'{"commitInfo"', b'{"metaData"', b'{"protocol"'
-_REMOVE = b'{"remove"'
+_REMOVE, _ADD = b'{"remove"', b'{"add"'
+_QUIET = b'"dataChange":false'  # an action that changes no data (writers write compact JSON)
+_MAPPED = frozenset({"name", "id"})  # column mapping modes that key values by physical name
 Values = tuple[str | None, ...]
 
 
 @dataclass(frozen=True)
+class Layout:
+    """How a table's files are partitioned: its partition columns (logical names, and the
+    physical names its partition values are keyed by) and its columns' Delta types."""
+
+    partition_by: tuple[str, ...]
+    physical: tuple[str, ...]
+    column_types: dict[str, DeltaType]
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, Any]) -> Layout:
+        """From the body of a `metaData` action (an old one may lack a schema: no types)."""
+        schema = metadata.get("schemaString")
+        fields = json.loads(schema)["fields"] if schema else []
+        configuration = metadata.get("configuration") or {}
+        mapped = str(configuration.get("delta.columnMapping.mode") or "none").lower() in _MAPPED
+        by_name = {f["name"]: f.get("metadata") or {} for f in fields}
+        partition_by = tuple(metadata["partitionColumns"])
+        physical = tuple(
+            str(by_name.get(c, {}).get("delta.columnMapping.physicalName", c)) if mapped else c
+            for c in partition_by
+        )
+        return cls(partition_by, physical, {f["name"]: f["type"] for f in fields})
+
+
+@dataclass(frozen=True)
 class LogState:
-    """Per partition of the latest version: the newest modification time and the live files."""
+    """Per partition of one version: lastUpdated, live files, and the version of the commit
+    that gave it its lastUpdated (absent: no JSON commit the log holds changed it)."""
 
     version: int
-    partition_by: tuple[str, ...]
-    column_types: dict[str, DeltaType]
-    newest: IntMap[tuple[str | None, ...]]  # over `compact.VALUES`
-    counts: IntMap[tuple[str | None, ...]]
+    layout: Layout
+    newest: IntMap[Values]  # over `compact.VALUES`
+    counts: IntMap[Values]
+    changed_in: IntMap[Values]
+    commits: tuple[int, ...]  # the JSON commits the log held, ascending
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        return self.layout.partition_by
+
+    @property
+    def column_types(self) -> dict[str, DeltaType]:
+        return self.layout.column_types
 
 
-class _CannotReplay(Exception):
-    """The log holds something this reader does not replay: delta-rs reads it."""
+class CannotReplay(Exception):
+    """The log holds something this reader cannot replay."""
 
 
-def read_log_state(root: str) -> LogState | None:
-    """The partition state of the table at `root` from its log, or None (see the module
-    docstring)."""
+def read_log_state(
+    root: str, *, version: int | None = None, table_name: str | None = None
+) -> LogState | None:
+    """The partition state of the table at `root` at `version` (default: the newest), replayed
+    from its log; None if there is no table there (no log, or a log without a commit).
+
+    Raises:
+        UnreadableTableFeatureError: the table needs a reader feature partlake lacks.
+        TableUnreadableError: the log cannot be replayed (a damaged or missing file, or a
+            version no longer in the log); `table_name` is used in the message.
+    """
+    from dagster_partlake.delta.table import unreadable
+
+    name = table_name or os.path.basename(os.path.abspath(root))
     try:
-        return _read(root)
-    except Exception:  # noqa: BLE001 - any failure here only means "ask delta-rs"
-        return None  # delta-rs reads it, and raises the error worth showing if it is damaged
+        listing = Listing.of(os.listdir(log_dir(root)))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    newest = listing.newest_version()
+    if newest is None:
+        return None
+    if version is not None and not 0 <= version <= newest:
+        raise TableUnreadableError(
+            f"table {name} at {os.path.abspath(root)} has no version {version}: its newest "
+            f"version is {newest}."
+        )
+    try:
+        return _Replay(root, listing, newest if version is None else version, name).run()
+    except TableUnreadableError:
+        raise
+    except Exception as error:  # noqa: BLE001 - explained to the user by `unreadable`
+        raise unreadable(root, error, table_name=name) from error
 
 
-def _read(root: str) -> LogState | None:
-    log = log_dir(root)
-    names = os.listdir(log)
-    versions = sorted(v for v in map(commit_version, names) if v is not None)
-    checkpoint = _newest_checkpoint(log, names)
-    if checkpoint is False:
-        return None
-    start = 0 if checkpoint is None else checkpoint[0] + 1
-    wanted = [v for v in versions if v >= start]
-    if wanted != list(range(start, start + len(wanted))) or (checkpoint is None and not wanted):
-        return None  # a gap in the log
-    paths = [os.path.join(log, f"{version:020d}.json") for version in wanted]
-    scanned = _scan(paths, checkpoint)
-    if scanned is None:
-        return None
-    metadata, protocol, removed = scanned
-    partition_by = tuple(metadata["partitionColumns"])
-    fields = json.loads(metadata["schemaString"])["fields"]
-    column_types = {f["name"]: f["type"] for f in fields}
-    if any(column_types.get(c) not in TEXT_TYPES for c in partition_by):
-        return None
-    rows = _Rows(partition_by, removed)
-    if checkpoint is not None:
-        rows.add_checkpoint(checkpoint[1])
-    for path in paths:
+class _Replay:
+    """One cold read of a table's log (`read_log_state`)."""
+
+    def __init__(self, root: str, listing: Listing, version: int, name: str) -> None:
+        self.root, self.listing, self.version, self.name = root, listing, version, name
+        self.log = log_dir(root)
+        self.checkpoint = listing.newest_checkpoint(version)
+        start = 0 if self.checkpoint is None else self.checkpoint.version + 1
+        after = [v for v in listing.commits if start <= v <= version]
+        if after != list(range(start, version + 1)):
+            oldest = _oldest_readable(listing)
+            if oldest is not None and version < oldest:
+                raise TableUnreadableError(
+                    f"version {version} of table {name} at {os.path.abspath(root)} is no longer "
+                    f"in its log: the oldest version it can still rebuild is {oldest}."
+                )
+            raise CannotReplay(f"a commit between {start} and {version} is missing")
+        self.after = after  # the JSON commits after the checkpoint, up to `version`
+
+    def run(self) -> LogState:
+        tops, sidecars, meta = self._checkpoint_tops()
+        removed, metas = _first_pass(self._paths(self.after))
+        meta.update({kind: action for _, kind, action in metas})
+        protocol, metadata = meta.get("protocol"), meta.get("metaData")
+        if protocol is None or metadata is None:
+            raise CannotReplay("the log has no protocol or no metaData action")
+        if not metadata.get("schemaString") or metadata.get("partitionColumns") is None:
+            raise CannotReplay("its metaData action has no schema or no partition columns")
+        check_readable(Protocol.from_action(protocol), table_name=self.name, root=self.root)
+        layout = Layout.of(metadata)
+        vocabulary = _Vocabulary(layout)
+        rows = _Rows(vocabulary, removed)
+        for path, is_json in tops:
+            if is_json:
+                for block in _blocks(path):
+                    parsed = _Decoded(vocabulary, _parse(vocabulary, block, tagged=False))
+                    rows.add_json(parsed, checkpoint=True)
+            else:
+                rows.add_checkpoint(path)
+        for path in sidecars:
+            rows.add_checkpoint(path)
+        changes = _Changes(vocabulary)
+        for version, kind, action in metas:
+            changes.meta(version, kind, action)
+        held = [v for v in self.listing.commits if v <= self.version]
+        start = self.after[0] if self.after else self.version + 1
+        before = [v for v in held if v < start]  # read only for when partitions changed
+        for table in _tagged_tables(vocabulary, self._paths(before), changes, file_keys=False):
+            changes.add(_Decoded(vocabulary, table))
+        after = _tagged_tables(vocabulary, self._paths(self.after), changes, meta=False)
+        for table in after:
+            decoded = _Decoded(vocabulary, table)
+            changes.add(decoded)
+            rows.add_json(decoded, checkpoint=False)
+        return self._state(layout, vocabulary, rows, changes, held)
+
+    def _state(
+        self,
+        layout: Layout,
+        vocabulary: _Vocabulary,
+        rows: _Rows,
+        changes: _Changes,
+        held: list[int],
+    ) -> LogState:
+        import numpy as np
+
+        newest, counts = rows.per_partition()
+        times = changes.reduced(self.root, layout, since=changes.repartitioned - 1)
+        pids, versions, when = times.newest_changes()
+        live = np.isin(pids, counts.id_array()) if len(pids) else np.zeros(0, bool)
+        pids, versions, when = pids[live], versions[live], when[live]
+        give_back()  # the replay's temporaries (`columnar.memory`)
+        return LogState(
+            version=self.version,
+            layout=layout,
+            newest=_overridden(newest, pids, when),
+            counts=counts,
+            changed_in=IntMap.from_ids(VALUES, pids, versions),
+            commits=tuple(held),
+        )
+
+    def _paths(self, versions: Iterable[int]) -> list[tuple[int, str]]:
+        return [(v, commit_file(self.root, v)) for v in versions]
+
+    def _checkpoint_tops(
+        self,
+    ) -> tuple[list[tuple[str, bool]], list[str], dict[str, dict[str, Any] | None]]:
+        """The checkpoint's top-level files (path, JSON or not), its sidecar files, and the
+        metaData and protocol it holds."""
+        meta: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
+        if self.checkpoint is None:
+            return [], [], meta
+        tops = [(os.path.join(self.log, f), f.endswith(".json")) for f in self.checkpoint.files]
+        sidecars: list[str] = []
+        for path, is_json in tops:
+            found, named = _json_checkpoint_meta(path) if is_json else _checkpoint_meta(path)
+            for kind, action in found.items():
+                if meta[kind] is None:
+                    meta[kind] = action
+            sidecars.extend(_sidecar_path(self.log, name) for name in named)
+        return tops, sidecars, meta
+
+
+def _overridden(values: IntMap[Values], ids: Ids, new: Times) -> IntMap[Values]:
+    """`values` with `new` at `ids`, every one of which `values` has (one copy of its column:
+    `IntMap.updated_ids` sorts the ids)."""
+    import numpy as np
+
+    if not len(ids):
+        return values
+    slots = values.slots().copy()
+    slots[ids - values.base] = new
+    return IntMap.of_slots(VALUES, values.base, np.asarray(slots, np.int64))
+
+
+def _oldest_readable(listing: Listing) -> int | None:
+    """The oldest version the log can rebuild: its oldest checkpoint's, or 0 when every commit
+    from the first on is there."""
+    if listing.commits[:1] == (0,):
+        return 0
+    return listing.checkpoints[0].version if listing.checkpoints else None
+
+
+def _sidecar_path(log: str, name: str) -> str:
+    relative = unquote(name)
+    if "/" in relative or relative.startswith("file:"):
+        return relative.removeprefix("file://")
+    return os.path.join(log, SIDECARS, relative)
+
+
+def _first_pass(
+    paths: Sequence[tuple[int, str]],
+) -> tuple[set[str], list[tuple[int, str, dict[str, Any]]]]:
+    """The keys of the files the JSON commits at `paths` remove or re-add without changing
+    data (a later action may name a file of before), and their metaData and protocol actions
+    (version, kind, action), in log order."""
+    metas: list[tuple[int, str, dict[str, Any]]] = []
+    named: set[str] = set()
+    for version, path in paths:
         for block in _blocks(path):
-            rows.add_block(block)
-    newest, counts = rows.per_partition()
-    give_back()  # the replay's temporaries (`columnar.memory`)
-    return LogState(
-        version=wanted[-1] if wanted else start - 1,
-        partition_by=partition_by,
-        column_types=column_types,
-        newest=newest,
-        counts=counts,
+            metas.extend((version, kind, action) for kind, action in _meta_lines(block))
+            lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
+            if _QUIET in block:  # (one scan; most blocks have none)
+                lines.extend(
+                    block[start:end]
+                    for start, end in _line_starts(block, _ADD)
+                    if _QUIET in block[start:end]
+                )
+            if lines:
+                named.update(_named_keys(b"\n".join(lines)))
+    return named, metas
+
+
+def _named_keys(lines: bytes) -> list[str]:
+    """The file keys (unquoted path, deletion vector) of some remove and add lines."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    file = pa.struct([("path", pa.string()), ("deletionVector", _dv_type())])
+    schema = pa.schema([("remove", file), ("add", file)])
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    table = pj.read_json(pa.py_buffer(lines), parse_options=options)
+    keys = []
+    for kind in ("remove", "add"):
+        actions = table.column(kind).combine_chunks()
+        actions = actions.filter(pc.is_valid(actions))
+        if pc.struct_field(actions, "path").null_count:
+            raise CannotReplay(f"a {kind} without a path")
+        keys.extend(_python_keys(actions))
+    return keys
+
+
+def _python_keys(actions: pa.StructArray) -> list[str]:
+    """Unquoted file keys of some add or remove actions, as Python strings."""
+    import pyarrow.compute as pc
+
+    paths = pc.struct_field(actions, "path").to_pylist()
+    ids = _dv_ids(pc.struct_field(actions, "deletionVector")).to_pylist()
+    return [
+        unquote(p) if d is None else f"{unquote(p)}\x00{d}" for p, d in zip(paths, ids, strict=True)
+    ]
+
+
+def _dv_ids(vectors: pa.Array) -> pa.Array:
+    """A deletion vector's unique id (storage type, path or inline data, `@offset`), or null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = pc.struct_field(vectors, "storageType")
+    where = pc.struct_field(vectors, "pathOrInlineDv")
+    offset = pc.cast(pc.struct_field(vectors, "offset"), pa.string())
+    base = pc.binary_join_element_wise(kind, where, _repeated(len(vectors), ""))
+    at = pc.binary_join_element_wise(base, offset, _repeated(len(vectors), "@"))
+    return pc.if_else(pc.is_valid(offset), at, base)
+
+
+def _repeated(size: int, text: str) -> pa.Array:
+    """A string array of `size` times `text` (made from buffers: a Python scalar would make
+    pyarrow import pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = text.encode()
+    offsets = np.arange(size + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(
+        pa.string(), size, [None, pa.py_buffer(offsets), pa.py_buffer(data * size)]
     )
 
 
-def _scan(
-    paths: Sequence[str], checkpoint: tuple[int, str] | None
-) -> tuple[dict[str, Any], dict[str, Any], set[str]] | None:
-    """The first pass: the table's metaData and protocol, and the (unquoted) paths every
-    remove action of the JSON commits names; None if this reader does not replay the log."""
-    meta: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
-    partitionings = set()
-    if checkpoint is not None:
-        meta["metaData"], meta["protocol"] = _checkpoint_meta(checkpoint[1])
-        if meta["metaData"] is not None:
-            partitionings.add(tuple(meta["metaData"]["partitionColumns"]))
-    removed: set[str] = set()
-    for path in paths:
-        for block in _blocks(path):
-            for kind, action in _meta_lines(block):
-                meta[kind] = action
-                if kind == "metaData":
-                    partitionings.add(tuple(action["partitionColumns"]))
-            lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
-            if lines:
-                removed.update(map(unquote, _remove_paths(b"\n".join(lines))))
-    metadata, protocol = meta["metaData"], meta["protocol"]
-    if metadata is None or protocol is None or not _supported(metadata, protocol):
-        return None
-    if len(partitionings) > 1:
-        return None  # repartitioned: the older adds are keyed otherwise
-    return metadata, protocol, removed
+def _file_keys(paths: pa.Array, vectors: pa.Array | None) -> pa.Array:
+    """Raw (quoted) file keys: the path, and the deletion vector's id when there is one."""
+    import pyarrow.compute as pc
+
+    if vectors is None or vectors.null_count == len(vectors):
+        return paths
+    ids = _dv_ids(vectors)
+    joined = pc.binary_join_element_wise(paths, ids, _repeated(len(paths), "\x00"))
+    return pc.if_else(pc.is_valid(ids), joined, paths)
 
 
 class _Vocabulary:
-    """The distinct partition values of one read, each with a code (None's is 0)."""
+    """The distinct partition values of one read, each with a code (None's is 0), and the
+    table's layout."""
 
-    def __init__(self, partition_by: tuple[str, ...]) -> None:
+    def __init__(self, layout: Layout) -> None:
         import numpy as np
         import pyarrow as pa
 
         self.np, self.pa = np, pa
-        self.partition_by = partition_by
+        self.layout = layout
         self.words: dict[str | None, int] = {None: 0}
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        return self.layout.partition_by
 
     def code(self, word: str | None) -> int:
         """The code of a partition value in this read (an empty value is no value)."""
         return self.words.setdefault(word or None, len(self.words))
 
+    def ids(self, columns: Sequence[Codes], size: int) -> npt.NDArray[np.int64]:
+        """The ids in `VALUES` of `size` partitions given as code columns, their values keyed
+        as `partition_text` spells them."""
+        if not self.partition_by:
+            return self.np.full(size, VALUES.id(()), self.np.int64)
+        words = list(self.words)
+        word_columns = []
+        for column, codes in zip(self.partition_by, columns, strict=True):
+            kind = self.layout.column_types.get(column)
+            if kind in TEXT_TYPES:
+                word_columns.append((codes, words))
+                continue
+            used = self.np.unique(codes).tolist()
+            spelled = list(words)
+            for code, text in zip(
+                used, normalized([words[c] for c in used], kind or "string"), strict=True
+            ):
+                spelled[code] = text
+            word_columns.append((codes, spelled))
+        return VALUES.ids_of_words(word_columns, size)
+
+
+_DV_FIELDS = [("storageType", "string"), ("pathOrInlineDv", "string"), ("offset", "int64")]
+
+
+def _dv_type() -> pa.DataType:
+    import pyarrow as pa
+
+    return pa.struct([(n, pa.string() if t == "string" else pa.int64()) for n, t in _DV_FIELDS])
+
+
+def _action_schema(vocabulary: _Vocabulary, *, tagged: bool, paths: bool = True) -> pa.Schema:
+    """What the replay reads of a JSON line: the add and remove actions' file key (`paths`),
+    partition values (by physical name), data change flag and times; `_v`, the commit version
+    (`_tagged_tables`)."""
+    pa = vocabulary.pa
+    physical = vocabulary.layout.physical
+    common = [("dataChange", pa.bool_()), ("deletionVector", _dv_type())]
+    if paths:  # (only the times of the commits before a checkpoint are read: no file keys)
+        common.insert(0, ("path", pa.string()))
+    if physical:  # an unpartitioned table's values are `{}`: nothing to read
+        common.append(("partitionValues", pa.struct([(c, pa.string()) for c in physical])))
+    add = pa.struct([*common, ("modificationTime", pa.int64())])
+    remove = pa.struct([*common, ("deletionTimestamp", pa.int64())])
+    fields = [("add", add), ("remove", remove)]
+    return pa.schema([("_v", pa.int64()), *fields] if tagged else fields)
+
+
+def _parse(vocabulary: _Vocabulary, block: bytes, *, tagged: bool, paths: bool = True) -> pa.Table:
+    import pyarrow.json as pj
+
+    pa = vocabulary.pa
+    options = pj.ParseOptions(
+        explicit_schema=_action_schema(vocabulary, tagged=tagged, paths=paths),
+        unexpected_field_behavior="ignore",
+    )
+    table = pj.read_json(
+        pa.py_buffer(block),
+        parse_options=options,
+        read_options=pj.ReadOptions(block_size=max(len(block), 1 << 20), use_threads=False),
+        memory_pool=pa.system_memory_pool(),
+    )
+    if tagged and table.column("_v").null_count:
+        raise CannotReplay("a line of a commit that does not start with '{'")
+    return table
+
+
+@dataclass
+class _Seen:
+    """The commitInfo line of one commit, as `_blocks` passes it: its first bytes and whether a
+    partlake key appears anywhere in it."""
+
+    head: bytes = b""
+    partlake: bool = False
+    tail: bytes = b""
+    found: bool = False
+
+    def start(self, data: bytes) -> None:
+        # A small line whole (its time may need `json.loads`); of a large one its start.
+        self.found, self.head = True, data if len(data) <= _SMALL_LINE else data[:_HEAD]
+        self.feed(data)
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.tail + chunk
+        self.partlake = self.partlake or any(key in data for key in PARTLAKE_KEYS)
+        self.tail = data[-32:]
+
+
+def _tagged_tables(
+    vocabulary: _Vocabulary,
+    paths: Sequence[tuple[int, str]],
+    changes: _Changes,
+    *,
+    file_keys: bool = True,
+    meta: bool = True,
+) -> Iterator[pa.Table]:
+    """The add and remove actions of the JSON commits at `paths` (version, file), in log order,
+    each row with its commit's version (`_v`): small commits several per Arrow parse, each line
+    tagged with it, a large one a block at a time. Each commit's clock (and, with `meta`, its
+    metaData and protocol actions) go to `changes`. Without `file_keys`, the actions' paths and
+    deletion vectors' ids are not read."""
+    pending: list[bytes] = []
+    size = 0
+    for version, path in paths:
+        seen = _Seen()
+        for block in _blocks(path, seen):
+            if meta:
+                for kind, action in _meta_lines(block):
+                    changes.meta(version, kind, action)
+            if len(block) >= _BLOCK // 4:  # large: its own parse, no copy to tag its lines
+                if pending:
+                    yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
+                    pending, size = [], 0
+                yield _with_version(
+                    _parse(vocabulary, block, tagged=False, paths=file_keys), version
+                )
+                continue
+            tagged = (b"\n" + block).replace(b"\n{", b'\n{"_v":%d,' % version)[1:]
+            pending.append(tagged if tagged.endswith(b"\n") else tagged + b"\n")
+            size += len(tagged)
+            if size >= _BLOCK:
+                yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
+                pending, size = [], 0
+        changes.clock(version, seen)
+    if pending:
+        yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
+
+
+def _with_version(table: pa.Table, version: int) -> pa.Table:
+    """A parsed block of one commit with its version as the column `_v`."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = pa.py_buffer(np.full(table.num_rows, version, np.int64))
+    return table.append_column(
+        "_v", pa.Array.from_buffers(pa.int64(), table.num_rows, [None, values])
+    )
+
+
+class _Changes:
+    """The data-changing actions of a replay's JSON commits, for `change_rule.ChangeTimes`."""
+
+    def __init__(self, vocabulary: _Vocabulary) -> None:
+        self.vocabulary = vocabulary
+        self.versions: list[Times] = []
+        self.codes: list[list[Codes]] = [[] for _ in vocabulary.partition_by]
+        self.new_times: list[Times] = []
+        self.stamps: list[tuple[Times, Times]] = []
+        self.times = ChangeTimes()
+        # Per metaData action: its version, and whether it partitions files as the table now.
+        self.layouts: list[tuple[int, bool]] = []
+        self.meta_seen = False  # some commit has a metaData or protocol action
+
+    def meta(self, version: int, kind: str, action: Mapping[str, Any]) -> None:
+        self.meta_seen = True
+        if kind == "metaData":
+            same = Layout.of(action).physical == self.vocabulary.layout.physical
+            self.layouts.append((version, same))
+
+    @property
+    def repartitioned(self) -> int:
+        """The version that partitioned the files as they are now, when an earlier commit of
+        the log partitioned them otherwise (0: none did): the older commits' partition values
+        name other partitions."""
+        other = [v for v, same in self.layouts if not same]
+        if not other:
+            return 0
+        after = [v for v, same in self.layouts if same and v > max(other)]
+        return min(after, default=max(other) + 1)
+
+    def clock(self, version: int, seen: _Seen) -> None:
+        if seen.found:
+            self.times.clocks[version] = commit_clock(seen.head, partlake=seen.partlake)
+
+    def add(self, decoded: _Decoded) -> None:
+        """The data-changing add and remove actions of one parsed block."""
+        found = _changed(decoded)
+        if found is None:
+            return
+        versions, codes, new_times, stamps = found
+        self.versions.append(versions)
+        for column, chunk in zip(self.codes, codes, strict=True):
+            column.append(chunk)
+        self.new_times.append(new_times)
+        self.stamps.append((versions, stamps))
+
+    def reduced(self, root: str, layout: Layout, *, since: int) -> ChangeTimes:
+        """The collected changes as a `ChangeTimes` of partition ids (commits after `since`)."""
+        np = self.vocabulary.np
+        times = self.times
+        if self.versions:
+            versions = np.concatenate(self.versions)
+            columns = [np.concatenate(c) for c in self.codes]
+            keep = versions > since
+            ids = self.vocabulary.ids([c[keep] for c in columns], int(np.count_nonzero(keep)))
+            times.add(versions[keep], ids, np.concatenate(self.new_times)[keep])
+            for at, stamps in self.stamps:
+                _stamp_commits(np, times, at, stamps)
+        self.versions, self.codes, self.new_times, self.stamps = [], [], [], []
+        times.file_times.update(_file_times(root, times.versions_without_clock()))
+        return times
+
+
+def _stamp_commits(np: ModuleType, times: ChangeTimes, versions: Times, stamps: Times) -> None:
+    """Each commit's newest action stamp."""
+    present = stamps != ABSENT
+    if not np.any(present):
+        return
+    versions, stamps = versions[present], stamps[present]
+    order = np.lexsort((stamps, versions))
+    last = np.r_[versions[order][1:] != versions[order][:-1], True]
+    chosen = zip(versions[order][last].tolist(), stamps[order][last].tolist(), strict=True)
+    for version, stamp in chosen:
+        times.stamp(int(version), int(stamp))
+
+
+class _Decoded:
+    """One parsed block (`_parse`): its add and remove actions, each column decoded once for
+    the live files (`_Rows`) and the change times (`_changed`) alike."""
+
+    def __init__(self, vocabulary: _Vocabulary, table: pa.Table) -> None:
+        self.vocabulary, self.table = vocabulary, table
+        self.add = table.column("add").combine_chunks()
+        self.remove = table.column("remove").combine_chunks()
+        self._codes: dict[str, list[Codes]] = {}
+
+    def codes(self, kind: str) -> list[Codes]:
+        """Per partition column, the codes of every row's add or remove action (None's code
+        where the row has none, or its action no partition values)."""
+        import pyarrow.compute as pc
+
+        if kind not in self._codes:
+            action = self.add if kind == "add" else self.remove
+            values = _partition_values(action, self.vocabulary.layout.physical)
+            self._codes[kind] = [
+                _codes(self.vocabulary, pc.struct_field(values, c))
+                for c in self.vocabulary.layout.physical
+            ]
+        return self._codes[kind]
+
+    def versions(self) -> Times:
+        """Each row's commit version."""
+        np = self.vocabulary.np
+        return _ints(np, self.table.column("_v").combine_chunks(), np.int64)
+
+
+def _changed(decoded: _Decoded) -> tuple[Times, list[Codes], Times, Times] | None:
+    """(version, partition codes, new file time or `ABSENT`, action stamp or `ABSENT`) of each
+    data-changing add or remove of a parsed block (a remove without partition values is not
+    counted: no partition is known for it)."""
+    import pyarrow.compute as pc
+
+    np = decoded.vocabulary.np
+    physical = decoded.vocabulary.layout.physical
+    changing = []
+    for action in (decoded.add, decoded.remove):
+        known = _bools(np, pc.is_valid(action)) & _changes_data(np, action)
+        values = _partition_values(action, physical)
+        changing.append(known if values is None else known & _bools(np, pc.is_valid(values)))
+    is_add, is_remove = changing
+    rows = np.flatnonzero(is_add | is_remove)
+    if not len(rows):
+        return None
+    was_add = is_add[rows]
+    codes = [
+        np.where(was_add, added[rows], removed[rows])
+        for added, removed in zip(decoded.codes("add"), decoded.codes("remove"), strict=True)
+    ]
+    modified = _nullable_ints(np, pc.struct_field(decoded.add, "modificationTime"))[rows]
+    deleted = _nullable_ints(np, pc.struct_field(decoded.remove, "deletionTimestamp"))[rows]
+    vectors = pc.struct_field(decoded.add, "deletionVector")
+    no_vector = ~_bools(np, pc.is_valid(vectors))[rows]
+    new_times = np.where(was_add & no_vector, modified, ABSENT)
+    stamps = np.where(was_add, modified, deleted)
+    return decoded.versions()[rows].copy(), codes, new_times, stamps
+
+
+def _changes_data(np: ModuleType, actions: pa.StructArray) -> Flags:
+    """Which actions are marked `dataChange: true` (or not marked: the protocol's default)."""
+    import pyarrow.compute as pc
+
+    flags = pc.struct_field(actions, "dataChange")
+    return _bools(np, flags) | ~_bools(np, pc.is_valid(flags))
+
+
+def _file_times(root: str, versions: Sequence[int]) -> dict[int, int]:
+    """The modification time (ms) of some commits' files: the time of a commit that says
+    nothing of it."""
+    found = {}
+    for version in versions:
+        try:
+            found[version] = os.stat(commit_file(root, version)).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            continue
+    return found
+
 
 @dataclass(frozen=True)
 class FileActions:
-    """The add and remove actions of some JSON commits, in log order, as columns."""
+    """The add and remove actions of some JSON commits, in log order, as columns, and when
+    each partition they changed changed (`changes`)."""
 
     removes: npt.NDArray[np.bool_]  # the action is a remove (else an add)
     values: npt.NDArray[np.int64]  # its partition's values, as ids in `VALUES`
-    paths: npt.NDArray[np.int64]  # its file's path as a code: equal paths, equal codes
-    times: npt.NDArray[np.int64]  # an add's modification time (0 for a remove)
+    paths: npt.NDArray[np.int64]  # its file key as a code: equal files, equal codes
+    data_change: npt.NDArray[np.bool_]  # marked `dataChange: true`
+    changes: ChangeTimes = field(default_factory=ChangeTimes)
+    re_adds: bool = False  # some commit adds files without changing data and removes none
 
 
-def read_file_actions(paths: Sequence[str], partition_by: tuple[str, ...]) -> FileActions | None:
-    """The add and remove actions of the JSON commits at `paths` (commitInfo and txn lines
-    skipped), read with Arrow; None if there is any other action (a schema change, a protocol
-    upgrade, ...), an action without partition values, or a commit that cannot be read."""
+def read_file_actions(root: str, versions: Sequence[int], layout: Layout) -> FileActions | None:
+    """The add and remove actions of the JSON commits `versions` of the table at `root`
+    (other actions but metaData and protocol skipped), read with Arrow; None if a commit has a
+    metaData or protocol action (a schema or protocol change: read the table anew), an action
+    without partition values, or cannot be read."""
     try:
-        actions = _Actions(partition_by)
-        for path in paths:
-            for block in _blocks(path):
-                actions.add_block(block)
-        return actions.collected()
+        actions = _Actions(_Vocabulary(layout))
+        for table in _tagged_tables(
+            actions.vocabulary, [(v, commit_file(root, v)) for v in versions], actions.changes
+        ):
+            actions.add(table)
+        if actions.changes.meta_seen:
+            return None
+        return actions.collected(root)
     except Exception:  # noqa: BLE001 - any failure here only means "read the table"
         return None
 
 
-class _Actions(_Vocabulary):
-    """The add and remove actions of JSON commits, a block of lines at a time."""
+class _Actions:
+    """The add and remove actions of JSON commits being followed, a parsed block at a time."""
 
-    def __init__(self, partition_by: tuple[str, ...]) -> None:
-        super().__init__(partition_by)
-        pa = self.pa
-        values = pa.struct([(c, pa.string()) for c in partition_by])
-        add = [("path", pa.string()), ("partitionValues", values), ("modificationTime", pa.int64())]
-        remove = [("path", pa.string()), ("partitionValues", values)]
-        txn = [("appId", pa.string())]
-        self.schema = pa.schema(
-            [(k, pa.struct(v)) for k, v in (("add", add), ("remove", remove), ("txn", txn))]
-        )
-        self.chunks: list[_Chunk] = []
+    def __init__(self, vocabulary: _Vocabulary) -> None:
+        self.vocabulary = vocabulary
+        self.changes = _Changes(vocabulary)  # the commits' clocks and metaData (`_tagged_tables`)
+        # removes, partition value codes, file keys, data change, versions, new file times and
+        # action stamps (`ABSENT`: none)
+        self.chunks: list[tuple[Flags, list[Codes], pa.Array, Flags, Times, Times, Times]] = []
 
-    def add_block(self, block: bytes) -> None:
+    def add(self, table: pa.Table) -> None:
         import pyarrow.compute as pc
-        import pyarrow.json as pj
 
-        np, pa = self.np, self.pa
-        options = pj.ParseOptions(explicit_schema=self.schema, unexpected_field_behavior="ignore")
-        table = pj.read_json(
-            pa.py_buffer(block),
-            parse_options=options,
-            read_options=pj.ReadOptions(block_size=max(len(block), 1 << 20), use_threads=False),
-            memory_pool=pa.system_memory_pool(),
-        )
-        add, remove, txn = (table.column(k).combine_chunks() for k in ("add", "remove", "txn"))
+        np, pa = self.vocabulary.np, self.vocabulary.pa
+        add, remove = (table.column(k).combine_chunks() for k in ("add", "remove"))
         is_add, is_remove = _bools(np, pc.is_valid(add)), _bools(np, pc.is_valid(remove))
-        if np.any(is_add & is_remove) or np.any(
-            ~is_add & ~is_remove & ~_bools(np, pc.is_valid(txn))
-        ):
-            raise _CannotReplay("an action other than add, remove, txn and commitInfo")
         rows = np.flatnonzero(is_add | is_remove)
         removes = is_remove[rows]
         at = _indices(pa, np, rows)
-        parts = []
-        for action in (add, remove):
-            chosen = action.take(at)
-            values = pc.struct_field(chosen, "partitionValues")
-            parts.append((chosen, values))
-        (added, added_values), (removed, removed_values) = parts
-        if not np.all(_bools(np, pc.is_valid(added_values)) | removes):
-            raise _CannotReplay("an add without partition values")
-        if not np.all(_bools(np, pc.is_valid(removed_values)) | ~removes):
-            raise _CannotReplay("a remove without partition values")
+        adds, gone = add.take(at), remove.take(at)
+        physical = self.vocabulary.layout.physical
+        values = []
+        for action, mine in ((adds, ~removes), (gone, removes)):
+            found = _partition_values(action, physical)
+            if found is not None and not np.all(_bools(np, pc.is_valid(found)) | ~mine):
+                raise CannotReplay("an action without partition values")
+            values.append(found)
         codes = [
             np.where(
                 removes,
-                _codes(self, pc.struct_field(removed_values, c)),
-                _codes(self, pc.struct_field(added_values, c)),
+                _codes(self.vocabulary, pc.struct_field(values[1], c)),
+                _codes(self.vocabulary, pc.struct_field(values[0], c)),
             )
-            for c in self.partition_by
+            for c in physical
         ]
-        mask = pa.Array.from_buffers(
-            pa.bool_(), len(rows), [None, pa.py_buffer(np.packbits(removes, bitorder="little"))]
+        mask = _mask(pa, np, removes)
+        path = pc.if_else(mask, pc.struct_field(gone, "path"), pc.struct_field(adds, "path"))
+        vector = pc.if_else(
+            mask, pc.struct_field(gone, "deletionVector"), pc.struct_field(adds, "deletionVector")
         )
-        path = pc.if_else(mask, pc.struct_field(removed, "path"), pc.struct_field(added, "path"))
-        times = pc.struct_field(added, "modificationTime")
-        if path.null_count or not np.all(_bools(np, pc.is_valid(times)) | removes):
-            raise _CannotReplay("an action without a path or an add without a time")
-        t = np.where(removes, 0, _ints(np, times, np.int64))
-        self.chunks.append((removes, codes, path, t))
+        if path.null_count:
+            raise CannotReplay("an action without a path")
+        change = pc.if_else(
+            mask, pc.struct_field(gone, "dataChange"), pc.struct_field(adds, "dataChange")
+        )
+        data_change = _bools(np, change) | ~_bools(np, pc.is_valid(change))
+        versions = _ints(np, table.column("_v").combine_chunks().take(at), np.int64).copy()
+        modified = _nullable_ints(np, pc.struct_field(adds, "modificationTime"))
+        deleted = _nullable_ints(np, pc.struct_field(gone, "deletionTimestamp"))
+        new = ~removes & ~_bools(np, pc.is_valid(pc.struct_field(adds, "deletionVector")))
+        self.chunks.append(
+            (
+                removes,
+                codes,
+                _file_keys(path, vector),
+                data_change,
+                versions,
+                np.where(new, modified, ABSENT),
+                np.where(removes, deleted, modified),
+            )
+        )
 
-    def collected(self) -> FileActions:
+    def collected(self, root: str) -> FileActions:
         import pyarrow.compute as pc
 
-        np, pa = self.np, self.pa
-        removes = np.concatenate([c[0] for c in self.chunks]) if self.chunks else np.zeros(0, bool)
-        times = (
-            np.concatenate([c[3] for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
-        )
+        np, pa = self.vocabulary.np, self.vocabulary.pa
+        chunks = self.chunks
+
+        def joined(at: int, dtype: Any) -> npt.NDArray[Any]:
+            return np.concatenate([c[at] for c in chunks]) if chunks else np.zeros(0, dtype)
+
+        removes, data_change = joined(0, bool), joined(3, bool)
+        versions, new_times, stamps = (joined(i, np.int64) for i in (4, 5, 6))
         size = len(removes)
-        words = list(self.words)
-        columns = (
-            [
-                (np.concatenate([c[1][i] for c in self.chunks]), words)
-                for i in range(len(self.partition_by))
-            ]
-            if self.chunks
-            else [(np.zeros(0, np.int32), words) for _ in self.partition_by]
-        )
-        values = VALUES.ids_of_words(columns, size)
+        columns = [
+            np.concatenate([c[1][i] for c in chunks]) if chunks else np.zeros(0, np.int32)
+            for i in range(len(self.vocabulary.partition_by))
+        ]
+        values = self.vocabulary.ids(columns, size)
         paths = np.zeros(0, np.int64)
         if size:
-            encoded = pc.dictionary_encode(pa.concat_arrays([c[2] for c in self.chunks]))
+            encoded = pc.dictionary_encode(pa.concat_arrays([c[2] for c in chunks]))
             paths = _ints(np, encoded.indices, np.int32).astype(np.int64)
         self.chunks = []
         pa.default_memory_pool().release_unused()  # what Arrow's allocator kept of the parse
-        return FileActions(removes, values, paths, times)
-
-
-def _remove_paths(lines: bytes) -> list[str]:
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    schema = pa.schema([("remove", pa.struct([("path", pa.string())]))])
-    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    table = pj.read_json(pa.py_buffer(lines), parse_options=options)
-    import pyarrow.compute as pc
-
-    paths = pc.struct_field(table.column("remove").combine_chunks(), "path")
-    if paths.null_count:
-        raise _CannotReplay("a remove without a path")
-    found: list[str] = paths.to_pylist()
-    return found
-
-
-class _Rows(_Vocabulary):
-    """The live files of a replay: partition values and modification times of the files no
-    remove names (`codes`, `times`: numpy chunks), and the actions naming the others, with
-    their position in the replay (`seq`; a checkpoint's files come first, at -1)."""
-
-    def __init__(self, partition_by: tuple[str, ...], removed: set[str]) -> None:
-        super().__init__(partition_by)
-        pa, np = self.pa, self.np
-        self.removed = removed
-        self.removed_array = _string_array(pa, np, sorted(removed)) if removed else None
-        self.codes: list[list[Codes]] = [[] for _ in partition_by]
-        self.times: list[Times] = []
-        self.named: list[tuple[int, str, Values | None, int]] = []  # (seq, path, values, t)
-        self.seq = 0
-        values = [(c, pa.string()) for c in partition_by]
-        add = [("path", pa.string()), ("modificationTime", pa.int64())]
-        if values:
-            add.insert(1, ("partitionValues", pa.struct(values)))
-        self.schema = pa.schema(
-            [("add", pa.struct(add)), ("remove", pa.struct([("path", pa.string())]))]
+        quiet_adds = ~removes & ~data_change
+        re_adds = any(
+            np.any(quiet_adds[versions == v]) and not np.any(removes[versions == v])
+            for v in np.unique(versions[quiet_adds]).tolist()
         )
+        changes = self.changes.times  # their clocks known: their data-changing actions
+        changes.add(versions[data_change], values[data_change], new_times[data_change])
+        _stamp_commits(np, changes, versions[data_change], stamps[data_change])
+        changes.file_times.update(_file_times(root, changes.versions_without_clock()))
+        return FileActions(removes, values, paths, data_change, changes, re_adds)
+
+
+class _Rows:
+    """The live files of a replay: partition value codes and modification times of the files
+    no later action names (`codes`, `times`: numpy chunks), and the actions naming the others,
+    with their position in the replay (`followed`; a checkpoint's files come first, at -1)."""
+
+    def __init__(self, vocabulary: _Vocabulary, named: set[str]) -> None:
+        self.vocabulary = vocabulary
+        np, pa = vocabulary.np, vocabulary.pa
+        self.np, self.pa = np, pa
+        self.named = named
+        self.named_array = _string_array(pa, np, sorted(named)) if named else None
+        self.codes: list[list[Codes]] = [[] for _ in vocabulary.partition_by]
+        self.times: list[Times] = []
+        # (position, file key, partition value codes or None for a remove, time)
+        self.followed: list[tuple[int, str, tuple[int, ...] | None, int]] = []
+        self.seq = 0
 
     def add_checkpoint(self, path: str) -> None:
-        """The add actions of a checkpoint, a batch of rows at a time (reading the file whole
-        held about four times its columns in memory)."""
+        """The add actions of a Parquet checkpoint file (classic, a part, a V2 top-level file or
+        sidecar), a batch of rows at a time (reading the file whole held about four times its
+        columns in memory)."""
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
-        np = self.np
+        np, pa = self.np, self.pa
+        physical = self.vocabulary.layout.physical
+        source, children = _parquet_adds(path, partitioned=bool(physical))
+        if source is None:
+            return  # a V2 top-level file whose adds are all in its sidecars
         wanted = ["add.modificationTime"]
-        parts = []
-        if self.partition_by:
+        if physical:
             wanted.append("add.partitionValues")
-            parts = [f"add.partitionValues.key_value.{f}" for f in ("key", "value")]
-        if self.removed:
+        if self.named:
             wanted.append("add.path")
-        # `ParquetFile`, not `read_table` (which imports pandas); the partition values as read
-        # from the file's dictionaries.
-        source = pq.ParquetFile(path, read_dictionary=parts)
+            if "deletionVector" in children:
+                wanted.append("add.deletionVector")
         for batch in source.iter_batches(_BATCH, columns=wanted, use_threads=False):
             added = batch.column(0)
             at = _true(np, pc.is_valid(added))
             times = pc.struct_field(added, "modificationTime")
             if not _bools(np, pc.is_valid(times))[at].all():
-                raise _CannotReplay("an add without a modification time")
+                raise CannotReplay("an add without a modification time")
             values = []
-            if self.partition_by:
+            if physical:
                 mapped = pc.struct_field(added, "partitionValues")
                 if not _bools(np, pc.is_valid(mapped))[at].all():
-                    raise _CannotReplay("an add without partition values")
-                values = [codes[at] for codes in _map_columns(self, mapped)]
-            paths = None
-            if self.removed:
-                paths = pc.struct_field(added, "path").take(_indices(self.pa, np, at))
-            self._keep(values, _ints(np, times, np.int64)[at], paths, None)
+                    raise CannotReplay("an add without partition values")
+                values = [codes[at] for codes in _map_columns(self.vocabulary, mapped)]
+            keys = None
+            if self.named:
+                chosen = added.take(_indices(pa, np, at))
+                vectors = None
+                if "deletionVector" in children:
+                    vectors = pc.struct_field(chosen, "deletionVector")
+                keys = _file_keys(pc.struct_field(chosen, "path"), vectors)
+            self._keep(values, _ints(np, times, np.int64)[at], keys, None)
 
-    def add_block(self, block: bytes) -> None:
-        """The actions of one block of JSON lines (`_blocks`)."""
+    def add_json(self, decoded: _Decoded, *, checkpoint: bool) -> None:
+        """The actions of parsed JSON lines: a JSON checkpoint's adds, or a commit's adds and
+        removes in log order."""
         import pyarrow.compute as pc
-        import pyarrow.json as pj
 
-        pa, np = self.pa, self.np
-        options = pj.ParseOptions(explicit_schema=self.schema, unexpected_field_behavior="ignore")
-        table = pj.read_json(
-            pa.py_buffer(block),
-            parse_options=options,
-            read_options=pj.ReadOptions(block_size=max(len(block), 1 << 20), use_threads=False),
-            memory_pool=pa.system_memory_pool(),
-        )
-        seq = np.arange(self.seq, self.seq + table.num_rows, dtype=np.int64)
-        self.seq += table.num_rows
-        removes = table.column("remove").combine_chunks()
-        if removes.null_count < len(removes):
+        np, pa = self.np, self.pa
+        rows = decoded.table.num_rows
+        seq = np.arange(self.seq, self.seq + rows, dtype=np.int64)
+        self.seq += rows
+        removes = decoded.remove
+        if not checkpoint and removes.null_count < len(removes):
             at = _true(np, pc.is_valid(removes))
-            paths = pc.struct_field(removes, "path").take(_indices(pa, np, at)).to_pylist()
-            for position, removed in zip(at.tolist(), paths, strict=True):
-                if removed is None or unquote(removed) not in self.removed:
-                    raise _CannotReplay("a remove the first pass did not see")
-                self.named.append((int(seq[position]), unquote(removed), None, 0))
-        adds = table.column("add").combine_chunks()
+            for position, key in zip(
+                at.tolist(), _python_keys(removes.take(_indices(pa, np, at))), strict=True
+            ):
+                if key not in self.named:
+                    raise CannotReplay("a remove the first pass did not see")
+                self.followed.append((int(seq[position]), key, None, 0))
+        adds = decoded.add
         at = _true(np, pc.is_valid(adds))
         added = adds.take(_indices(pa, np, at))
-        values = []
-        if self.partition_by:
-            fields = pc.struct_field(added, "partitionValues")
-            values = [_codes(self, pc.struct_field(fields, c)) for c in self.partition_by]
+        found = _partition_values(added, self.vocabulary.layout.physical)
+        if found is not None and found.null_count:
+            raise CannotReplay("an add without partition values")
+        values = [codes[at] for codes in decoded.codes("add")]
         paths = pc.struct_field(added, "path")
         times = pc.struct_field(added, "modificationTime")
         if paths.null_count or times.null_count:
-            raise _CannotReplay("an add without a path or a modification time")
-        self._keep(values, _ints(np, times, np.int64), paths, seq[at])
+            raise CannotReplay("an add without a path or a modification time")
+        keys = _file_keys(paths, pc.struct_field(added, "deletionVector"))
+        self._keep(values, _ints(np, times, np.int64), keys, None if checkpoint else seq[at])
 
     def _keep(
-        self,
-        values: list[Codes],
-        t: np.ndarray,
-        paths: pa.Array | None,
-        seq: np.ndarray | None,
+        self, values: list[Codes], t: np.ndarray, keys: pa.Array | None, seq: np.ndarray | None
     ) -> None:
-        """Files with these partition value codes and modification times; those whose path
-        some remove names are kept apart to be replayed in order."""
+        """Files with these partition value codes and modification times; those some later
+        action names are kept apart to be replayed in order."""
         np = self.np
         named = None
-        if paths is not None and self.removed_array is not None:
-            named = self._named(paths)
-        if paths is not None and named is not None and named.any():
-            words = list(self.words)
+        if keys is not None and self.named_array is not None:
+            named = self._named(keys)
+        if keys is not None and named is not None and named.any():
             for i in np.flatnonzero(named).tolist():
-                row = tuple(words[int(v[i])] for v in values)
+                row = tuple(int(v[i]) for v in values)
                 at = -1 if seq is None else int(seq[i])
-                self.named.append((at, unquote(paths[i].as_py()), row, int(t[i])))
+                self.followed.append((at, _key(keys[i].as_py()), row, int(t[i])))
             keep = ~named
             values, t = [v[keep] for v in values], t[keep]
         for column, codes in zip(self.codes, values, strict=True):
             column.append(codes)
         self.times.append(np.array(t, np.int64))  # a copy: `t` may view an Arrow buffer
 
-    def _named(self, paths: pa.Array) -> np.ndarray:
-        """Which of `paths` some remove names (a percent-encoded path names the file its
+    def _named(self, keys: pa.Array) -> np.ndarray:
+        """Which of `keys` some later action names (a percent-encoded path names the file its
         decoded form does)."""
         import pyarrow.compute as pc
 
         np = self.np
-        named = _bools(np, pc.is_in(paths, value_set=self.removed_array))
-        encoded = _true(np, pc.match_substring(paths, "%"))
+        named = _bools(np, pc.is_in(keys, value_set=self.named_array))
+        encoded = _true(np, pc.match_substring(keys, "%"))
         for i in encoded.tolist():
-            named[i] = unquote(paths[i].as_py()) in self.removed
+            named[i] = _key(keys[i].as_py()) in self.named
         return named
 
     def per_partition(self) -> tuple[IntMap[Values], IntMap[Values]]:
         """Per partition, the newest modification time and the number of live files."""
         np = self.np
-        self._replay_named()
+        self._replay_followed()
         times = np.concatenate(self.times) if self.times else np.zeros(0, np.int64)
         if not len(times):
             return IntMap(VALUES), IntMap(VALUES)
-        ones = np.ones(len(times), np.int64)
-        if not self.partition_by:
-            whole = [VALUES.id(())]
-            return (
-                IntMap.newest(VALUES, whole, [int(times.max())]),
-                IntMap.newest(VALUES, whole, [len(times)]),
-            )
         columns = [np.concatenate(chunks) for chunks in self.codes]
         self.codes, self.times = [], []
-        words = list(self.words)
-        ids = VALUES.ids_of_words([(column, words) for column in columns], len(times))
+        ids = self.vocabulary.ids(columns, len(times))
         del columns
         self.pa.default_memory_pool().release_unused()  # what Arrow's allocator kept of the parse
+        ones = np.ones(len(times), np.int64)
         return IntMap.newest(VALUES, ids, times), IntMap.newest(VALUES, ids, ones, add=True)
 
-    def _replay_named(self) -> None:
-        """The files some remove names that are live at the end of the log, in log order."""
-        if not self.named:
+    def _replay_followed(self) -> None:
+        """The files some later action names that are live at the end, in log order."""
+        if not self.followed:
             return
         np = self.np
-        last: dict[str, tuple[Values | None, int]] = {}
-        for _, path, row, t in sorted(self.named, key=lambda action: action[0]):
-            last[path] = (row, t)
+        last: dict[str, tuple[tuple[int, ...] | None, int]] = {}
+        for _, key, row, t in sorted(self.followed, key=lambda action: action[0]):
+            last[key] = (row, t)
         live = [(row, t) for row, t in last.values() if row is not None]
-        self.named = []
+        self.followed = []
         for i, column in enumerate(self.codes):
-            column.append(np.array([self.code(row[i]) for row, _ in live], np.int32))
+            column.append(np.array([row[i] for row, _ in live], np.int32))
         self.times.append(np.array([t for _, t in live], np.int64))
 
 
-def _codes(rows: _Vocabulary, column: pa.Array) -> Codes:
+def _key(raw: str) -> str:
+    """A file key with its path unquoted (a deletion vector's id may hold a '%')."""
+    path, separator, vector = raw.partition("\x00")
+    return unquote(path) + separator + vector
+
+
+def _partition_values(actions: pa.StructArray, physical: Sequence[str]) -> pa.Array | None:
+    import pyarrow.compute as pc
+
+    return pc.struct_field(actions, "partitionValues") if physical else None
+
+
+def _parquet_adds(path: str, *, partitioned: bool) -> tuple[Any, set[str]]:
+    """A Parquet checkpoint file opened for its add actions (None if it has none), and the
+    add columns it has."""
+    import pyarrow.parquet as pq
+
+    parts = [f"add.partitionValues.key_value.{f}" for f in ("key", "value")] if partitioned else []
+    # `ParquetFile`, not `read_table` (which imports pandas); the partition values as read from
+    # the file's dictionaries.
+    source = pq.ParquetFile(path, read_dictionary=parts)
+    schema = source.schema_arrow
+    if schema.get_field_index("add") < 0:
+        return None, set()
+    add = schema.field("add").type
+    return source, {add.field(i).name for i in range(add.num_fields)}
+
+
+def _codes(vocabulary: _Vocabulary, column: pa.Array) -> Codes:
     """A column of partition values as codes of this read (null and empty: None's code)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    np = rows.np
+    np = vocabulary.np
     encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
     indices = encoded.indices
     mapping = np.array(
-        [rows.code(w) for w in encoded.dictionary.to_pylist()] + [rows.code(None)], np.int32
+        [vocabulary.code(w) for w in encoded.dictionary.to_pylist()] + [vocabulary.code(None)],
+        np.int32,
     )
     at = _ints(np, indices, np.int32)
     if indices.null_count:
@@ -497,23 +1030,23 @@ def _codes(rows: _Vocabulary, column: pa.Array) -> Codes:
     return codes
 
 
-def _map_columns(rows: _Vocabulary, mapped: pa.MapArray) -> list[Codes]:
+def _map_columns(vocabulary: _Vocabulary, mapped: pa.MapArray) -> list[Codes]:
     """Per partition column, the codes of a checkpoint's `partitionValues` maps (the first
-    entry of that column in each map; None where it has none)."""
-    np = rows.np
+    entry of its physical name in each map; None where it has none)."""
+    np = vocabulary.np
     offsets = _ints(np, mapped.offsets, np.int32)
     sizes = np.diff(offsets)
     owner = np.repeat(np.arange(len(sizes)), sizes)
     # `keys` and `items` are the whole children; the offsets point into them.
     start, end = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
     if len(mapped.keys) < end or len(mapped.items) < end:
-        raise _CannotReplay("partition value maps shorter than their offsets")
-    keys = _codes(rows, mapped.keys.slice(start, end - start))
-    items = _codes(rows, mapped.items.slice(start, end - start))
+        raise CannotReplay("partition value maps shorter than their offsets")
+    keys = _codes(vocabulary, mapped.keys.slice(start, end - start))
+    items = _codes(vocabulary, mapped.items.slice(start, end - start))
     found = []
-    for column in rows.partition_by:
-        codes = np.full(len(sizes), rows.code(None), np.int32)
-        at = np.flatnonzero(keys == rows.code(column))
+    for column in vocabulary.layout.physical:
+        codes = np.full(len(sizes), vocabulary.code(None), np.int32)
+        at = np.flatnonzero(keys == vocabulary.code(column))
         owners, first = np.unique(owner[at], return_index=True)
         codes[owners] = items[at[first]]
         found.append(codes)
@@ -526,6 +1059,16 @@ def _ints(np: ModuleType, array: pa.Array, dtype: Any) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype, count=len(array), offset=array.offset * width)
 
 
+def _nullable_ints(np: ModuleType, array: pa.Array) -> Times:
+    """An int64 Arrow array as numpy, `ABSENT` where null."""
+    import pyarrow.compute as pc
+
+    values = _ints(np, array, np.int64)
+    if array.null_count:
+        return np.where(_bools(np, pc.is_valid(array)), values, ABSENT)
+    return values.copy()
+
+
 def _bools(np: ModuleType, array: pa.Array) -> np.ndarray:
     """A boolean Arrow array as numpy (null: False)."""
     validity, data = array.buffers()[:2]
@@ -536,6 +1079,12 @@ def _bools(np: ModuleType, array: pa.Array) -> np.ndarray:
 
     values = unpacked(data)
     return values & unpacked(validity) if validity is not None and array.null_count else values
+
+
+def _mask(pa: ModuleType, np: ModuleType, flags: np.ndarray) -> pa.Array:
+    """A numpy boolean array as an Arrow one."""
+    packed = pa.py_buffer(np.packbits(flags, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(flags), [None, packed])
 
 
 def _true(np: ModuleType, array: pa.Array) -> np.ndarray:
@@ -552,32 +1101,44 @@ def _string_array(pa: ModuleType, np: ModuleType, words: Sequence[str]) -> pa.Ar
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
     if offsets[-1] >= 2**31:
-        raise _CannotReplay("removed paths beyond a string array")
+        raise CannotReplay("removed paths beyond a string array")
     data = pa.py_buffer(b"".join(encoded))
     narrow = pa.py_buffer(offsets.astype(np.int32))
     return pa.Array.from_buffers(pa.string(), len(encoded), [None, narrow, data])
 
 
-def _blocks(path: str) -> Iterator[bytes]:
-    """The lines of one JSON commit in blocks of about `_BLOCK` bytes, whole lines each, without
-    the commitInfo lines (skipped as they are read, never held whole)."""
+def _blocks(path: str, seen: _Seen | None = None) -> Iterator[bytes]:
+    """The lines of one JSON file (a commit, a V2 checkpoint) in blocks of about `_BLOCK`
+    bytes, whole lines each, without the commitInfo lines (skipped as they are read, never held
+    whole; `seen` gets their first bytes)."""
     with open(path, "rb") as commit:
         carry, skipping = b"", False
         while chunk := commit.read(_BLOCK):
             if skipping:  # inside a commitInfo line: drop up to its end
                 end = chunk.find(b"\n")
+                if seen is not None:
+                    seen.feed(chunk if end < 0 else chunk[:end])
                 if end < 0:
                     continue
                 chunk, skipping = chunk[end + 1 :], False
             data = carry + chunk
             cut = data.rfind(b"\n") + 1
             whole, carry = data[:cut], data[cut:]
+            spans = list(_line_starts(whole, _COMMIT_INFO))
+            if seen is not None:
+                for start, end in spans:
+                    seen.start(whole[start:end])
             if carry.startswith(_COMMIT_INFO):
+                if seen is not None:
+                    seen.start(carry)
                 carry, skipping = b"", True
-            whole = _without(whole, _COMMIT_INFO)
-            if whole.strip():
+            whole = _without(whole, spans)
+            if whole and not whole.isspace():  # (`strip` would copy the block)
                 yield whole
-        if carry.strip() and not carry.startswith(_COMMIT_INFO):
+        if carry.startswith(_COMMIT_INFO):
+            if seen is not None:
+                seen.start(carry)
+        elif carry and not carry.isspace():
             yield carry
 
 
@@ -592,8 +1153,8 @@ def _line_starts(data: bytes, prefix: bytes) -> Iterator[tuple[int, int]]:
         position = data.find(b"\n" + prefix, end)
 
 
-def _without(data: bytes, prefix: bytes) -> bytes:
-    spans = list(_line_starts(data, prefix))
+def _without(data: bytes, spans: Sequence[tuple[int, int]]) -> bytes:
+    """`data` without the lines at `spans` (`_line_starts`)."""
     if not spans:
         return data
     kept, position = [], 0
@@ -615,48 +1176,45 @@ def _meta_lines(block: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
         yield kind, json.loads(block[start:end])[kind]
 
 
-def _checkpoint_meta(path: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The first metaData and protocol actions of a checkpoint, a batch of rows at a time until
-    both are found (writers put them first; the columns of a million adds are mostly null)."""
+def _checkpoint_meta(path: str) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+    """The first metaData and protocol actions of a Parquet checkpoint file, a batch of rows at
+    a time until both are found (writers put them first; the columns of a million adds are
+    mostly null), and the sidecar files it names (a V2 checkpoint)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     found: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
     source = pq.ParquetFile(path)  # not `read_table`, which imports pandas
-    for batch in source.iter_batches(_BATCH, columns=list(found), use_threads=False):
-        for kind in found:
-            if found[kind] is not None:
-                continue
-            column = batch.column(kind)
-            present = column.filter(pc.is_valid(column)).to_pylist()
-            found[kind] = present[0] if present else None
-        if all(row is not None for row in found.values()):
-            break
+    present = set(source.schema_arrow.names)
+    kinds = [k for k in found if k in present]
+    sidecars: list[str] = []
+    if "sidecar" in present:
+        for batch in source.iter_batches(_BATCH, columns=["sidecar.path"], use_threads=False):
+            column = pc.struct_field(batch.column(0), "path")
+            sidecars.extend(p for p in column.to_pylist() if p is not None)
+    if kinds:
+        for batch in source.iter_batches(_BATCH, columns=kinds, use_threads=False):
+            for kind in kinds:
+                if found[kind] is None:
+                    column = batch.column(kind)
+                    chosen = column.filter(pc.is_valid(column)).to_pylist()
+                    found[kind] = chosen[0] if chosen else None
+            if all(found[k] is not None for k in kinds):
+                break
     metadata = found["metaData"]
     if metadata is not None:
         metadata["configuration"] = dict(metadata.get("configuration") or [])
-    return metadata, found["protocol"]
+    return found, sidecars
 
 
-def _newest_checkpoint(log: str, names: list[str]) -> tuple[int, str] | None | Literal[False]:
-    """(version, file) of the newest checkpoint; None if there is none; False if it is of a
-    kind this reader does not read (multi-part, V2)."""
-    found: dict[int, list[str]] = {}
-    for name in names:
-        head, _, rest = name.partition(".checkpoint")
-        if rest and len(head) == 20 and head.isdigit():
-            found.setdefault(int(head), []).append(rest)
-    if not found:
-        return None
-    version = max(found)
-    if found[version] != [".parquet"]:
-        return False
-    return version, os.path.join(log, f"{version:020d}.checkpoint.parquet")
-
-
-def _supported(metadata: dict[str, Any], protocol: dict[str, Any]) -> bool:
-    configuration = metadata.get("configuration") or {}
-    if configuration.get("delta.columnMapping.mode", "none") != "none":
-        return False  # partition values are keyed by physical column names
-    features = set(protocol.get("readerFeatures") or ())
-    return int(protocol.get("minReaderVersion", 1)) < 3 or features <= _READER_FEATURES
+def _json_checkpoint_meta(path: str) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+    """`_checkpoint_meta` of a JSON (V2) checkpoint file."""
+    found: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
+    sidecars: list[str] = []
+    for block in _blocks(path):
+        for kind, action in _meta_lines(block):
+            if found[kind] is None:
+                found[kind] = action
+        for start, end in _line_starts(block, b'{"sidecar"'):
+            sidecars.append(json.loads(block[start:end])["sidecar"]["path"])
+    return found, sidecars

@@ -77,6 +77,10 @@ class PartitionSelection:
     def everything() -> PartitionSelection:
         return PartitionSelection(boxes=None)
 
+    @staticmethod
+    def nothing() -> PartitionSelection:
+        return PartitionSelection(boxes=())
+
     @property
     def is_everything(self) -> bool:
         return self.boxes is None
@@ -89,6 +93,8 @@ class PartitionSelection:
     def describe(self) -> str:
         if self.boxes is None:
             return "the whole table"
+        if not self.boxes:
+            return "no partition"
         shown = [box.describe() for box in self.boxes[:5]]
         more = f" or ... ({len(self.boxes)} boxes)" if len(self.boxes) > 5 else ""
         return " or ".join(f"({s})" for s in shown) + more
@@ -116,3 +122,11 @@ def merge_date_ranges(ranges: Iterable[tuple[dt.date, dt.date]]) -> DateRanges:
         else:
             merged.append([start, end])
     return DateRanges(tuple((s, e) for s, e in merged))
+
+
+def table_partition_id(values: Mapping[str, str | None]) -> str:
+    """The id of a table partition partlake names when no Dagster key is known (a restore or a
+    row delete outside a code location): `col=value/...`, `__all__` for an unpartitioned table."""
+    if not values:
+        return "__all__"  # `record.WHOLE_TABLE_ID`
+    return "/".join(f"{c}={HIVE_NULL if v is None else v}" for c, v in values.items())

@@ -1,12 +1,14 @@
 """Partition state of tables and folders: lastUpdated per partition, read without data files.
 
-For a Delta table, the live files of the latest version give, per partition, lastUpdated = the
-newest modification time of its files (our writer sets that time to the commit time). A first
-read replays the log (`dagster_partlake.delta.log_state`: the newest checkpoint and the JSON
-commits after it), falling back to delta-rs' snapshot for what that replay does not handle.
-Later syncs follow only the new commits: appends and whole-partition replacements from the
-JSON commits alone (read as columns, `log_state.read_file_actions`), other changes through
-delta-rs re-aggregating just the touched partitions.
+For a Delta table, a partition's lastUpdated is the time of the newest commit that changed its
+live files (`dagster_partlake.delta.change_rule`: for partlake's commits, the record's commit
+time). A first read replays the log (`dagster_partlake.delta.log_state`: the newest checkpoint,
+the JSON commits after it, and the older JSON commits the log still holds, for when each
+partition changed). Later syncs follow only the new commits, from their JSON alone (read as
+columns, `log_state.read_file_actions`): each partition they changed gets the time of the newest
+of them, and its live file count moves by what they added and removed. A sync reads the table
+anew after a schema or protocol change, and when the log no longer holds the commit that gave
+some partition its time (a cold read would then give it its files' time: the two must agree).
 A state is held column-wise (`dagster_partlake.columnar`: int64 arrays over interned partition
 values), so a table of a million partitions costs a few arrays, not a million objects.
 
@@ -27,13 +29,12 @@ partition is the newest file modification time, found by a walk on every sync.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import struct
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from dagster_partlake.columnar.interner import VALUES
@@ -41,32 +42,27 @@ from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
 from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.delta import state_file
 from dagster_partlake.delta.log_state import (
-    TEXT_TYPES,
     FileActions,
+    Layout,
     LogState,
     read_file_actions,
     read_log_state,
 )
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.schema import delta_types
-from dagster_partlake.delta.table import (
-    arrow_schema,
-    is_delta_error,
-    log_versions,
-    read_record,
-    table_exists,
-    unreadable,
+from dagster_partlake.delta.table import is_delta_error, log_versions, read_record, unreadable
+from dagster_partlake.errors import (
+    PartlakeError,
+    TableUnreadableError,
+    UnreadableTableFeatureError,
 )
-from dagster_partlake.errors import PartlakeError, TableUnreadableError
 from dagster_partlake.layout import commit_file, log_dir
+from dagster_partlake.layout import default_persist_dir as default_persist_dir
 
 if TYPE_CHECKING:
     from types import ModuleType
 
     import numpy as np
     import numpy.typing as npt
-    import pyarrow as pa
-    from deltalake import DeltaTable
 
     from dagster_partlake.delta.schema import DeltaType
 
@@ -91,9 +87,18 @@ class TableState:
     # the partitions whose lastUpdated or version may differ from that one's (not persisted).
     follows: int | None = field(default=None, compare=False)
     moved: Ids | None = field(default=None, compare=False)  # ids in `VALUES`
-    # Live files per partition, where known: lets `sync` follow appends and partition
-    # replacements from the JSON commits alone.
+    # Live files per partition, where known: lets `sync` follow new commits from their JSON.
     file_counts: IntMap[Values] | None = field(default=None, compare=False)
+    # The version of the commit that gave each partition its lastUpdated (absent: no JSON
+    # commit of the log changed it; its files' time); None where not known (a folder).
+    changed_in: IntMap[Values] | None = None
+    # The names partition values are keyed by in the log (column mapping); None: partition_by.
+    physical: tuple[str, ...] | None = None
+
+    @property
+    def layout(self) -> Layout:
+        """How the table's files are partitioned (`log_state.Layout`)."""
+        return Layout(self.partition_by, self.physical or self.partition_by, self.column_types)
 
 
 class StateCache:
@@ -115,7 +120,10 @@ class StateCache:
         """
         root = os.path.abspath(root)
         try:
-            return self._sync(root, with_commits=with_commits)
+            return self._sync(root, with_commits=with_commits, name=name)
+        except UnreadableTableFeatureError:
+            self._tables.pop(root, None)
+            raise  # the table is valid: its message names the feature, not a damage
         except TableUnreadableError as error:
             self._tables.pop(root, None)
             if name is None:
@@ -152,7 +160,22 @@ class StateCache:
             return True
         return _has_commit(root, version + 1) or _stamp(root, version) != self._stamps.get(root)
 
-    def _sync(self, root: str, *, with_commits: bool) -> TableState | None:
+    def at_version(self, root: str, version: int, *, name: str | None = None) -> TableState:
+        """The state of the table at `root` at `version`: the synced one when the table is
+        still there, else replayed up to that version (commit records not read).
+
+        Raises:
+            TableUnreadableError: that version cannot be read (see `sync`).
+        """
+        current = self.sync(root, with_commits=False, name=name)
+        if current is not None and current.version == version:
+            return current
+        replayed = read_log_state(os.path.abspath(root), version=version, table_name=name)
+        if replayed is None:
+            raise TableUnreadableError(f"there is no Delta table at {os.path.abspath(root)}")
+        return _state_of_log(os.path.abspath(root), replayed, with_commits=False)
+
+    def _sync(self, root: str, *, with_commits: bool, name: str | None) -> TableState | None:
         cached = self._tables.get(root)
         if cached is not None and _stamp(root, cached.version) != self._stamps.get(root):
             # The commit it was read at changed or vanished: the table was re-created at the same
@@ -168,27 +191,14 @@ class StateCache:
             return cached
         if cached is not None:
             followed = _follow_log(root, cached, with_commits=with_commits)
-            if followed is not None:  # appends and partition replacements: no delta-rs needed
+            if followed is not None:  # the new commits alone
                 return self._keep(root, followed, with_commits=with_commits)
-        if cached is None:
-            if not os.path.isdir(log_dir(root)):
-                return None
-            # A log that replays is a table's: delta-rs (about 20 MB once imported) is asked
-            # only about the others.
-            replayed = read_log_state(root)
-            if replayed is not None:  # the log replayed without a delta-rs snapshot
-                state = _state_of_log(root, replayed, with_commits=with_commits)
-                return self._keep(root, state, with_commits=with_commits)
-            if not table_exists(root):
-                return None
-        # Imported here: a process whose states all come from the persisted cache (or whose
-        # tables do not exist yet) never needs it.
-        from deltalake import DeltaTable
-
-        # The delta-rs table is not kept: its snapshot holds every live file (hundreds of bytes
-        # each), while the state holds a few numbers per partition. Most syncs follow the JSON
-        # commits (above); the rest load the table again.
-        state = _read_state(root, DeltaTable(root), cached, with_commits=with_commits)
+        if not os.path.isdir(log_dir(root)):
+            return None
+        replayed = read_log_state(root, table_name=name)
+        if replayed is None:
+            return None  # a log folder without a commit: no table yet
+        state = _state_of_log(root, replayed, with_commits=with_commits, previous=cached)
         return self._keep(root, state, with_commits=with_commits)
 
     def _keep(self, root: str, state: TableState, *, with_commits: bool) -> TableState:
@@ -197,16 +207,6 @@ class StateCache:
         if self._persist_dir is not None:
             _save_state(self._persist_dir, state, with_commits=with_commits)
         return state
-
-
-def default_persist_dir() -> str:
-    """Where command-line processes keep table states: `$PARTLAKE_CACHE_DIR`, else the user's
-    cache folder."""
-    explicit = os.environ.get("PARTLAKE_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dagster_partlake", "state")
 
 
 def _stamp(root: str, version: int) -> list[int] | None:
@@ -250,11 +250,9 @@ def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableStat
             last_updated=state_file.state_column(reader, columns["last_updated"], ids),
             touched_in=state_file.state_column(reader, columns["touched_in"], ids),
             commits=state_file.records_of(header, reader),
-            file_counts=(
-                None
-                if columns["file_counts"] is None
-                else state_file.state_column(reader, columns["file_counts"], ids)
-            ),
+            file_counts=state_file.optional_column(reader, columns["file_counts"], ids),
+            changed_in=state_file.optional_column(reader, columns["changed_in"], ids),
+            physical=None if header["physical"] is None else tuple(header["physical"]),
         )
     except (ValueError, EOFError, TypeError, KeyError, IndexError, PartlakeError):
         return None  # a damaged cache: read the table
@@ -282,56 +280,13 @@ def _has_commit(root: str, version: int) -> bool:
     return os.path.exists(commit_file(root, version))
 
 
-def _read_state(
-    root: str, table: DeltaTable, previous: TableState | None, *, with_commits: bool
+def _state_of_log(
+    root: str, log: LogState, *, with_commits: bool, previous: TableState | None = None
 ) -> TableState:
-    version = table.version()
-    partition_by = tuple(table.metadata().partition_columns)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    actions = pa.table(table.get_add_actions(flatten=True))
-    touched = _touched_since(root, previous, version, partition_by)
-    if touched is not None and _comparable(actions, partition_by):
-        # Only the partitions the new commits added or removed files in can have moved: the
-        # rest of the previous state stands (a table of 100,000 partitions with one rewritten
-        # costs one filtered aggregation, not 100,000 Python objects).
-        assert previous is not None
-        newest, touched_counts = _newest(pa, pc, actions, partition_by, touched)
-        gone = [v for v in touched if v not in newest]
-        last_updated = previous.last_updated.updated(newest, gone)
-        counts = (
-            None
-            if previous.file_counts is None
-            else previous.file_counts.updated(touched_counts, gone)
-        )
-    else:
-        touched = None
-        last_updated, counts = (
-            IntMap.build(VALUES, m.items()) for m in _newest(pa, pc, actions, partition_by, None)
-        )
-    del actions
-    touched_ids = None if touched is None else _values_ids(touched)
-    commits: tuple[CommitRecord, ...] = ()
-    if with_commits:
-        commits = _partlake_commits(root, version, previous)
-    return TableState(
-        root=root,
-        version=version,
-        partition_by=partition_by,
-        column_types=delta_types(arrow_schema(table)),
-        last_updated=last_updated,
-        touched_in=_touched_in(commits, last_updated, previous, touched_ids),
-        commits=commits,
-        follows=None if touched is None or previous is None else previous.version,
-        moved=None if touched is None else touched_ids,
-        file_counts=counts,
-    )
-
-
-def _state_of_log(root: str, log: LogState, *, with_commits: bool) -> TableState:
+    """The state of a replayed log (`previous`: a state of the same table, whose records are
+    kept)."""
     last_updated = log.newest
-    commits = _partlake_commits(root, log.version, None) if with_commits else ()
+    commits = _partlake_commits(root, log.version, previous) if with_commits else ()
     return TableState(
         root=root,
         version=log.version,
@@ -341,6 +296,8 @@ def _state_of_log(root: str, log: LogState, *, with_commits: bool) -> TableState
         touched_in=_touched_in(commits, last_updated, None, None),
         commits=commits,
         file_counts=log.counts,
+        changed_in=log.changed_in,
+        physical=log.layout.physical if log.layout.physical != log.partition_by else None,
     )
 
 
@@ -368,12 +325,6 @@ def _touched_in(
         found = keys[at] == now
         versions = np.array([by_time[t] for t in times], np.int64)[at]
     return previous.touched_in.updated_ids(touched[found], versions[found], touched[~found])
-
-
-def _values_ids(values: set[Values]) -> Ids:
-    import numpy as np
-
-    return np.unique(np.asarray(VALUES.ids_of(list(values)), np.int64))
 
 
 def _at(np: ModuleType, values: IntMap[Values], ids: Ids) -> Ids:
@@ -407,35 +358,27 @@ def _versions_by_time(
 
 
 def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> TableState | None:
-    """The state after the JSON commits following `previous`, read from those commits alone
-    (no delta-rs), when each touched partition was only appended to or wholly replaced; None
-    when that cannot be told (another kind of action, a partition partly rewritten, unknown
-    file counts): `sync` then reads the table."""
+    """The state after the JSON commits following `previous`, read from those commits alone;
+    None when that cannot be told (a schema or protocol change, a commit re-adding files, file
+    counts or change versions not known, a partition whose time a cold read would give
+    otherwise): `sync` then reads the table anew."""
     import numpy as np
 
-    counts = previous.file_counts
-    partition_by = previous.partition_by
-    if (
-        counts is None
-        or not partition_by
-        or any(previous.column_types.get(c) not in TEXT_TYPES for c in partition_by)
-    ):
+    counts, changed_in = previous.file_counts, previous.changed_in
+    if counts is None or changed_in is None:
         return None
     version = previous.version
     while _has_commit(root, version + 1):
         version += 1
     if version == previous.version:
         return None
-    paths = [commit_file(root, v) for v in range(previous.version + 1, version + 1)]
-    actions = read_file_actions(paths, partition_by)
-    if actions is None:
+    actions = read_file_actions(root, range(previous.version + 1, version + 1), previous.layout)
+    if actions is None or actions.re_adds:
         return None
-    changes = _partition_changes(np, actions)
-    followed = _followed(np, previous, counts, *changes)
-    if followed is None:
+    followed = _followed(np, previous, counts, changed_in, actions)
+    if followed is None or not _still_logged(np, root, followed[3]):
         return None
-    touched, newest, new_counts, gone = followed
-    last_updated = previous.last_updated.updated_ids(newest[0], newest[1], gone)
+    touched, last_updated, file_counts, changed = followed
     commits = _partlake_commits(root, version, previous) if with_commits else ()
     give_back()  # the parse's temporaries (`columnar.memory`)
     return replace(
@@ -446,188 +389,94 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
         commits=commits,
         follows=previous.version,
         moved=touched,
-        file_counts=counts.updated_ids(new_counts[0], new_counts[1], gone),
+        file_counts=file_counts,
+        changed_in=changed,
     )
-
-
-def _partition_changes(np: ModuleType, actions: FileActions) -> tuple[Ids, Ids, Ids, Ids]:
-    """Per partition the commits touched (ids in `VALUES`, ascending): how many files they
-    added that are still there, the newest of those files' times (`ABSENT`: none), and how many
-    files from before them they removed. A file is its partition and path: a remove of a file
-    the same commits added takes that add back, as a replay in log order would."""
-    kinds, values, paths, times = actions.removes, actions.values, actions.paths, actions.times
-    touched = np.unique(values)
-    pair = values * (int(paths.max()) + 1 if len(paths) else 1) + paths
-    removed_pairs = np.unique(pair[kinds])
-    mixed = np.isin(pair, removed_pairs) & np.isin(pair, pair[~kinds])  # added and removed
-    rank = {v: i for i, v in enumerate(touched.tolist())}
-    added = np.zeros(len(touched), np.int64)
-    newest = np.full(len(touched), ABSENT, np.int64)
-    removed = np.zeros(len(touched), np.int64)
-    # Files only removed: each remove takes one file of before.
-    np.add.at(removed, np.searchsorted(touched, values[kinds & ~mixed]), 1)
-    # Files only added: the last add of each counts (once), with its time.
-    plain = np.flatnonzero(~kinds & ~mixed)
-    last = plain[len(plain) - 1 - np.unique(pair[plain][::-1], return_index=True)[1]]
-    where = np.searchsorted(touched, values[last])
-    np.add.at(added, where, 1)
-    np.maximum.at(newest, where, times[last])
-    # Files both added and removed: replayed in log order.
-    state: dict[int, tuple[int, int] | None] = {}  # pair -> (partition rank, time) if there
-    for i in np.flatnonzero(mixed).tolist():
-        key, part = int(pair[i]), rank[int(values[i])]
-        if not kinds[i]:
-            state[key] = (part, int(times[i]))
-        elif state.get(key) is not None:
-            state[key] = None
-        else:
-            removed[part] += 1
-    for found in state.values():
-        if found is not None:
-            added[found[0]] += 1
-            newest[found[0]] = max(int(newest[found[0]]), found[1])
-    return touched, added, newest, removed
 
 
 def _followed(
     np: ModuleType,
     previous: TableState,
     counts: IntMap[Values],
-    touched: Ids,
-    added: Ids,
-    newest: Ids,
-    removed: Ids,
-) -> tuple[Ids, tuple[Ids, Ids], tuple[Ids, Ids], Ids] | None:
-    """(touched, (ids, newest lastUpdated), (ids, file counts), gone ids) after the changes;
-    None when a partition had only some of its files replaced (which of the rest is newest
-    needs the table)."""
-    old = _at(np, counts, touched)
-    old[(old == ABSENT) | (old == NONE)] = 0
-    replaced = removed == old  # every file it had is gone (or it is new)
-    appended = ~replaced & (removed == 0)  # its newest file is the newest of all
-    if not np.all(replaced | appended):
-        return None
-    before = _at(np, previous.last_updated, touched[appended])
-    if np.any(before == ABSENT):
-        raise KeyError("a partition with files but no lastUpdated")
-    before[before == NONE] = 0
-    lately = np.maximum(before, np.where(newest[appended] == ABSENT, 0, newest[appended]))
-    kept = replaced & (added > 0)
-    ids = np.concatenate([touched[kept], touched[appended]])
-    times = np.concatenate([newest[kept], lately])
-    files = np.concatenate([added[kept], old[appended] + added[appended]])
-    return touched, (ids, times), (ids, files), touched[replaced & (added == 0)]
-
-
-def _newest(
-    pa: ModuleType,
-    pc: ModuleType,
-    actions: pa.Table,
-    partition_by: Sequence[str],
-    only: set[Values] | None,
-) -> tuple[dict[Values, int], dict[Values, int]]:
-    """Newest modification time and number of live files per partition (of the `only`
-    partitions)."""
-    if not actions.num_rows:
-        return {}, {}
-    if not partition_by:
-        newest = int(pc.max(actions.column("modification_time")).as_py())
-        return {(): newest}, {(): actions.num_rows}
-    columns = [f"partition.{c}" for c in partition_by]
-    # Cast partition values to their Delta string form (dates become YYYY-MM-DD).
-    as_text = pa.table(
-        {
-            **{
-                c: pc.cast(actions.column(c), pa.string())
-                if not pa.types.is_string(actions.column(c).type)
-                else actions.column(c)
-                for c in columns
-            },
-            "t": actions.column("modification_time"),
-        }
-    )
-    if only is not None:
-        keys = pc.binary_join_element_wise(
-            *(as_text.column(c) for c in columns),
-            _SEP,
-            null_handling="replace",
-            null_replacement=_NULL,
-        )
-        wanted = pa.array([_SEP.join(_NULL if v is None else v for v in vs) for vs in only])
-        as_text = as_text.filter(pc.is_in(keys, value_set=wanted))
-    grouped = as_text.group_by(columns).aggregate([("t", "max"), ("t", "count")])
-    # Through a dictionary per column, so that the partitions' value tuples share one string
-    # object per distinct value (a million partitions have ten thousand dates).
-    values = list(zip(*(_shared_strings(pc, grouped.column(c)) for c in columns), strict=True))
+    changed_in: IntMap[Values],
+    actions: FileActions,
+) -> tuple[Ids, IntMap[Values], IntMap[Values], IntMap[Values]] | None:
+    """(touched partition ids, lastUpdated, file counts, change versions) after the actions;
+    None when a partition they touch without changing data has no time a cold read would give
+    it too (a new one, or one whose time is its files')."""
+    touched, added, removed = _partition_changes(np, actions)
+    before = _at(np, counts, touched)
+    before[(before == ABSENT) | (before == NONE)] = 0
+    after = before + added - removed
+    if np.any(after < 0):
+        return None  # removes of files the state does not know: read the table
+    changed, versions, times = actions.changes.newest_changes()
+    quiet = np.setdiff1d(touched, changed)  # touched by maintenance (dataChange false) only
+    if len(quiet):
+        known = _at(np, counts, quiet) != ABSENT
+        if np.any(~known & (after[np.searchsorted(touched, quiet)] > 0)):
+            return None  # a partition that appears without a data change: its files' time
+        if np.any(known & (_at(np, changed_in, quiet) < 0)):
+            return None  # its time is its files' newest, and its files changed
+    gone = touched[after == 0]
+    alive = np.isin(changed, touched[after > 0])
     return (
-        dict(zip(values, grouped.column("t_max").to_pylist(), strict=True)),
-        dict(zip(values, grouped.column("t_count").to_pylist(), strict=True)),
+        touched,
+        previous.last_updated.updated_ids(changed[alive], times[alive], gone),
+        counts.updated_ids(touched[after > 0], after[after > 0], gone),
+        changed_in.updated_ids(changed[alive], versions[alive], gone),
     )
 
 
-_SEP, _NULL = "\x1f", "\x00"
-
-
-def _shared_strings(pc: ModuleType, column: pa.ChunkedArray) -> list[str | None]:
-    encoded = pc.dictionary_encode(column.combine_chunks())
-    words = encoded.dictionary.to_pylist()
-    return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
-
-
-def _comparable(actions: pa.Table, partition_by: Sequence[str]) -> bool:
-    """Whether the partition values of the log's JSON commits read as their Arrow text form
-    (strings, dates and integers do; timestamps and decimals may be formatted otherwise)."""
-    import pyarrow as pa
-
-    if not actions.num_rows:
+def _still_logged(np: ModuleType, root: str, changed_in: IntMap[Values]) -> bool:
+    """Whether the log still holds the JSON commit of every change a partition's time comes
+    from (else a cold read would take those partitions' times from their files)."""
+    versions = changed_in.slots()
+    versions = versions[(versions != ABSENT) & (versions != NONE)]
+    if not len(versions):
         return True
-    for column in partition_by:
-        kind = actions.column(f"partition.{column}").type
-        if not (pa.types.is_string(kind) or pa.types.is_date32(kind) or pa.types.is_integer(kind)):
-            return False
-    return True
+    held = np.asarray(log_versions(root), np.int64)
+    if not len(held):
+        return False
+    oldest = int(versions.min())
+    if oldest >= held[0] and len(held) == held[-1] - held[0] + 1:
+        return True  # no gap: everything from the oldest commit on is there
+    return bool(np.all(np.isin(np.unique(versions), held)))
 
 
-def _touched_since(
-    root: str, previous: TableState | None, version: int, partition_by: Sequence[str]
-) -> set[Values] | None:
-    """The partitions whose files the commits after `previous` up to `version` added or
-    removed, from their JSON commits; None when that cannot be told (no previous state, an
-    unpartitioned table, a schema or partitioning change, a commit the log no longer has)."""
-    if previous is None or not partition_by or tuple(partition_by) != previous.partition_by:
-        return None
-    if version < previous.version:
-        return None
-    touched: set[Values] = set()
-    for number in range(previous.version + 1, version + 1):
-        actions = _file_actions(root, number)
-        if actions is None:
-            return None
-        for action in actions:
-            if "metaData" in action:
-                return None
-            body = action.get("add") or action.get("remove")
-            if body is None:
-                continue
-            values = body.get("partitionValues")
-            if values is None or any(c not in values for c in partition_by):
-                return None
-            touched.add(tuple(values[c] or None for c in partition_by))
-    return touched
-
-
-def _file_actions(root: str, version: int) -> list[dict[str, Any]] | None:
-    """The actions of one JSON commit but its commitInfo (a partlake record of a large commit is
-    most of its bytes, and following the log needs none of it); None if it cannot be read."""
-    try:
-        with open(commit_file(root, version), encoding="utf-8") as log_file:
-            return [
-                json.loads(line)
-                for line in log_file
-                if line.strip() and not line.startswith('{"commitInfo"')
-            ]
-    except (OSError, ValueError):
-        return None
+def _partition_changes(np: ModuleType, actions: FileActions) -> tuple[Ids, Ids, Ids]:
+    """Per partition the commits touched (ids in `VALUES`, ascending): how many files they
+    added that are still there, and how many files from before them they removed. A file is
+    its path plus its deletion vector: a remove of a file the same commits added takes that add
+    back, as a replay in log order would."""
+    kinds, values, paths = actions.removes, actions.values, actions.paths
+    touched = np.unique(values)
+    pair = values * (int(paths.max()) + 1 if len(paths) else 1) + paths
+    removed_pairs = np.unique(pair[kinds])
+    mixed = np.isin(pair, removed_pairs) & np.isin(pair, pair[~kinds])  # added and removed
+    rank = {v: i for i, v in enumerate(touched.tolist())}
+    added = np.zeros(len(touched), np.int64)
+    removed = np.zeros(len(touched), np.int64)
+    # Files only removed: each remove takes one file of before.
+    np.add.at(removed, np.searchsorted(touched, values[kinds & ~mixed]), 1)
+    # Files only added: the last add of each counts (once).
+    plain = np.flatnonzero(~kinds & ~mixed)
+    last = plain[len(plain) - 1 - np.unique(pair[plain][::-1], return_index=True)[1]]
+    np.add.at(added, np.searchsorted(touched, values[last]), 1)
+    # Files both added and removed: replayed in log order.
+    state: dict[int, int | None] = {}  # pair -> partition rank if there
+    for i in np.flatnonzero(mixed).tolist():
+        key, part = int(pair[i]), rank[int(values[i])]
+        if not kinds[i]:
+            state[key] = part
+        elif state.get(key) is not None:
+            state[key] = None
+        else:
+            removed[part] += 1
+    for found in state.values():
+        if found is not None:
+            added[found] += 1
+    return touched, added, removed
 
 
 def _partlake_commits(

@@ -49,7 +49,10 @@ K = TypeVar("K", bound=Hashable)
 # Where a raw column lies after the header: (offset, size in bytes, numpy dtype char).
 Where = tuple[int, int, str]
 
-FORMAT = (3, marshal.version, *sys.version_info[:2])
+# 4: lastUpdated is the time of the commit that changed a partition (`delta.change_rule`), with
+# the version of that commit (`changed_in`) and the partition columns' physical names: a state
+# saved by format 3 (its files' newest modification time) is read anew, never mixed in.
+FORMAT = (4, marshal.version, *sys.version_info[:2])
 _LENGTH = struct.Struct("<Q")
 # Record fields holding one int per written partition (`IntMap`s in a compact record).
 _PER_PARTITION = ("rows_by_partition", "kept")
@@ -83,6 +86,7 @@ def dump(header: Mapping[str, object], state: TableState, *, with_commits: bool)
             ("last_updated", state.last_updated),
             ("touched_in", state.touched_in),
             ("file_counts", state.file_counts),
+            ("changed_in", state.changed_in),
         )
     }
     commits: list[dict[str, object]] = []
@@ -95,6 +99,7 @@ def dump(header: Mapping[str, object], state: TableState, *, with_commits: bool)
         "with_commits": with_commits,
         "version": state.version,
         "partition_by": list(state.partition_by),
+        "physical": None if state.physical is None else list(state.physical),
         "column_types": state.column_types,
         "rows": len(values_ids),
         "vocab": vocab,
@@ -265,6 +270,11 @@ def state_column(reader: _Reader, where: Where | None, ids: Ints) -> IntMap[Valu
     if len(values) != len(ids):
         raise ValueError("a damaged state file")
     return _int_map(VALUES, ids, values)
+
+
+def optional_column(reader: _Reader, where: Where | None, ids: Ints) -> IntMap[Values] | None:
+    """`state_column` of a column a state may lack (None: it has none)."""
+    return None if where is None else state_column(reader, where, ids)
 
 
 def _int_map(interner: Interner[K], ids: npt.ArrayLike, values: npt.ArrayLike) -> IntMap[K]:

@@ -1,6 +1,7 @@
-"""Reading a Delta table's log with delta-rs: existence, schema, partition columns, live files.
+"""Reading a Delta table's log: existence, schema, partition columns, live files, records.
 
-Only the log is read here (checkpoint + JSON commits), never a data file.
+Only the log is read here (checkpoint + JSON commits), never a data file; every read goes through
+the table's location (`dagster_partlake.storage`), so a table on an object store reads the same.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -15,19 +17,15 @@ from urllib.parse import unquote
 
 from dagster_partlake.delta.record import CommitRecord, compact_pairs
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
-from dagster_partlake.errors import TableUnreadableError
-from dagster_partlake.layout import (
-    LOG_DIR,
-    commit_file,
-    commit_name,
-    commit_version,
-    last_checkpoint_file,
-    log_dir,
-)
+from dagster_partlake.errors import TableUnreadableError, UnreadableTableFeatureError
+from dagster_partlake.layout import LAST_CHECKPOINT, LOG_DIR, commit_name, commit_version
+from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
+
+    from dagster_partlake.delta.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -44,16 +42,51 @@ class LiveFile:
     max_values: dict[str, Any] = field(default_factory=dict)
     null_count: dict[str, int] = field(default_factory=dict)
 
-    def absolute_path(self, root: str) -> str:
-        return os.path.join(root, unquote(self.path))
+    @property
+    def relative_path(self) -> str:
+        """The path relative to the table root, decoded (as a location joins it)."""
+        return unquote(self.path)
+
+    def absolute_path(self, root: str | TableLocation) -> str:
+        """The file's path or URI (for a local table, its filesystem path)."""
+        location = as_location(root)
+        return location.join(self.relative_path).uri
+
+    def spark_uri(self, root: str | TableLocation) -> str:
+        """The URI Spark reads the file with."""
+        return as_location(root).spark_uri(self.relative_path)
 
 
-def table_exists(root: str) -> bool:
-    if not os.path.isdir(log_dir(root)):
-        return False
+Where = str | TableLocation
+
+# Reads of tables' logs in this process, by (kind, table URI): "load" (a whole log: checkpoint
+# and commits, by delta-rs), "follow" (only the commits after a loaded version), "list" (a
+# listing of the log folder), "commit" (one JSON commit read). How a test and a benchmark count
+# what a write reads.
+LOG_READS: Counter[tuple[str, str]] = Counter()
+
+
+def note_read(kind: str, where: Where) -> None:
+    """Count one read of a table's log (`LOG_READS`)."""
+    LOG_READS[(kind, as_location(where).uri)] += 1
+
+
+def _log(name: str) -> str:
+    return f"{LOG_DIR}/{name}"
+
+
+def table_exists(where: Where) -> bool:
+    """Whether a Delta table lives at `where` (a local path or a location)."""
+    location = as_location(where)
+    if location.is_local:
+        if not os.path.isdir(os.path.join(location.uri, LOG_DIR)):
+            return False
+        from deltalake import DeltaTable
+
+        return bool(DeltaTable.is_deltatable(location.uri))
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(root)
+    return bool(DeltaTable.is_deltatable(location.delta_uri, location.delta_options))
 
 
 def is_delta_error(error: BaseException) -> bool:
@@ -64,44 +97,117 @@ def is_delta_error(error: BaseException) -> bool:
     return exceptions is not None and isinstance(error, exceptions.DeltaError)
 
 
-def load_table(root: str, *, table_name: str | None = None) -> DeltaTable:
-    """The latest version of the Delta table at `root`.
+def load_table(
+    where: Where, *, table_name: str | None = None, version: int | None = None
+) -> DeltaTable:
+    """The delta-rs handle of the table at `where`: its latest version, or `version`.
 
     Raises:
         TableUnreadableError: the log cannot be read (a damaged or missing commit file).
+        StorageError: the object store refused or did not answer.
     """
+    return delta_table(as_location(where), table_name=table_name, version=version)
+
+
+def delta_table(
+    location: TableLocation, *, table_name: str | None = None, version: int | None = None
+) -> DeltaTable:
+    """delta-rs' handle on `location` (every delta-rs table partlake opens is opened here)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
+    note_read("load", location)
     try:
-        return DeltaTable(root)
+        return DeltaTable(
+            location.delta_uri, version=version, storage_options=location.delta_options
+        )
     except DeltaError as error:
-        raise unreadable(root, error, table_name=table_name) from error
+        raise unreadable(location, error, table_name=table_name) from error
+    except OSError as error:  # an object store that refused or did not answer
+        from dagster_partlake.storage.errors import storage_error
+
+        raise storage_error(location, "", error) from error
 
 
 def unreadable(
-    root: str, error: BaseException, *, table_name: str | None = None
+    where: Where, error: BaseException, *, table_name: str | None = None
 ) -> TableUnreadableError:
-    """The error to raise for a table whose log delta-rs (or we) could not read: names the
-    table, its path, the commit file at fault where one can be found, and the way out."""
-    name = table_name or os.path.basename(os.path.abspath(root))
-    damage = log_damage(root)
+    """The error to raise for a table whose log cannot be read: names the table, its location,
+    and what is wrong. Only a broken log (a damaged or missing commit file, or one delta-rs cannot
+    read either) is told to restore a file from a backup; a valid table that needs a feature
+    partlake lacks is told which (`UnreadableTableFeatureError`)."""
+    if isinstance(error, UnreadableTableFeatureError):
+        return error
+    if isinstance(error, TableUnreadableError):
+        if error.__cause__ is None:
+            return error  # already says what is wrong
+        error = error.__cause__  # said again below, with this table name
+    location = as_location(where)
+    name = table_name or location.name
+    where = f"the Delta log of {name} at {location} cannot be read"
+    damage = log_damage(location)
     if damage is None:
+        feature = _feature_error(location, name)
+        if feature is not None:
+            return feature
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        damage = f"delta-rs says: {first_line}"
+        refused = _delta_rs_refusal(location)
+        if refused is None:
+            return TableUnreadableError(
+                f"{where} by partlake's log reader ({first_line}), although delta-rs reads it: "
+                f"partlake plans and writes nothing that depends on {name}; please report this "
+                "with the table's _delta_log folder."
+            )
+        damage = f"delta-rs says: {refused}"
     return TableUnreadableError(
-        f"the Delta log of {name} at {os.path.abspath(root)} cannot be read: {damage}. Restore "
-        "the file from a backup (if it is the newest commit and its writer was interrupted, "
-        f"moving it out of {LOG_DIR} discards that commit); until the log is readable, partlake "
-        f"plans and writes nothing that depends on {name}."
+        f"{where}: {damage}. Restore the file from a backup (if it is the newest commit and its "
+        f"writer was interrupted, moving it out of {LOG_DIR} discards that commit); until the "
+        f"log is readable, partlake plans and writes nothing that depends on {name}."
     )
 
 
-def log_damage(root: str) -> str | None:
+def _feature_error(location: TableLocation, name: str) -> UnreadableTableFeatureError | None:
+    """The protocol gate's error for the newest protocol action of the log, if it refuses it."""
+    from dagster_partlake.delta.protocol import Protocol, check_readable
+
+    protocol = None
+    for version in reversed(log_versions(location)):
+        try:
+            for line in read_commit_lines(location, version):
+                if line.startswith('{"protocol"'):
+                    protocol = json.loads(line)["protocol"]
+        except (OSError, ValueError, KeyError):
+            return None
+        if protocol is not None:
+            break
+    if protocol is None:
+        return None
+    try:
+        check_readable(Protocol.from_action(protocol), table_name=name, root=location.uri)
+    except UnreadableTableFeatureError as refused:
+        return refused
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def _delta_rs_refusal(location: TableLocation) -> str | None:
+    """What delta-rs says when it loads the table (None: it loads it)."""
+    from deltalake import DeltaTable
+
+    try:
+        DeltaTable(location.delta_uri, storage_options=location.delta_options)
+    except Exception as error:  # noqa: BLE001 - its message is what is shown
+        return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return None
+
+
+def log_damage(where: Where) -> str | None:
     """What is wrong with the log's JSON commits after the last checkpoint, or None if they all
     parse and follow each other without a gap (the ones a reader has to read)."""
-    first = _last_checkpoint(root) + 1
-    versions = [v for v in log_versions(root) if v >= first]
+    location = as_location(where)
+    first = _last_checkpoint(location) + 1
+    versions = [v for v in log_versions(location) if v >= first]
     for previous, version in zip(versions, versions[1:], strict=False):
         if version != previous + 1:
             return (
@@ -109,10 +215,9 @@ def log_damage(root: str) -> str | None:
                 f"to {commit_name(version)})"
             )
     for version in versions:
-        shown = f"{LOG_DIR}/{commit_name(version)}"
+        shown = _log(commit_name(version))
         try:
-            with open(commit_file(root, version), encoding="utf-8") as log_file:
-                lines = log_file.read().splitlines()
+            lines = location.store.read(shown).decode("utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
             return f"commit file {shown} cannot be read ({error})"
         for number, line in enumerate(lines, start=1):
@@ -125,10 +230,9 @@ def log_damage(root: str) -> str | None:
     return None
 
 
-def _last_checkpoint(root: str) -> int:
+def _last_checkpoint(location: TableLocation) -> int:
     try:
-        with open(last_checkpoint_file(root), encoding="utf-8") as checkpoint:
-            return int(json.load(checkpoint)["version"])
+        return int(json.loads(location.store.read(_log(LAST_CHECKPOINT)))["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return -1
 
@@ -181,17 +285,22 @@ def _stats(
     return found
 
 
-def log_versions(root: str) -> list[int]:
-    """Versions that have a JSON commit file in the log, ascending."""
-    try:
-        names = os.listdir(log_dir(root))
-    except FileNotFoundError:
-        return []
-    return sorted(v for v in map(commit_version, names) if v is not None)
+def log_versions(where: Where) -> list[int]:
+    """Versions that have a JSON commit file in the log, ascending (one listing)."""
+    note_read("list", where)
+    entries = as_location(where).store.list_folder(LOG_DIR)
+    return sorted(v for v in (commit_version(e.name) for e in entries) if v is not None)
+
+
+def read_commit_lines(where: Where, version: int) -> list[str]:
+    """The lines of one JSON commit. Raises FileNotFoundError when the log has no such commit."""
+    note_read("commit", where)
+    data = as_location(where).store.read(_log(commit_name(version)))
+    return data.decode("utf-8").splitlines()
 
 
 def commit_info(
-    root: str, version: int, *, pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None
+    root: Where, version: int, *, pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None
 ) -> dict[str, Any]:
     """The commitInfo action of one commit, read from its JSON file ({} if it has none);
     `pairs_hook` builds the objects of a large one (`json.loads`' `object_pairs_hook`, which
@@ -201,11 +310,10 @@ def commit_info(
         TableUnreadableError: the commit file is damaged.
     """
     try:
-        with open(commit_file(root, version), encoding="utf-8") as log_file:
-            for line in log_file:
-                if line.startswith('{"commitInfo"'):
-                    hook = pairs_hook if len(line) > _LARGE_LINE else None
-                    return dict(json.loads(line, object_pairs_hook=hook)["commitInfo"])
+        for line in read_commit_lines(root, version):
+            if line.startswith('{"commitInfo"'):
+                hook = pairs_hook if len(line) > _LARGE_LINE else None
+                return dict(json.loads(line, object_pairs_hook=hook)["commitInfo"])
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
     except FileNotFoundError:
@@ -218,7 +326,7 @@ _LARGE_LINE = 1 << 20
 
 
 def commit_actions(
-    root: str, version: int
+    root: Where, version: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """(commitInfo, add actions, remove actions) of one JSON commit.
 
@@ -230,36 +338,53 @@ def commit_actions(
     adds: list[dict[str, Any]] = []
     removes: list[dict[str, Any]] = []
     try:
-        with open(commit_file(root, version), encoding="utf-8") as log_file:
-            for line in log_file:
-                if not line.strip():
-                    continue
-                action = json.loads(line)
-                if "commitInfo" in action:
-                    info = dict(action["commitInfo"])
-                elif "add" in action:
-                    adds.append(action["add"])
-                elif "remove" in action:
-                    removes.append(action["remove"])
+        for line in read_commit_lines(root, version):
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "commitInfo" in action:
+                info = dict(action["commitInfo"])
+            elif "add" in action:
+                adds.append(action["add"])
+            elif "remove" in action:
+                removes.append(action["remove"])
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
     return info, adds, removes
 
 
-def read_record(root: str, version: int, *, compact: bool = False) -> CommitRecord | None:
-    """The partlake record of one commit (None if partlake did not write it; `compact`: see
-    `CommitRecord.from_commit_info`)."""
+def read_record(
+    root: Where, version: int, *, compact: bool = False, missing_ok: bool = True
+) -> CommitRecord | None:
+    """The partlake record of one commit (None if partlake did not write it, or, with
+    `missing_ok`, the log no longer has the commit; `compact`: see
+    `CommitRecord.from_commit_info`).
+
+    Raises:
+        FileNotFoundError: the log has no such commit (without `missing_ok`).
+    """
+    if not missing_ok:
+        info = {}
+        try:
+            for line in read_commit_lines(root, version):
+                if line.startswith('{"commitInfo"'):
+                    info = dict(json.loads(line)["commitInfo"])
+                    break
+        except ValueError as error:  # a damaged commit file
+            raise unreadable(root, error) from error
+        return CommitRecord.from_commit_info(info, table_version=version)
     info = _compact_commit_info(root, version) if compact else commit_info(root, version)
     return CommitRecord.from_commit_info(info, table_version=version, compact=compact)
 
 
-def _compact_commit_info(root: str, version: int) -> dict[str, Any]:
+def _compact_commit_info(root: Where, version: int) -> dict[str, Any]:
     """`commit_info` for a compact record: a large line is read in bulk
     (`dagster_partlake.delta.commit_scan`), a small one with `compact_pairs`."""
     from dagster_partlake.delta.commit_scan import scan_commit_info
 
+    note_read("commit", root)
     try:
-        with open(commit_file(root, version), "rb") as log_file:
+        with as_location(root).store.open(_log(commit_name(version))) as log_file:
             span = _line_span(log_file, b'{"commitInfo"')
             if span is None:
                 return {}
@@ -296,7 +421,7 @@ def _line_span(log_file: BinaryIO, prefix: bytes) -> tuple[int, int] | None:
 
 
 def find_record(
-    root: str, *, since: int = 0, write_id: str | None = None, run_id: str | None = None
+    root: Where, *, since: int = 0, write_id: str | None = None, run_id: str | None = None
 ) -> CommitRecord | None:
     """The newest partlake record at version `since` or later with this write id or run id.
 
@@ -317,7 +442,7 @@ def find_record(
     return None
 
 
-def newest_record(root: str) -> CommitRecord | None:
+def newest_record(root: Where) -> CommitRecord | None:
     """The newest partlake record in the table's log (None: partlake never wrote it)."""
     for version in reversed(log_versions(root)):
         record = read_record(root, version)
@@ -326,23 +451,31 @@ def newest_record(root: str) -> CommitRecord | None:
     return None
 
 
-def same_inputs_commit(root: str, record: CommitRecord) -> CommitRecord | None:
+def same_inputs_commit(
+    snapshot: Snapshot | str | TableLocation, record: CommitRecord
+) -> CommitRecord | None:
     """The newest commit of `record`'s partitions, if another run made it from the same inputs:
     the same code version, the same lastUpdated of every upstream partition `record` read, the
     same watermarks and landing files. Writing `record` as well would commit those partitions
     twice for the same upstream versions.
 
-    Reads the log newest first, only back to the oldest lastUpdated `record` consumed: no commit
-    before it can have read that data. A record that read nothing (an asset without upstream
-    data) never matches: running it again is how it refreshes."""
+    Reads the snapshot's records newest first, only back to the oldest lastUpdated `record`
+    consumed: no commit before it can have read that data. A record that read nothing (an asset
+    without upstream data) never matches: running it again is how it refreshes."""
     floor = min((t for parts in record.consumed.values() for t in parts.values()), default=None)
     if floor is None:
         return None
+    from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
+
+    opened = (
+        snapshot if isinstance(snapshot, Snapshot) else open_snapshot(snapshot, must_exist=False)
+    )
+    if opened is None:
+        return None
     wanted = set(record.partition_ids)
-    for version in reversed(log_versions(root)):
-        found = read_record(root, version)
+    for version, found in opened.newest_first():
         if found is None:
-            if _changes_data(root, version):
+            if _changes_data(opened.location, version):
                 # Another writer changed data since (an out-of-band rewrite): writing again is
                 # the repair, not a second commit of the same.
                 return None
@@ -368,21 +501,20 @@ def same_inputs_commit(root: str, record: CommitRecord) -> CommitRecord | None:
     return None
 
 
-def _changes_data(root: str, version: int) -> bool:
+def _changes_data(root: Where, version: int) -> bool:
     """Whether the commit `version` of `root` adds or removes data (dataChange true)."""
     try:
-        with open(os.path.join(log_dir(root), commit_name(version)), encoding="utf-8") as commit:
-            for line in commit:
-                action = json.loads(line) if line.strip() else {}
-                for kind in ("add", "remove"):
-                    if kind in action and action[kind].get("dataChange", True):
-                        return True
+        for line in read_commit_lines(root, version):
+            action = json.loads(line) if line.strip() else {}
+            for kind in ("add", "remove"):
+                if kind in action and action[kind].get("dataChange", True):
+                    return True
     except OSError:
         return True  # cleaned up or unreadable: not known to be maintenance
     return False
 
 
-def latest_records(root: str, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
+def latest_records(root: Where, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
     """The newest partlake record that wrote each of `partition_ids` (absent: none did), read
     from the log newest first until every id is found."""
     wanted = set(partition_ids)

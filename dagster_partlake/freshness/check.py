@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from dagster import (
@@ -59,7 +59,7 @@ from dagster_partlake.metadata import (
 from dagster_partlake.spec.load import check_assets
 
 if TYPE_CHECKING:
-    from dagster import AssetSpec
+    from dagster import AssetCheckKey, AssetSpec
 
     from dagster_partlake.columnar.interner import Key
     from dagster_partlake.delta.record import CommitRecord
@@ -67,6 +67,19 @@ if TYPE_CHECKING:
 
 # The check op of an asset is named <asset path joined by __> + this suffix.
 CHECK_OP_SUFFIX = "_partlake_fresh"
+
+# What the sensor and `partlake plan` say when the code location registers no partlake_fresh.
+MISSING_CHECKS = (
+    "partlake_fresh is not registered, so the UI cannot show which partitions are stale: add "
+    "asset_checks=partlake_asset_checks(assets) to the code location's Definitions."
+)
+
+
+def checked_assets(asset_check_keys: Collection[AssetCheckKey]) -> dict[str, AssetKey]:
+    """Name -> key of the assets that have `partlake_fresh` among `asset_check_keys`."""
+    return {
+        k.asset_key.to_user_string(): k.asset_key for k in asset_check_keys if k.name == FRESH_CHECK
+    }
 
 
 def partlake_asset_checks(assets: Sequence[object]) -> list[AssetChecksDefinition]:

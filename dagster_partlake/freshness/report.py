@@ -20,28 +20,37 @@ until a partition comes up again, then takes a new one; on a SQLite instance eac
 
 The sensor hands its reports to a `ReportWriter`, which records them in a thread of its own, in
 order: a Dagster event costs milliseconds (tens on SQLite), so a tick that reported synchronously
-would take longer the more verdicts changed, and a tick's cost must stay its plan's (a tick that
-requests runs waits for its report first, a bounded time: see the sensor). A report
-that could not be recorded is said on the next tick, and the reporter then starts over from
-what the instance holds.
+would take longer the more verdicts changed, and a tick's cost must stay its plan's. The results
+of the partitions a tick requests runs for are the exception: they must be recorded before those
+runs exist (Dagster keeps a run's result in the row it plans when the run is created, and shows a
+partition's newest row), so the tick records them itself (`ReportWriter.record_now`), after
+taking back what the thread still holds for the same partitions (`ReportWriter.claim`); a run
+whose partitions the thread is recording at that moment is requested on the next tick instead.
+Nothing waits for the thread. A report that could not be recorded is said on the next tick, and
+the reporter then starts over from what the instance holds.
+
+`MISSING_CHECKS` and `checked_assets` are declared with the check (`freshness.check`, which a
+code location imports anyway) and re-exported here.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import queue
 import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from dagster_partlake.compat import record_check_evaluations, targeting_latest_materializations
+from dagster_partlake.freshness.check import MISSING_CHECKS as MISSING_CHECKS
+from dagster_partlake.freshness.check import checked_assets as checked_assets
 from dagster_partlake.freshness.check import fresh_evaluation, stale_evaluation
 from dagster_partlake.metadata import FRESH_CHECK
 
@@ -62,11 +71,6 @@ IN_PROGRESS = [
     DagsterRunStatus.STARTED,
     DagsterRunStatus.CANCELING,
 ]
-# What the sensor and `partlake plan` say when the code location registers no partlake_fresh.
-MISSING_CHECKS = (
-    "partlake_fresh is not registered, so the UI cannot show which partitions are stale: add "
-    "asset_checks=partlake_asset_checks(assets) to the code location's Definitions."
-)
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,9 @@ class ReportWriter:
         self._instance = instance
         self.root_directory = instance.root_directory
         self._ref = None if instance.is_ephemeral else instance.get_ref()
-        self._queue: queue.Queue[FreshnessReport] = queue.Queue()
+        self._queue: deque[FreshnessReport] = deque()
+        self._recording: FreshnessReport | None = None  # taken off the queue, being recorded
+        self._ready = threading.Condition()  # guards the queue and `_recording`
         self._thread: threading.Thread | None = None
         self._errors: list[str] = []
         self._lock = threading.Lock()
@@ -195,25 +201,65 @@ class ReportWriter:
         if self._ref is None:
             self._record(self._instance, report)
             return
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="partlake-fresh-reports", daemon=True
-            )
-            self._thread.start()
-        self._queue.put(report)
+        with self._ready:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="partlake-fresh-reports", daemon=True
+                )
+                self._thread.start()
+            self._queue.append(report)
+            self._ready.notify()
+
+    def record_now(self, instance: DagsterInstance, report: FreshnessReport) -> None:
+        """Record `report` in this thread, through `instance` (a tick's own results: those of
+        the partitions it requests runs for, recorded before the runs are created)."""
+        self._record(instance, report)
+
+    def claim(
+        self, partitions: Collection[tuple[str, Key]]
+    ) -> tuple[set[tuple[str, Key]], list[FreshnessReport]]:
+        """Take the results of `partitions` ((asset, partition) pairs) out of the reports not
+        recorded yet, for the caller to record itself (before newer ones). Returns the pairs of
+        the report being recorded at this moment (their results may land at any time now) and
+        the results taken, as reports under their own ids."""
+        if not partitions:
+            return set(), []
+        wanted = set(partitions)
+        taken: list[FreshnessReport] = []
+        with self._ready:
+            kept: deque[FreshnessReport] = deque()
+            for report in self._queue:
+                mine = tuple(e for e in report.evaluations if _pair(e) in wanted)
+                if not mine:
+                    kept.append(report)
+                    continue
+                taken.append(replace(report, evaluations=mine, waiting=0))
+                left = tuple(e for e in report.evaluations if _pair(e) not in wanted)
+                if left:
+                    kept.append(replace(report, evaluations=left))
+            self._queue = kept
+            recording = self._recording
+        busy = set()
+        if recording is not None:
+            busy = {p for p in map(_pair, recording.evaluations) if p in wanted}
+        return busy, taken
 
     @property
     def idle(self) -> bool:
         """Whether every submitted report is recorded (or failed)."""
-        return self._queue.unfinished_tasks == 0
+        with self._ready:
+            return not self._queue and self._recording is None
 
     def flush(self, timeout: float) -> bool:
-        """Wait until every submitted report is recorded; False if `timeout` passed first."""
+        """Wait until every submitted report is recorded; False if `timeout` passed first (for
+        a process that stops, and for tests: a sensor tick never waits for this)."""
         deadline = time.monotonic() + timeout
-        while not self.idle:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
+        with self._ready:
+            while self._queue or self._recording is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._ready.wait(left)
         return True
 
     def take_errors(self) -> list[str]:
@@ -226,11 +272,16 @@ class ReportWriter:
         assert self._ref is not None
         instance = DagsterInstance.from_ref(self._ref)
         while True:
-            report = self._queue.get()
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                report = self._recording = self._queue.popleft()
             try:
                 self._record(instance, report)
             finally:
-                self._queue.task_done()
+                with self._ready:
+                    self._recording = None
+                    self._ready.notify_all()
 
     def _record(self, instance: DagsterInstance, report: FreshnessReport) -> None:
         try:
@@ -244,6 +295,11 @@ class ReportWriter:
             _log.warning(message)
             with self._lock:
                 self._errors.append(message)
+
+
+def _pair(evaluation: AssetCheckEvaluation) -> tuple[str, Key]:
+    """(asset, partition) of a result, as the planner names them."""
+    return evaluation.asset_key.to_user_string(), evaluation.partition
 
 
 _log = logging.getLogger(__name__)
@@ -323,13 +379,6 @@ def _stored_failures(instance: DagsterInstance, key: AssetKey) -> Mapping[Key, S
         info.partition_key: _UNKNOWN
         for info in infos
         if info.latest_execution_status == CHECK_FAILED
-    }
-
-
-def checked_assets(asset_check_keys: Collection[AssetCheckKey]) -> dict[str, AssetKey]:
-    """Name -> key of the assets that have `partlake_fresh` among `asset_check_keys`."""
-    return {
-        k.asset_key.to_user_string(): k.asset_key for k in asset_check_keys if k.name == FRESH_CHECK
     }
 
 

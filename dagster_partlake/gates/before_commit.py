@@ -1,28 +1,33 @@
 """`GateCheck`: an asset's gates on one write, run on the batch before its commit.
 
 The IO manager builds one per output that declares gates and hands it to the write
-(`WriteTarget.check`); the write calls it on the rows it is about to commit: the staged files, or
-for `merge` and `scd2` the incoming batch. Audits compare with the partitions the write replaces,
-read here from the table (counts from the log, sums and means from their files). Every result
-goes to `on_results` (the IO manager logs them as asset check evaluations) before a failed gate of
+(`WriteTarget.check`); the write calls it on the rows it is about to commit (`kinds.Batch`): the
+written files with what the write job counted for the gates (`extras`), or for `merge` and
+`scd2` the incoming batch. Audits compare with the partitions the write replaces, as the write's
+snapshot of the table holds them (counts from the log, sums and means from their files). Every
+result goes to `on_results` (the IO manager logs them as asset check evaluations) before a failed
+gate of
 severity error raises `GateFailedError`: the write then commits nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from dagster_partlake.delta.reader import open_table, read_snapshot
+from dagster_partlake.delta.files import Extras
+from dagster_partlake.delta.reader import read_files
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.table import live_files, table_exists
-from dagster_partlake.gates.evaluate import GateInput, KeyOf, evaluate, while_writing
+from dagster_partlake.gates.evaluate import GateInput, KeyOf, evaluate, extras
 from dagster_partlake.gates.spec import GateFailedError, GateResult, Gates
+from dagster_partlake.kinds.session import Batch
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
+
+    from dagster_partlake.delta.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -31,31 +36,26 @@ class GateCheck:
 
     gates: Gates
     asset_name: str
-    root: str  # the asset's table
     keys: Sequence[str]  # the Dagster partition keys written
     partition_columns: Sequence[str]  # the columns of the Dagster partitions
     replaced: PartitionSelection  # the table partitions the write replaces (audits read them)
     key_of: KeyOf  # partition column values -> Dagster key
     on_results: Callable[[Sequence[GateResult]], None] | None = None
 
-    def while_writing(self) -> Sequence[Column]:
-        """The row constraints' violation counts, for the write to compute as it stages."""
-        return while_writing(self.gates)
+    def extras(self) -> Extras:
+        """What the write counts for the gates while it writes the rows."""
+        flags, sums = extras(self.gates)
+        return Extras(flags=flags, sums=sums)
 
-    def __call__(
-        self,
-        new: DataFrame,
-        observed: Mapping[str, Any] | None = None,
-        rows: Mapping[str, int] | None = None,
-    ) -> None:
-        """Evaluate the gates on `new`, the rows about to be committed; `observed` holds
-        `while_writing`'s values over those rows, `rows` their count per partition key.
+    def __call__(self, batch: Batch) -> None:
+        """Evaluate the gates on the rows about to be committed.
 
         Raises:
             GateFailedError: a gate of severity error failed.
             PartlakeConfigError: a gate names a column the data lacks or a bad expression.
         """
-        old, old_rows = self._old(new)
+        new = batch.new
+        old, old_rows = self._old(new, batch.snapshot)
         keys = list(self.keys) or [WHOLE_TABLE_ID]
         by = list(self.partition_columns)
         if not set(by) <= set(new.columns):
@@ -72,10 +72,7 @@ class GateCheck:
                 key_of=self.key_of if by else (lambda _values: whole),
                 old=old,
                 old_rows=old_rows,
-                observed=observed,
-                # The staged files' counts are keyed by Dagster key (the table's one key when it
-                # is unpartitioned), not by the run's one group of a decoupled batch.
-                rows=rows if by or not self.partition_columns else None,
+                counted=batch.counted,
             ),
         )
         if self.on_results is not None:
@@ -84,16 +81,18 @@ class GateCheck:
         if failed:
             raise GateFailedError(self.asset_name, failed)
 
-    def _old(self, new: DataFrame) -> tuple[DataFrame | None, dict[str, int] | None]:
+    def _old(
+        self, new: DataFrame, snapshot: Snapshot | None
+    ) -> tuple[DataFrame | None, dict[str, int] | None]:
         """The replaced partitions' rows (only for sum and mean audits) and row counts."""
-        if not self.gates.audits or not table_exists(self.root):
+        if not self.gates.audits or snapshot is None:
             return None, None
-        snapshot = open_table(self.root, table_name=self.asset_name)
+        replaced = snapshot.live_files(self.replaced)
         old_rows: dict[str, int] = {}
-        for f in live_files(snapshot.table, self.replaced):
+        for f in replaced:
             key = self.key_of(f.partition_values)
             old_rows[key] = old_rows.get(key, 0) + (f.num_records or 0)
         old = None
         if any(g.type in ("column_sum", "column_mean") for g in self.gates.audits):
-            old = read_snapshot(new.sparkSession, snapshot, self.replaced).df
+            old = read_files(new.sparkSession, snapshot, replaced).df
         return old, old_rows

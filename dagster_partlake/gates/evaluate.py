@@ -1,13 +1,14 @@
 """Evaluate an asset's quality gates (`dagster_partlake.gates.spec`) with Spark, before the commit.
 
 The row-level constraints, the per-partition row counts and the new side of the column audits
-are one aggregation over the staged data, grouped by the asset's partition columns; `unique`
-needs its own grouping by the key. When the write counted the constraints' violations while
-staging (`while_writing`) and the staged files gave the row counts, and no audit needs a column's
-sum or mean, that aggregation is left out, unless a constraint was violated (then it says which
-partitions). Offending rows are fetched only for a gate that failed (at most `MAX_SAMPLES`). The
-old side of the audits is the partitions' current rows: counts from the Delta log (no data read),
-sums and means in one aggregation over their live files.
+are counted by the write job itself, per file, while Spark writes the rows (`extras`: a flag per
+counted constraint, a sum per audited column), and arrive here per Dagster key (`counted`); so no
+aggregation over the new rows is needed. Without those counts (a decoupled write, whose files
+name no Dagster key; a merge's or scd2's incoming batch) they are one aggregation over the rows,
+grouped by the asset's partition columns. `unique` needs its own grouping by the key, the one
+gate that always reads the rows. Offending rows are fetched only for a gate that failed (at most
+`MAX_SAMPLES`). The old side of the audits is the partitions' current rows: counts from the Delta
+log (no data read), sums and means in one aggregation over their live files.
 """
 
 from __future__ import annotations
@@ -40,18 +41,20 @@ class GateInput:
     key_of: KeyOf  # partition column values (Delta strings) -> Dagster key
     old: DataFrame | None = None  # the current rows of those partitions (audits)
     old_rows: Mapping[str, int] | None = None  # key -> current row count, from the log
-    observed: Mapping[str, Any] | None = None  # `while_writing`'s values over `new`
-    rows: Mapping[str, int] | None = None  # key -> rows of `new`, from the staged files
+    # Key -> `_rows` and what the write counted of `extras` (flags `_bad{i}` as counts, sums
+    # `_new{i}` as (sum, non-null count)); None: count them from `new`.
+    counted: Mapping[str, Mapping[str, Any]] | None = None
 
 
-def while_writing(gates: Gates) -> list[Column]:
-    """The aggregates a write can compute as it stages the rows, so that `evaluate` need not read
-    them for the row constraints: their violation counts (none when no constraint is counted row
-    by row, or an audit needs the grouped aggregation anyway)."""
-    counted = _counted(gates)
-    if not counted or _sums(gates):
-        return []
-    return [_violations(gate).alias(f"_bad{i}") for i, gate in enumerate(counted)]
+def extras(gates: Gates) -> tuple[dict[str, Column], dict[str, Column]]:
+    """(flags, sums): the per-row values a write counts and sums while it writes the rows, so
+    that `evaluate` need not read them: a violation flag per counted constraint, the value of
+    each summed or averaged column."""
+    from pyspark.sql import functions as F
+
+    flags = {f"_bad{i}": _violates(gate) for i, gate in enumerate(_counted(gates))}
+    sums = {f"_new{i}": F.col(gate.columns[0]) for i, gate in enumerate(_sums(gates))}
+    return flags, sums
 
 
 def evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
@@ -90,19 +93,21 @@ def _violations(gate: Gate) -> Column:
 
 def _per_partition(gates: Gates, given: GateInput) -> dict[str, dict[str, Any]]:
     """Per written partition key: `_rows`, each counted constraint's `_bad{i}`, each audited
-    sum or mean's `_new{i}`; from the write's counts when they show no violation."""
+    sum or mean's `_new{i}`; from the write's counts when it took them."""
     from pyspark.sql import functions as F
 
     counted, sums = _counted(gates), _sums(gates)
-    observed = given.observed or {}
-    known = (
-        given.rows is not None
-        and not sums
-        and all(f"_bad{i}" in observed for i in range(len(counted)))
-    )
-    if known and not any(observed[f"_bad{i}"] for i in range(len(counted))):
-        clean = {f"_bad{i}": 0 for i in range(len(counted))}
-        return {k: {"_rows": n, **clean} for k, n in (given.rows or {}).items() if n}
+    if given.counted is not None:
+        measures = {i: gate for i, gate in enumerate(sums)}
+        per_key: dict[str, dict[str, Any]] = {}
+        for key, values in given.counted.items():
+            row: dict[str, Any] = {"_rows": values.get("_rows", 0)}
+            row.update({f"_bad{i}": values.get(f"_bad{i}", 0) for i in range(len(counted))})
+            for i, gate in measures.items():
+                total, n = values.get(f"_new{i}", (0.0, 0))
+                row[f"_new{i}"] = (total if gate.type == "column_sum" else total / n) if n else None
+            per_key[key] = row
+        return per_key
     aggregates = [F.count(F.lit(1)).alias("_rows")]
     aggregates += [_violations(gate).alias(f"_bad{i}") for i, gate in enumerate(counted)]
     aggregates += [_measure(gate).alias(f"_new{i}") for i, gate in enumerate(sums)]

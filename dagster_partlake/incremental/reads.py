@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 from dagster_partlake.delta.increments import files_added
 from dagster_partlake.delta.reader import TableSnapshot, read_files
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.table import LiveFile, live_files, newest_record, table_exists
+from dagster_partlake.delta.table import LiveFile, newest_record, table_exists
 from dagster_partlake.errors import PartlakeError
 from dagster_partlake.incremental.spec import Incremental
+from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,7 +49,7 @@ def read_incremental(
     selection: PartitionSelection,
     incremental: Incremental,
     *,
-    consumer_root: str,
+    consumer_root: str | TableLocation,
     consumer: str,
 ) -> IncrementalRead:
     """The part of `selection` of the upstream `snapshot` that `consumer` has not read yet.
@@ -60,7 +61,7 @@ def read_incremental(
     """
     upstream = snapshot.name
     previous = newest_record(consumer_root) if table_exists(consumer_root) else None
-    state = tuple(live_files(snapshot.table, selection))
+    state = tuple(snapshot.live_files(selection))
     version = snapshot.table.version()
     if incremental.mode == "log":
         since = None if previous is None else previous.upstream_versions.get(upstream)

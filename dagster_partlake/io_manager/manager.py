@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from dagster_partlake.delta.reader import TableSnapshot
-    from dagster_partlake.delta.schema import DeltaType
     from dagster_partlake.delta.table import LiveFile
     from dagster_partlake.gates.before_commit import GateCheck
     from dagster_partlake.io_manager.streaming import StreamRun
@@ -47,8 +46,8 @@ from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.state import folder_state
-from dagster_partlake.delta.table import latest_records, live_files, newest_record, table_exists
+from dagster_partlake.delta.state import StateCache, folder_state
+from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates.checks import log_gate_results
 from dagster_partlake.gates.spec import Gates
@@ -56,8 +55,6 @@ from dagster_partlake.incremental.guards import RunFacts, judge_guards
 from dagster_partlake.incremental.landing import ARCHIVE_DIR, AfterCommit, data_files, finish
 from dagster_partlake.incremental.spec import Incremental
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec
-from dagster_partlake.io_manager.chain import wait_for_upstream_runs, waits_for
-from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import REASONS_TAG
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
@@ -65,6 +62,7 @@ from dagster_partlake.partitions.keys import (
     selection_for_keys,
     validate_keys,
 )
+from dagster_partlake.processes import record_worker
 from dagster_partlake.spark.resource import SparkResource, take_session_starts
 from dagster_partlake.spec.model import (
     InputSpec,
@@ -74,6 +72,7 @@ from dagster_partlake.spec.model import (
     pin_of,
     spec_of,
 )
+from dagster_partlake.storage.location import TableLocation, lake_location, table_location
 
 
 @dataclass(frozen=True)
@@ -90,9 +89,6 @@ class _Read:
     incremental: bool = False  # only what the consumer had not read (`partlake/incremental`)
     # load_input's time: the table's log, the list of the partitions' files, Spark's read plan.
     seconds: float = 0.0
-
-
-CHAINED_NICENESS = 10  # added to the niceness of a run that waits for others, with local Spark
 
 
 class DeltaPartitionIOManager(ConfigurableIOManager):
@@ -126,6 +122,15 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             "Default: $PARTLAKE_HOME, else '.partlake' in the working directory."
         ),
     )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Options of the object store the lake lives on, as delta-rs names them "
+            "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, "
+            "AWS_ALLOW_HTTP, AZURE_STORAGE_ACCOUNT_NAME, ...); the standard environment variables "
+            "supply what is not given. Never logged or recorded."
+        ),
+    )
     max_commit_attempts: int = Field(
         default=DEFAULT_MAX_ATTEMPTS,
         description="Commit attempts when concurrent writers conflict, before failing the step.",
@@ -136,24 +141,26 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         run = context.dagster_run
-        if run is None or context.instance is None or not waits_for(run):
+        if run is None or context.instance is None:
             return
-        # A run the sensor requested ahead of the runs it reads (`io_manager.chain`): Spark
-        # starts first, so a local session's JVM start-up overlaps their work, then it waits
-        # here, before any step claims a pool slot.
-        if self.spark.remote is None and self.spark.master.startswith("local"):
-            # Its JVM (a child of this process) then yields the CPU to theirs, which the
-            # refresh waits for; alone again, niceness costs nothing.
-            os.nice(CHAINED_NICENESS)
-        with self.spark.server_errors():
-            self.spark.spark_session  # noqa: B018 (starts the session)
-        wait_for_upstream_runs(context.instance, run, context.log)
+        # The run's worker names itself on the run, so run monitoring's health check
+        # (`MonitoredRunLauncher`) knows which process to ask about.
+        record_worker(context.instance, run)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         self._reads.clear()
 
+    def lake_location(self) -> TableLocation:
+        """The lake root, with the IO manager's storage options."""
+        return lake_location(self.root, self.storage_options)
+
+    def table_location(self, asset_key: AssetKey, path: str | None = None) -> TableLocation:
+        """Where the asset's table lives (`path`: its `partlake/path` metadata)."""
+        return table_location(self.lake_location(), asset_key, path)
+
     def table_root(self, asset_key: AssetKey) -> str:
-        return table_path(self.root, asset_key)
+        """The asset's table, as a path (a local lake) or a URI."""
+        return self.table_location(asset_key).uri
 
     # Spark, delta-rs and the readers and writers are imported where a step needs them: loading
     # the code location (as a no-op `partlake run` does) must not.
@@ -241,7 +248,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         spec = _output_spec(context)
         kind = spec.kind
         target = WriteTarget(
-            root=self.table_root(context.asset_key),
+            root=self.table_location(context.asset_key),
             asset_name=asset_name,
             kind=kind,
             columns=list(spec.columns) if partitions_def is not None else [],
@@ -294,7 +301,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         from dagster_partlake.kinds.write import WriteTarget
 
         return WriteTarget(
-            root=self.table_root(context.asset_key),
+            root=self.table_location(context.asset_key),
             asset_name=spec.name,
             kind=spec.kind,
             columns=list(spec.columns),
@@ -318,7 +325,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         asset_name = upstream.name
         columns = list(upstream.columns)
         is_folder = upstream.is_folder
-        root = table_path(self.root, context.asset_key, upstream.path)
+        location = self.table_location(context.asset_key, upstream.path)
+        root = location.uri
         spark = self.spark.spark_session
         if is_folder:
             os.makedirs(root, exist_ok=True)
@@ -332,13 +340,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             }
             self._remember(context, asset_name, _Read(-1, partitions, root=root))
             return stream_input(spark, spec, root=root, table_schema=None)
-        snapshot = open_table(root, table_name=asset_name)
-        partitions = _lastupdated(
-            live_files(snapshot.table, PartitionSelection.everything()),
-            columns,
-            snapshot.column_types,
-        )
+        snapshot = open_table(location, table_name=asset_name)
         version = snapshot.table.version()
+        partitions = _lastupdated(
+            snapshot, version, snapshot.live_files(PartitionSelection.everything()), columns
+        )
         self._remember(context, asset_name, _Read(version, partitions, root=root))
         return stream_input(spark, spec, root=root, table_schema=snapshot.schema)
 
@@ -368,14 +374,14 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             return self._load_folder(context, upstream, columns, keys)
         if _reads_itself(context) and (
             (partitions_def is not None and not keys)
-            or not table_exists(self.table_root(asset_key))
+            or not table_exists(self.table_location(asset_key))
         ):
             # A self-dependency's first partition: there is no earlier partition to read.
             context.log.info(f"no earlier partition of {asset_name} to read: the input is None")
             return None
         read = _input_spec(context, consumer, asset_name)
         snapshot = open_table(
-            self.table_root(asset_key),
+            self.table_location(asset_key),
             table_name=asset_name,
             version=read.version,
             timestamp=read.timestamp,
@@ -393,7 +399,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         with self.spark.server_errors():
             result = read_snapshot(self.spark.spark_session, snapshot, selection)
         rows = sum(f.num_records or 0 for f in result.files)
-        partitions = _lastupdated(result.files, columns, snapshot.column_types)
+        partitions = _lastupdated(snapshot, result.version, result.files, columns)
         self._remember(context, asset_name, _Read(result.version, partitions, rows))
         summary = {
             "partlake/table_version": result.version,
@@ -416,7 +422,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
         result = read_snapshot(self.spark.spark_session, snapshot, PartitionSelection.everything())
         wanted = keys or [WHOLE_TABLE_ID]
-        records = latest_records(snapshot.root, wanted)
+        records = snapshot.latest_records(wanted)
         partitions = {
             pid: updated
             for pid, record in records.items()
@@ -447,11 +453,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             snapshot,
             selection,
             incremental,
-            consumer_root=self.table_root(consumer),
+            consumer_root=self.table_location(consumer),
             consumer=consumer.to_user_string(),
         )
-        partitions = _lastupdated(read.state, columns, snapshot.column_types)
         version = snapshot.table.version()
+        partitions = _lastupdated(snapshot, version, read.state, columns)
         self._remember(
             context,
             snapshot.name,
@@ -499,7 +505,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         keys: list[str],
     ) -> DataFrame:
         asset_name = upstream.name
-        root = table_path(self.root, context.asset_key, upstream.path)
+        root = self.table_location(context.asset_key, upstream.path).path
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
@@ -533,7 +539,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         consumer: AssetKey,
     ) -> DataFrame:
         """The files of a landing folder no commit of the consumer has read yet."""
-        consumer_root = self.table_root(consumer)
+        consumer_root = self.table_location(consumer)
         previous = newest_record(consumer_root) if table_exists(consumer_root) else None
         # Files a run that died after its commit left behind: read by that run, never again.
         pending = set(previous.consumed_files.get(asset_name, ())) if previous else set()
@@ -596,18 +602,39 @@ def _folder_partitions(
 
 
 def _lastupdated(
-    files: Iterable[LiveFile],
-    columns: list[DimensionColumn],
-    column_types: Mapping[str, DeltaType],
+    snapshot: TableSnapshot, version: int, files: Iterable[LiveFile], columns: list[DimensionColumn]
 ) -> dict[str, int]:
-    """Partition id -> lastUpdated (ms) of the files read."""
-    codec = KeyCodec(columns, column_types)
+    """Partition id -> lastUpdated (ms) of the partitions of the files read, as the table's
+    state at the version read has it (`dagster_partlake.delta.change_rule`: the time of the
+    commit that changed each one), so that the planner compares like with like."""
+    from dagster_partlake.delta.partition_text import normalized
+
+    state = _STATES.at_version(snapshot.root, version, name=snapshot.name)
+    codec = KeyCodec(columns, snapshot.column_types)
+    spelled: list[dict[str | None, str | None]] = [{} for _ in state.partition_by]
     partitions: dict[str, int] = {}
     for f in files:
+        raw = [f.partition_values.get(c) for c in state.partition_by]
+        for value, known, column in zip(raw, spelled, state.partition_by, strict=True):
+            if value not in known:
+                kind = state.column_types.get(column, "string")
+                known[value] = normalized([value], kind)[0]
+        values = tuple(known[v] for v, known in zip(raw, spelled, strict=True))
+        updated = state.last_updated.get(values)
+        if updated is None:
+            raise PartlakeError(
+                f"partition {values} of {snapshot.name} holds a file read at version {version} "
+                "but is not in partlake's state of that version (its log reader and delta-rs "
+                "disagree); please report this with the table's _delta_log folder."
+            )
         key = codec.key([f.partition_values[c.column] for c in columns]) if columns else None
         key = key or WHOLE_TABLE_ID
-        partitions[key] = max(partitions.get(key, 0), f.modification_time)
+        partitions[key] = max(partitions.get(key, 0), updated)
     return partitions
+
+
+# Table states at the versions runs read (`_lastupdated`): one per process, like the planner's.
+_STATES = StateCache()
 
 
 def _partitions_def_of(context: InputContext | OutputContext) -> PartitionsDefinition | None:
@@ -627,7 +654,7 @@ def _stream_metadata(
     latencies = sorted(run.latencies_ms)
     metadata: dict[str, Any] = {
         "dagster/row_count": MetadataValue.int(run.rows),
-        "partlake/path": MetadataValue.path(target.root),
+        "partlake/path": MetadataValue.path(target.location.uri),
         "partlake/run_id": MetadataValue.text(context.run_id),
         "partlake/kind": MetadataValue.text("append"),
         "partlake/stream_mode": MetadataValue.text(spec.mode),
@@ -788,7 +815,6 @@ def _gate_check(context: OutputContext, target: WriteTarget, gates: Gates) -> Ga
     return GateCheck(
         gates=gates,
         asset_name=target.asset_name,
-        root=target.root,
         keys=target.keys,
         partition_columns=target.dimension_columns,
         # A table not partitioned by its Dagster partitions (a decoupled merge) has no
@@ -824,12 +850,13 @@ def _output_metadata(
     partlake_fresh result. Timings are the run's, in seconds: `partlake/output_seconds` (the IO
     manager's handling of the output up to this metadata: its partition keys, the DataFrame's
     schema, the write), of which `partlake/write_seconds` (Spark's job, the gates, the commit),
-    of which `partlake/stage_seconds` (Spark computing the rows and writing them into staging),
-    `partlake/staged_files_seconds` (listing the staged files, reading their footers),
-    `partlake/gates_seconds` and `partlake/commit_seconds` (of which `partlake/publish_seconds`,
-    moving the staged files into the table); besides the output, `partlake/read_seconds`
-    (loading the upstream partitions: their log, their files' list, Spark's read plan) and
-    `partlake/spark_start_seconds` where this step started the run's Spark session."""
+    of which `partlake/stage_seconds` (Spark computing the rows and writing the files, which
+    returns their facts), `partlake/staged_files_seconds` (those facts made the files' list),
+    `partlake/gates_seconds` and `partlake/commit_seconds` (the transaction; its
+    `partlake/publish_seconds` is 0 since files are written where they live); besides the
+    output, `partlake/read_seconds` (loading the upstream partitions: their log, their files'
+    list, Spark's read plan) and `partlake/spark_start_seconds` where this step started the
+    run's Spark session."""
     result = written.commit
     counts: dict[str, int] = {
         "dagster/row_count": result.num_records
@@ -853,7 +880,7 @@ def _output_metadata(
             "partlake/table_version": MetadataValue.int(
                 result.version if result else written.record.table_version or 0
             ),
-            "partlake/path": MetadataValue.path(target.root),
+            "partlake/path": MetadataValue.path(target.location.uri),
             "partlake/run_id": MetadataValue.text(context.run_id),
             "partlake/code_version": MetadataValue.text(record.code_version or ""),
             "partlake/upstream_versions": MetadataValue.json(dict(record.upstream_versions)),
@@ -865,7 +892,7 @@ def _output_metadata(
         metadata["partlake/commit_attempts"] = MetadataValue.int(result.attempts)
         seconds["partlake/commit_seconds"] = result.commit_seconds
         seconds["partlake/publish_seconds"] = result.publish_seconds
-        if result.staged.spark or result.staged.listing:  # a merge or scd2 stages its own way
+        if result.staged.spark or result.staged.listing:  # a merge or scd2 writes its own way
             seconds["partlake/stage_seconds"] = result.staged.spark
             seconds["partlake/staged_files_seconds"] = result.staged.listing
     if written.gates_seconds:

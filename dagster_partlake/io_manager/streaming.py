@@ -3,7 +3,7 @@
 `stream_input` gives the asset its input as a Spark streaming DataFrame: Spark's file source over
 a folder, or `delta.stream_source` over a Delta table's new commits. The asset returns a
 streaming DataFrame; `run_stream` starts the query with each micro-batch written through
-`delta.stream_sink.write_batch` in `foreachBatch` (one `append` commit per batch, with the query's
+`kinds.stream.write_batch` in `foreachBatch` (one `append` commit per batch, with the query's
 `txn`), its checkpoint under `<table>/_partlake_stream/<query>/`, and
 
 - `available_now`: waits until everything new is processed, then closes the run with a
@@ -36,9 +36,9 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
-from dagster_partlake.delta.stream_sink import BatchCommit, commit_progress, write_batch
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.incremental.streams import StreamSpec
+from dagster_partlake.kinds.stream import BatchCommit, commit_progress, write_batch
 from dagster_partlake.layout import stream_checkpoint
 from dagster_partlake.partitions.keys import KeyCodec
 
@@ -156,9 +156,9 @@ def run_stream(
         PartlakeError: a micro-batch failed (its own error is raised: a partition mismatch,
             a schema change, ...) or the query did; what committed before stays committed.
     """
-    _require_classic(df.sparkSession, target.root)
+    _require_classic(df.sparkSession, target.location.uri)
     query_name = spec.query or target.asset_name.replace("/", "__")
-    checkpoint = stream_checkpoint(target.root, query_name)
+    checkpoint = stream_checkpoint(target.location.path, query_name)
     state = _State()
     on_batch = _BatchWriter(
         state=state,
@@ -196,7 +196,9 @@ def run_stream(
         ) from state.error
     if not spec.continuous and not result.interrupted:
         result.progress_version = commit_progress(
-            target.root, replace(record, stream_query=result.query), table_name=target.asset_name
+            target.location,
+            replace(record, stream_query=result.query),
+            table_name=target.asset_name,
         )
     return result
 
@@ -225,7 +227,7 @@ class _BatchWriter:
         try:
             commit = write_batch(
                 batch,
-                self.target.root,
+                self.target.location,
                 app_id=_app_id(self.checkpoint, self.query_name),
                 batch_id=batch_id,
                 partition_by=self.target.partition_by,

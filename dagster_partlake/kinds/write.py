@@ -16,12 +16,16 @@ this module chooses the Delta operation and fills in what the kind adds to the c
 - `scd2`: apply the returned snapshot to the history (`dagster_partlake.delta.scd2`), one
   partition (snapshot) per run.
 
+Each kind is a strategy over one `WriteSession` (`kinds.session`: the table's log read once, the
+partition codec, the live files replaced): `kinds.replace` (`partition`, `table`, `tracked`),
+`kinds.append`, `kinds.merge`, `kinds.scd2`. Each writes its files with one Spark job that also
+returns their facts, and commits once through `delta.transaction.commit`.
+
 Before any commit, `WriteTarget.check` (the asset's quality gates, `dagster_partlake.gates`)
-is called on the data about to be committed: the staged files, or for `merge` and `scd2` the
-incoming batch (persisted, so the rows checked are the rows written). For the kinds that stage,
-what the check asks to count row by row (`BatchCheck.while_writing`) is counted by Spark while it
-writes the staged files, so the check need not read them again for it. When it raises, the staged
-files are discarded and the table stays as it was.
+is called on the data about to be committed (`kinds.check`): the written files, with what the
+write job counted for it, or for `merge` and `scd2` the incoming batch (persisted, so the rows
+checked are the rows written). When it raises, the written files are deleted and the table stays
+as it was.
 
 For `append` and `merge` on the dimension columns, a run partition that got no rows keeps its
 existing files and is recorded as `kept`, so it does not look written by someone else.
@@ -30,132 +34,30 @@ existing files and is recorded as `kept`, so it does not look written by someone
 from __future__ import annotations
 
 import datetime as dt
-import os
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from dagster import TimeWindowPartitionsDefinition
 
-from dagster_partlake.delta.content import partition_hashes, unchanged_partitions
-from dagster_partlake.delta.merge import UnitPosition, merge_rows
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
-from dagster_partlake.delta.scd2 import apply_snapshot
-from dagster_partlake.delta.schema import arrow_to_spark
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.staging import Removal, StagedWrite, discarded_on_failure
-from dagster_partlake.delta.table import (
-    latest_records,
-    live_files,
-    load_table,
-    log_versions,
-    read_record,
-    table_exists,
-)
-from dagster_partlake.delta.writer import (
-    AlreadyWritten,
-    CommitResult,
-    commit_staged,
-    stage_partitions,
-)
+from dagster_partlake.delta.writer import AlreadyWritten
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.faults import fault_point
-from dagster_partlake.kinds.spec import ModelKind
-from dagster_partlake.partitions.keys import (
-    DimensionColumn,
-    KeyCodec,
-    key_values,
-    selection_for_keys,
-)
+from dagster_partlake.kinds.append import unit_fields, write_append
+from dagster_partlake.kinds.check import check_batch
+from dagster_partlake.kinds.merge import UnitPosition, merge_rows
+from dagster_partlake.kinds.outcome import KindWrite
+from dagster_partlake.kinds.replace import record_only, write_replace
+from dagster_partlake.kinds.scd2 import apply_snapshot
+from dagster_partlake.kinds.session import Batch, BatchCheck, WriteSession, WriteTarget
+from dagster_partlake.partitions.keys import key_values
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Observation
+    from pyspark.sql import DataFrame
 
-    from dagster_partlake.delta.schema import DeltaType
-
-
-class BatchCheck(Protocol):
-    """An asset's quality gates as a write calls them (`dagster_partlake.gates.GateCheck`)."""
-
-    def while_writing(self) -> Sequence[Column]:
-        """Named aggregates Spark should compute while it stages the rows (none: the check reads
-        the staged rows for everything)."""
-        ...
-
-    def __call__(
-        self,
-        new: DataFrame,
-        observed: Mapping[str, Any] | None = None,
-        rows: Mapping[str, int] | None = None,
-    ) -> None:
-        """Check `new`, the rows about to be committed; raise to stop the commit. `observed`: the
-        values of `while_writing`'s aggregates over exactly those rows; `rows`: rows per partition
-        key, from the staged files."""
-        ...
-
-
-@dataclass(frozen=True)
-class KindWrite:
-    """What a write did: the commit (None when a retried append found its own, or another run
-    had committed the same), row metrics."""
-
-    commit: CommitResult | None
-    record: CommitRecord
-    metrics: dict[str, int]
-    unchanged_partitions: tuple[str, ...] = ()
-    files_rewritten: int = 0
-    # Nothing committed: this run (its id) already had, from the same inputs (`once_per_inputs`).
-    already_written_by: str | None = None
-    note: str | None = None  # what the run's log should say about the write (a merge roll back)
-    warning: bool = False  # the note is a warning
-    gates_seconds: float = 0.0  # evaluating the quality gates, their results logged
-
-
-@dataclass(frozen=True)
-class WriteTarget:
-    """Where and how one output is written."""
-
-    root: str
-    asset_name: str
-    kind: ModelKind
-    columns: Sequence[DimensionColumn]
-    column_types: Mapping[str, DeltaType]
-    keys: Sequence[str]
-    allow_new_columns: bool
-    max_attempts: int
-    # scd2: when the snapshot was taken (the run's time window start, else the run's start).
-    snapshot_time: dt.datetime | None = None
-    # The asset's quality gates, called on the rows about to be committed; raises to stop the
-    # commit. None: the asset declares no gates.
-    check: BatchCheck | None = None
-    # Planned runs (partlake run, the sensor): commit nothing that another run already
-    # committed from the same inputs (`delta.table.same_inputs_commit`).
-    once_per_inputs: bool = False
-    # An input was read incrementally (a watermark, the log, a landing folder): the run does not
-    # see its partitions' whole input, so a merge never undoes earlier merges.
-    incremental_inputs: bool = False
-
-    @property
-    def dimension_columns(self) -> list[str]:
-        return [c.column for c in self.columns]
-
-    @property
-    def partition_by(self) -> tuple[str, ...]:
-        return self.kind.table_partition_by(self.dimension_columns)
-
-    @property
-    def decoupled(self) -> bool:
-        return self.kind.decoupled(self.dimension_columns)
-
-    def selection(self, keys: Sequence[str]) -> PartitionSelection:
-        return selection_for_keys(self.columns, keys, self.column_types, asset_name=self.asset_name)
-
-    def key_of(self, values: Mapping[str, str | None]) -> str:
-        if not self.columns:
-            return WHOLE_TABLE_ID
-        codec = KeyCodec(self.columns, self.column_types)
-        return codec.key([values[c.column] for c in self.columns]) or WHOLE_TABLE_ID
+__all__ = ["Batch", "BatchCheck", "KindWrite", "WriteTarget", "write_output"]
 
 
 def write_output(
@@ -163,129 +65,50 @@ def write_output(
 ) -> KindWrite:
     """Write `df` as `target.kind` says, recording `record` (completed here); with `skip` (a
     run guard's reason) write no rows and only record what the run consumed."""
-    kind = target.kind.kind
-    record = replace(record, kind=kind)
+    record = replace(record, kind=target.kind.kind)
     fault_point("before_write", target.asset_name)
+    session = WriteSession.open(target)
     try:
-        return _write(df, target, record, skip)
+        return _write(df, session, record, skip)
     except AlreadyWritten as already:
         return KindWrite(None, already.record, {}, already_written_by=already.record.run_id)
 
 
-def _write(df: DataFrame, target: WriteTarget, record: CommitRecord, skip: str | None) -> KindWrite:
-    kind = target.kind.kind
+def _write(
+    df: DataFrame, session: WriteSession, record: CommitRecord, skip: str | None
+) -> KindWrite:
+    kind = session.target.kind.kind
     if skip is not None:
-        return _record_only(df, target, record)
+        return record_only(df, session, record)
     if kind in ("merge", "scd2"):
-        if target.check is None:
-            return (_merge if kind == "merge" else _scd2)(df, target, record)
+        if session.target.check is None:
+            return (_merge if kind == "merge" else _scd2)(df, session, record)
         # The batch is checked and then written: persisted, so both see the same rows.
         batch = df.persist()
         try:
-            started = time.perf_counter()
-            target.check(batch)
-            gates = time.perf_counter() - started
-            written = (
-                _merge(batch, target, record) if kind == "merge" else _scd2(batch, target, record)
-            )
+            gates = check_batch(session, batch)
+            written = (_merge if kind == "merge" else _scd2)(batch, session, record)
             return replace(written, gates_seconds=gates)
         finally:
             batch.unpersist()
     if kind == "append":
-        return _append(df, target, record)
-    observed, observation = _observing(df, target)
-    staged = _stage(observed, target, removal="selection")
-    rows = _rows_by_key(staged, target)
-    gates = _check_staged(df, target, staged, observation, _staged_rows(staged, target))
-    record = replace(record, rows_by_partition=rows)
-    unchanged: dict[str, int] = {}
-    if kind == "tracked":
-        hashes = partition_hashes(
-            df.sparkSession, staged, lambda f: target.key_of(f.partition_values)
-        )
-        stored = latest_records(target.root, list(hashes)) if table_exists(target.root) else {}
-        unchanged = unchanged_partitions(
-            hashes,
-            {pid: r.content_hashes.get(pid, "") for pid, r in stored.items()},
-            _last_updated(target, list(hashes)),
-            {pid: r.written_last_updated(pid) for pid, r in stored.items()},
-        )
-        record = replace(record, content_hashes=hashes, kept=unchanged)
-        if unchanged:
-            changed = [k for k in target.keys if k not in unchanged]
-            dropped = [f for f in staged.files if target.key_of(f.partition_values) in unchanged]
-            staged = staged.without(dropped, target.selection(changed))
-            if not changed:
-                staged = replace(staged, removal="none")
-    result = commit_staged(
-        staged,
-        record=record,
-        max_attempts=target.max_attempts,
-        once_per_inputs=target.once_per_inputs,
-    )
-    metrics = {
-        "rows_inserted": staged.num_records,
-        "rows_updated": 0,
-        "rows_deleted": result.rows_removed,
-        "rows_unchanged": sum(rows.get(pid, 0) for pid in unchanged),
-    }
-    return KindWrite(result, result.record, metrics, tuple(sorted(unchanged)), gates_seconds=gates)
+        return write_append(df, session, record)
+    return write_replace(df, session, record)
 
 
-def _record_only(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
-    """A commit without files: the run's partitions keep their data and lastUpdated, and the
-    record says what was consumed, so they are not planned again until an input changes."""
-    staged = _stage(df.limit(0), target, removal="none")
-    # Spark writes one empty file for an unpartitioned table: commit none.
-    staged = staged.without(staged.files, staged.selection)
-    metrics = {"rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
-    record = replace(record, metrics=metrics, **_unit_fields(staged, target))
-    result = commit_staged(
-        staged,
-        record=record,
-        max_attempts=target.max_attempts,
-        once_per_inputs=target.once_per_inputs,
-    )
-    return KindWrite(result, result.record, metrics)
-
-
-def _append(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
-    previous = _same_run_commit(target, record)
-    if previous is not None:
-        return KindWrite(None, previous, dict(previous.metrics))
-    observed, observation = _observing(df, target)
-    staged = _stage(observed, target, removal="none")
-    gates = _check_staged(df, target, staged, observation, _staged_rows(staged, target))
-    rows = staged.num_records
-    metrics = {"rows_inserted": rows, "rows_updated": 0, "rows_deleted": 0, "rows_unchanged": 0}
-    record = replace(record, metrics=metrics, **_unit_fields(staged, target))
-    result = commit_staged(
-        staged,
-        record=record,
-        max_attempts=target.max_attempts,
-        once_per_inputs=target.once_per_inputs,
-    )
-    return KindWrite(result, result.record, metrics, gates_seconds=gates)
-
-
-def _merge(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+def _merge(df: DataFrame, session: WriteSession, record: CommitRecord) -> KindWrite:
+    target = session.target
     selection = (
         PartitionSelection.everything() if target.decoupled else target.selection(target.keys)
     )
     merged = merge_rows(
         df,
-        target.root,
+        session,
         unique_key=target.kind.unique_key,
-        partition_by=target.partition_by,
         selection=selection,
-        record_for=lambda batch: replace(record, **_unit_fields(batch, target)),
-        allow_new_columns=target.allow_new_columns,
-        table_name=target.asset_name,
-        max_attempts=target.max_attempts,
-        # Not once per inputs: a merge's result depends on the table it merges into, and the
-        # days after a re-merged one are merged again, in order, from unchanged inputs.
-        # Merging the same batch twice leaves the same rows.
-        once_per_inputs=False,
+        record_for=lambda batch: replace(record, **unit_fields(session, batch)),
+        # A merge's result depends on the table it merges into, and the days after a re-merged
+        # one are merged again, in order, from unchanged inputs.
         units=None if target.incremental_inputs else _unit_positions(target),
     )
     note, warning = None, False
@@ -354,7 +177,8 @@ def _unit_positions(target: WriteTarget) -> Callable[[Sequence[str]], UnitPositi
     return position
 
 
-def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite:
+def _scd2(df: DataFrame, session: WriteSession, record: CommitRecord) -> KindWrite:
+    target = session.target
     if len(target.keys) > 1 or target.snapshot_time is None:
         raise PartlakeConfigError(
             f"scd2 asset {target.asset_name} got {len(target.keys)} partitions in one run; "
@@ -362,10 +186,10 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
             "BackfillPolicy.multi_run(1)) so that each run applies one partition."
         )
     snapshot_ms = int(target.snapshot_time.timestamp() * 1000)
-    newest = _newest_snapshot(target.root)
+    newest = _newest_snapshot(session)
     applied = apply_snapshot(
         df,
-        target.root,
+        session,
         unique_key=target.kind.unique_key,
         snapshot_time=target.snapshot_time,
         newest_applied=(
@@ -375,11 +199,6 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
             record, metrics=metrics, rows_by_partition=None, snapshot_ms=snapshot_ms
         ),
         partition_by=target.partition_by,
-        table_name=target.asset_name,
-        max_attempts=target.max_attempts,
-        # As for merge: history depends on the table; a snapshot applied twice is refused by
-        # `newest_applied`, not by its inputs.
-        once_per_inputs=False,
     )
     return KindWrite(
         applied.commit,
@@ -389,132 +208,12 @@ def _scd2(df: DataFrame, target: WriteTarget, record: CommitRecord) -> KindWrite
     )
 
 
-def _observing(df: DataFrame, target: WriteTarget) -> tuple[DataFrame, Observation | None]:
-    """`df`, computing the check's `while_writing` aggregates as Spark writes it (one pass over
-    the rows instead of a second read of the staged files)."""
-    aggregates = list(target.check.while_writing()) if target.check is not None else []
-    if not aggregates:
-        return df, None
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import Observation
-
-    observation = Observation()  # unnamed: a unique name, so concurrent runs do not clash
-    try:
-        observed = df.observe(observation, *aggregates)
-        observed.schema  # noqa: B018 - analysed now, not in the write (Spark Connect is lazy)
-    except AnalysisException:
-        # A gate names a column the rows lack: the check, reading the staged rows, says which.
-        return df, None
-    return observed, observation
-
-
-def _check_staged(
-    df: DataFrame,
-    target: WriteTarget,
-    staged: StagedWrite,
-    observation: Observation | None,
-    rows: Mapping[str, int] | None,
-) -> float:
-    """Run the gates on the staged files; on a blocking failure remove them and raise. Returns
-    the seconds the gates took (0.0: the asset has none)."""
-    if target.check is None:
-        return 0.0
-    started = time.perf_counter()
-    # The write that filled the observation has ended, so this does not wait.
-    observed = observation.get if observation is not None else None
-    spark = df.sparkSession
-    schema = arrow_to_spark(staged.schema)
-    paths = ["file://" + os.path.join(staged.staging_dir, f.relative_path) for f in staged.files]
-    new = (
-        spark.read.schema(schema).option("basePath", "file://" + staged.staging_dir).parquet(*paths)
-        if paths
-        else spark.createDataFrame([], schema)
-    )
-    with discarded_on_failure(staged.staging_dir):
-        target.check(new.select(*schema.fieldNames()), observed, rows)
-    return time.perf_counter() - started
-
-
-def _newest_snapshot(root: str) -> int | None:
+def _newest_snapshot(session: WriteSession) -> int | None:
     """The snapshot time of the table's latest scd2 commit: the history's state."""
-    if not table_exists(root):
+    snapshot = session.snapshot
+    if snapshot is None:
         return None
-    for version in reversed(log_versions(root)):
-        found = read_record(root, version)
+    for _, found in snapshot.newest_first():
         if found is not None and found.snapshot_ms is not None:
             return found.snapshot_ms
     return None
-
-
-def _same_run_commit(target: WriteTarget, record: CommitRecord) -> CommitRecord | None:
-    """This run's earlier commit of the same partitions, if it landed (a retried step)."""
-    if record.run_id is None or not table_exists(target.root):
-        return None
-    first = record.partition_ids[0]
-    found = latest_records(target.root, [first]).get(first)
-    if (
-        found is not None
-        and found.kind == "append"
-        and found.run_id == record.run_id
-        and found.partition_ids == record.partition_ids
-    ):
-        return found
-    return None
-
-
-def _stage(df: DataFrame, target: WriteTarget, *, removal: Removal) -> StagedWrite:
-    decoupled = target.decoupled
-    return stage_partitions(
-        df,
-        target.root,
-        partition_by=target.partition_by,
-        selection=PartitionSelection.everything() if decoupled else target.selection(target.keys),
-        partition_ids=list(target.keys) or [WHOLE_TABLE_ID],
-        allow_new_columns=target.allow_new_columns,
-        table_name=target.asset_name,
-        removal=removal,
-    )
-
-
-class _UnitFields(TypedDict, total=False):
-    """The `CommitRecord` fields of one unit of an append or merge."""
-
-    rows_by_partition: dict[str, int] | None
-    kept: dict[str, int]
-
-
-def _unit_fields(staged: StagedWrite, target: WriteTarget) -> _UnitFields:
-    """rows_by_partition and kept of an append/merge: per run partition on the dimension
-    columns; unknown (None: every run partition counts as written) when decoupled."""
-    if target.decoupled:
-        return {"rows_by_partition": None}
-    rows = _rows_by_key(staged, target)
-    before = _last_updated(target, [k for k, n in rows.items() if n == 0])
-    return {"rows_by_partition": rows, "kept": before}
-
-
-def _staged_rows(staged: StagedWrite, target: WriteTarget) -> dict[str, int] | None:
-    """Rows per Dagster key from the staged files; None when the table's partitions are not the
-    asset's (a decoupled append or merge: a file's partition values name no key)."""
-    return None if target.decoupled else _rows_by_key(staged, target)
-
-
-def _rows_by_key(staged: StagedWrite, target: WriteTarget) -> dict[str, int]:
-    rows: dict[str, int] = dict.fromkeys(target.keys or [WHOLE_TABLE_ID], 0)
-    for f in staged.files:
-        key = target.key_of(f.partition_values)
-        rows[key] = rows.get(key, 0) + f.num_records
-    return rows
-
-
-def _last_updated(target: WriteTarget, keys: Sequence[str]) -> dict[str, int]:
-    """lastUpdated of those run partitions that have files now."""
-    if not keys or not table_exists(target.root):
-        return {}
-    table = load_table(target.root, table_name=target.asset_name)
-    selection = target.selection([k for k in keys if k != WHOLE_TABLE_ID])
-    times: dict[str, int] = {}
-    for f in live_files(table, selection):
-        key = target.key_of(f.partition_values)
-        times[key] = max(times.get(key, 0), f.modification_time)
-    return times

@@ -1,9 +1,9 @@
 """Maintenance over a code location's tables, shared by `partlake maintain` and the Dagster job.
 
 `managed_tables(graph, select)` picks the Delta tables of the managed (materializable, non-folder)
-assets; `maintain_tables(tables, operation, options, spark)` runs one operation of
-`dagster_partlake.delta.maintenance` on each and says per table what it did. A table that fails
-is reported and the others still run; a table not written yet is skipped.
+assets; `maintain_tables(tables, operation, options, spark)` runs one operation
+(`maintenance.compact`, `vacuum`, `checkpoint`) on each and says per table what it did. A table
+that fails is reported and the others still run; a table not written yet is skipped.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from dagster_partlake.delta.maintenance import CheckpointResult, CompactResult, VacuumResult
+    from dagster_partlake.maintenance.checkpoint import CheckpointResult
+    from dagster_partlake.maintenance.compact import CompactResult
+    from dagster_partlake.maintenance.vacuum import VacuumResult
     from dagster_partlake.planning.graph import LakeGraph
 
 Operation = Literal["compact", "vacuum", "checkpoint"]
@@ -113,7 +115,7 @@ def maintain_tables(
             touched.
     """
     # Imported here: the maintenance job is part of every code location, run or not.
-    from dagster_partlake.delta.maintenance import CompactResult, describe
+    from dagster_partlake.maintenance.compact import CompactResult
 
     options.check(operation)
     outcomes = []
@@ -148,7 +150,9 @@ def _run(
     options: MaintainOptions,
     spark: Callable[[], SparkSession] | None,
 ) -> CompactResult | VacuumResult | CheckpointResult:
-    from dagster_partlake.delta.maintenance import checkpoint_table, compact_table, vacuum_table
+    from dagster_partlake.maintenance.checkpoint import checkpoint_table
+    from dagster_partlake.maintenance.compact import compact_table
+    from dagster_partlake.maintenance.vacuum import vacuum_table
 
     if operation == "compact":
         if spark is None:
@@ -165,3 +169,41 @@ def _run(
             table_name=name,
         )
     return checkpoint_table(root, keep_log_hours=options.keep_log_hours, table_name=name)
+
+
+def describe(result: CompactResult | VacuumResult | CheckpointResult) -> str:
+    """One line saying what a maintenance call did, for the CLI and logs."""
+    from dagster_partlake.maintenance.compact import CompactResult
+    from dagster_partlake.maintenance.vacuum import VacuumResult
+
+    if isinstance(result, CompactResult):
+        if result.skipped:
+            return f"compaction skipped: {result.skipped}"
+        if result.version is None:
+            return "nothing to compact"
+        before = sum(p.bytes_before for p in result.partitions)
+        return (
+            f"compacted {len(result.partitions)} partition(s): {result.files_removed} -> "
+            f"{result.files_added} file(s), {_bytes(before)}, version {result.version}"
+        )
+    if isinstance(result, VacuumResult):
+        verb = "would remove" if result.dry_run else "removed"
+        return (
+            f"{verb} {result.num_files} file(s) and {len(result.staging_dirs)} staging "
+            f"folder(s), {_bytes(result.bytes)} (retention {result.retention_hours} h)"
+        )
+    return (
+        f"checkpoint at version {result.version}; removed {len(result.json_removed)} JSON "
+        f"commit(s) and {len(result.checkpoints_removed)} old checkpoint file(s), kept "
+        f"{len(result.json_kept_for_records)} for partlake records; {result.json_remaining} "
+        "JSON commit(s) left"
+    )
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

@@ -4,18 +4,32 @@ Each tick: (1) a quick check, from the cursor, whether any table got a new commi
 commit it was read at changed (two `stat`s per Delta table), a folder source changed, a root
 asset gained partitions, a requested run is still pending, or a retry is due; if none,
 SkipReason at once, without planning or reading the event log. (2) Otherwise sync the partition
-state, plan, leave out partitions of runs already queued or running and partitions backing off
-after failures, and request the runs of the plan that wait for no other run
-(`dagster_partlake.planning.runs`, the same runs `partlake plan` shows): upstream before downstream,
-partitions of one asset batched as its backfill policy allows. With them, up to
-`max_chained_runs` runs of the next levels that wait only for those: they carry
-`partlake/waits_for` and wait in their run until those have committed what they write
-(`dagster_partlake.io_manager.chain`), so their start-up overlaps that work instead of following
-the next tick. Runs carry the tags `partlake/sensor`, `partlake/reasons` and
-`partlake/partitions`, visible in the UI. (3) With `watch_seconds`, a tick that requests nothing
-keeps checking until then (every `WATCH_POLL_SECONDS`) whether a table moved or one of its runs
-in flight ended, and if so goes back to (1): a commit or a run's end between the daemon's passes
-(every 5 s) is acted on at once instead of at the next pass.
+state, plan, leave out partitions of runs (and backfills) already in flight and partitions
+backing off after failures, and request what can run now. A tick never sleeps, polls or waits
+for a thread: its time is its own work (the quick check, planning, reporting, requesting).
+
+How a refresh runs is the sensor's `refresh`:
+
+- `"runs"` (default): the runs of the plan that wait for no other run
+  (`dagster_partlake.planning.runs`, the same runs `partlake plan` shows), upstream before
+  downstream, partitions of one asset batched as its backfill policy allows. The next level of
+  a closure is requested by the first tick after what it reads is committed: the cursor stays
+  `pending` while runs are in flight, and the sensor ticks on every pass of the daemon
+  (`minimum_interval_seconds`), so a level follows the one before within one pass (5 s at most).
+  Every run of one refresh carries the same `partlake/refresh` tag (the UI's run list filtered
+  by it shows the refresh as one chain), and a failed run stops its downstream: what reads its
+  partitions stays stale, and is not requested, until it succeeds.
+- `"backfill"`: one Dagster asset backfill per verdict (`RunRequest.for_asset_graph_subset`)
+  covering every stale partition whose runs do not hang on an early cutoff or on an earlier
+  partition of the same asset (a merge's later days: Dagster would run them side by side); the
+  backfill daemon runs it level by level, the UI shows it as one backfill with a status per
+  partition, and a failed partition fails its downstream in the backfill. Slower: Dagster's
+  backfill daemon takes one step of every backfill every 30 s (docs: Operating the daemon).
+
+Runs carry the tags `partlake/sensor`, `partlake/refresh`, `partlake/reasons` and
+`partlake/partitions`, visible in the UI. The partlake_fresh results of the partitions a tick
+requests are recorded by the tick itself, before their runs exist; the others by a thread
+(`dagster_partlake.freshness.report`).
 
 A partition whose run failed is retried after `retry_base_seconds * 2**(failures-1)` (capped at
 `retry_max_seconds`), not every tick; the retry carries `partlake/attempt` and a run key of its
@@ -31,9 +45,11 @@ import datetime as dt
 import hashlib
 import json
 import time
+import uuid
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import (
     DagsterRun,
@@ -53,6 +69,8 @@ from dagster_partlake.compat import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,
+    backfill_request,
+    backfills_in_progress,
 )
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import TableUnreadableError
@@ -65,35 +83,37 @@ from dagster_partlake.freshness.report import (
     checked_assets,
 )
 from dagster_partlake.layout import resolve_root
-from dagster_partlake.metadata import CHAIN_TAG, UPSTREAM_FAILED_TAG, WAITS_FOR_TAG
+from dagster_partlake.metadata import (
+    PARTITIONS_TAG,
+    REASONS_TAG,
+    REFRESH_TAG,
+    UPSTREAM_FAILED_TAG,
+)
 from dagster_partlake.planning.graph import LakeGraph, repository_root
 from dagster_partlake.planning.planner import Key, StalePartition, render_partition
-from dagster_partlake.planning.runs import PlannedRun
+from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession, PlanResult
 from dagster_partlake.spec.load import checked_selection
 
 if TYPE_CHECKING:
-    from dagster import DagsterInstance, DagsterRun
+    from dagster import AssetCheckEvaluation, DagsterInstance, DagsterRun
 
     from dagster_partlake.compat import AssetGraph
 
 SENSOR_TAG = "partlake/sensor"
 ATTEMPT_TAG = "partlake/attempt"  # on retries: 2 for the first retry of a failed partition
-PRIORITY_TAG = "dagster/priority"  # Dagster's run queue starts higher values first (default 0)
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
     DagsterRunStatus.STARTING,
     DagsterRunStatus.STARTED,
 ]
-
-# How often a watching tick re-checks the tables (two `stat`s per table).
-WATCH_POLL_SECONDS = 0.2
-# ... and whether a run of the sensor in flight ended, every this many checks (a query of the
-# run storage: once a second).
-RUNS_POLL_EVERY = 5
-# Dagster ends a sensor evaluation after 60 s (its gRPC timeout): a tick must end well before.
-MAX_WATCH_SECONDS = 45.0
+Refresh = Literal["runs", "backfill"]
+REFRESH_MODES: tuple[Refresh, ...] = ("runs", "backfill")
+# The partlake_fresh results a tick records itself (those of the partitions it requests runs
+# for), at most: about a second of Dagster event writes on SQLite. Past this, the runs' own
+# check steps say them (the UI shows those partitions' checks in progress from the start).
+MAX_RECORDED_IN_TICK = 300
 
 # One state cache per sensor and one planning session per sensor and lake per process: the code
 # server keeps them across ticks, so a tick re-reads and re-converts only the tables whose version
@@ -123,6 +143,7 @@ class _Cursor:
     pending: bool = False  # runs requested, running or waiting: plan again next tick
     checked_at: float = 0.0
     failures_seen_until: float = 0.0  # update time of the newest failed run already counted
+    refresh: str = ""  # the `partlake/refresh` id of the refresh in progress ("" when fresh)
 
     @classmethod
     def from_json(cls, text: str | None) -> _Cursor:
@@ -169,8 +190,9 @@ def build_invalidation_sensor(
     max_runs_in_flight: int = 20,
     io_manager_key: str = "io_manager",
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
-    max_chained_runs: int = 4,
-    watch_seconds: float = 0.0,
+    max_chained_runs: int | None = None,
+    watch_seconds: float | None = None,
+    refresh: Refresh = "runs",
 ) -> SensorDefinition:
     """A sensor that keeps every partitioned Delta asset of the code location fresh.
 
@@ -179,10 +201,9 @@ def build_invalidation_sensor(
         root: lake root; default: the code location's `DeltaPartitionIOManager(root=...)`, else
             `$PARTLAKE_HOME`, else `.partlake`.
         minimum_interval_seconds: least time between ticks. The Dagster daemon evaluates
-            sensors every 5 s at most; with the default, 2 s, this one ticks on every pass (at
-            5 s, half its passes fall just under the minimum and are skipped). A tick that
-            finds no new commit costs two `stat`s per table, and a run that finishes is
-            followed by the runs that wait for it within seconds.
+            sensors every 5 s at most; with the default, 2 s, this one ticks on every pass, so
+            a source commit, or the commit the next level of a refresh reads, is acted
+            on within 5 s. A tick that finds no new commit costs two `stat`s per table.
         retry_base_seconds: wait before retrying a failed partition; doubles per failure.
         retry_max_seconds: longest wait between retries.
         max_runs_in_flight: most runs of this sensor queued or running at once; further runs
@@ -190,25 +211,23 @@ def build_invalidation_sensor(
         io_manager_key: the resource key of the code location's `DeltaPartitionIOManager`,
             whose `root` is the lake's.
         default_status: whether the sensor starts running when the code location loads.
-        max_chained_runs: most runs per tick requested ahead of the runs they read (the next
-            levels of a closure, when whether they run does not hang on an early cutoff): each
-            is launched at once, starts Spark, and waits in its run until those have committed
-            (`dagster_partlake.io_manager.chain`), instead of waiting for a later tick. 0:
-            request a run only once the runs it reads have ended.
-        watch_seconds: how long a tick that requests nothing keeps checking (every
-            `WATCH_POLL_SECONDS`) whether a table got a commit or one of its runs in flight
-            ended, and evaluates again when one did. The daemon starts a pass every 5 s; a
-            watch of about 4.5 s covers the time between its passes, so a source rewrite (or
-            the end of a run that others wait for) is acted on within a second instead of
-            0-5 s later. Each such tick then lasts that long (one code-server thread watching;
-            the daemon evaluates its other sensors after it unless `sensors: use_threads`).
-            0 (default): skip at once. At most 45 s (Dagster ends an evaluation after 60 s).
+        max_chained_runs: deprecated and ignored: runs are no longer requested ahead of the
+            runs they read; the next level of a refresh is requested by the first tick after
+            what it reads is committed (accepted with a warning).
+        watch_seconds: deprecated and ignored: a tick no longer watches the tables; it ticks
+            on every pass of the daemon (`minimum_interval_seconds`) and returns at once
+            (accepted with a warning).
+        refresh: `"runs"` (default): the sensor requests each level of a refresh as runs, the
+            next level once what it reads is committed; `"backfill"`: one Dagster asset
+            backfill per verdict, run by Dagster's backfill daemon (slower: it steps every
+            30 s). See the module docstring.
 
     Example:
         .. code-block:: python
 
             defs = Definitions(assets=[...], sensors=[build_invalidation_sensor()], ...)
     """
+    _warn_deprecated(max_chained_runs, watch_seconds)
     settings = _Settings(
         name=name,
         root=root,
@@ -216,8 +235,7 @@ def build_invalidation_sensor(
         retry_max_seconds=retry_max_seconds,
         max_runs_in_flight=max_runs_in_flight,
         io_manager_key=io_manager_key,
-        max_chained_runs=max_chained_runs,
-        watch_seconds=watch_seconds,
+        refresh=refresh,
     )
 
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
@@ -236,6 +254,25 @@ def build_invalidation_sensor(
     return _invalidation
 
 
+def _warn_deprecated(max_chained_runs: int | None, watch_seconds: float | None) -> None:
+    if max_chained_runs is not None:
+        warnings.warn(
+            "build_invalidation_sensor(max_chained_runs=...) is deprecated and ignored: no run "
+            "starts early to wait for another any more; the next level of a refresh is requested "
+            "by the first tick after what it reads is committed. Remove the argument.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if watch_seconds is not None:
+        warnings.warn(
+            "build_invalidation_sensor(watch_seconds=...) is deprecated and ignored: a tick no "
+            "longer watches the tables; the sensor ticks on every pass of the daemon "
+            "(minimum_interval_seconds) and each tick returns at once. Remove the argument.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
 @dataclass(frozen=True)
 class _Settings:
     """A sensor's parameters (see `build_invalidation_sensor`)."""
@@ -246,59 +283,30 @@ class _Settings:
     retry_max_seconds: int
     max_runs_in_flight: int = 20
     io_manager_key: str = "io_manager"
-    max_chained_runs: int = 0
-    watch_seconds: float = 0.0
+    refresh: Refresh = "runs"
 
     def __post_init__(self) -> None:
         if self.max_runs_in_flight < 1:
             raise ValueError(
                 f"max_runs_in_flight must be at least 1, got {self.max_runs_in_flight}"
             )
-        if self.max_chained_runs < 0:
-            raise ValueError(f"max_chained_runs must be 0 or more, got {self.max_chained_runs}")
-        if not 0 <= self.watch_seconds <= MAX_WATCH_SECONDS:
+        if self.refresh not in REFRESH_MODES:
             raise ValueError(
-                f"watch_seconds must be between 0 and {MAX_WATCH_SECONDS:g} (Dagster ends a "
-                f"sensor evaluation after 60 s), got {self.watch_seconds}; about 4.5 covers the "
-                "daemon's 5 s between passes"
+                f"refresh must be one of {', '.join(map(repr, REFRESH_MODES))}, got "
+                f"{self.refresh!r}"
             )
 
 
 def evaluate(context: SensorEvaluationContext, settings: _Settings) -> SensorResult | SkipReason:
-    """One tick of the sensor (see the module docstring). With `settings.watch_seconds`, a tick
-    that requests nothing watches until then for a table to move or a run of this sensor in
-    flight to end, and then evaluates again.
+    """One tick of the sensor (see the module docstring).
 
     Raises:
         TableUnreadableError: a table cannot be read and nothing else can be requested, so the
             tick fails with its message (with requests, the message is logged on the tick).
     """
-    started = time.time()
-    until = started + settings.watch_seconds
-    cursor_text = context.cursor
-    while True:
-        outcome, cursor_text, in_flight = _evaluate_once(context, cursor_text, settings)
-        if isinstance(outcome, SensorResult) and outcome.run_requests:
-            return outcome
-        state = _state(context, settings.name, settings.root, settings.io_manager_key)
-        versions = _Cursor.from_json(cursor_text).versions
-        what = _watch(state.session, versions, context.instance, in_flight, until)
-        if what is None:
-            return outcome
-        context.log.info(f"{what} after {time.time() - started:.1f} s of this tick's watch.")
-
-
-def _evaluate_once(
-    context: SensorEvaluationContext, cursor_text: str | None, settings: _Settings
-) -> tuple[SensorResult | SkipReason, str | None, list[str]]:
-    """Plan and request once: (the outcome, the cursor it leaves, ids of this sensor's runs in
-    flight)."""
-    name, root, io_manager_key = settings.name, settings.root, settings.io_manager_key
-    retry_base_seconds, retry_max_seconds = settings.retry_base_seconds, settings.retry_max_seconds
-    max_runs_in_flight, max_chained_runs = settings.max_runs_in_flight, settings.max_chained_runs
     now = time.time()
-    cursor = _Cursor.from_json(cursor_text)
-    state = _state(context, name, root, io_manager_key)
+    cursor = _Cursor.from_json(context.cursor)
+    state = _state(context, settings.name, settings.root, settings.io_manager_key)
     session, graph, instance = state.session, state.session.graph, context.instance
     horizon = graph.horizon(instance)
     retry_due = any(retry_at <= now for _, retry_at in cursor.failures.values())
@@ -309,97 +317,146 @@ def _evaluate_once(
         and horizon == cursor.horizon
         and not session.moved(cursor.versions)
     ):
-        skip = SkipReason("No new commits in any table since the last tick: nothing to plan.")
-        return skip, cursor_text, []
+        return SkipReason("No new commits in any table since the last tick: nothing to plan.")
 
     fault_point("sensor_tick")
-    in_flight = instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: name}, statuses=IN_FLIGHT))
-    ids = [run.run_id for run in in_flight]
-    failures, seen_until = _count_failures(
-        instance, graph, name, cursor, now, retry_base_seconds, retry_max_seconds
+    in_flight = instance.get_runs(
+        filters=RunsFilter(tags={SENSOR_TAG: settings.name}, statuses=IN_FLIGHT)
     )
+    failures, seen_until = _count_failures(instance, graph, settings, cursor, now)
     result = session.plan(dynamic_partitions_store=instance)
     stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
     held = {a for u in result.plan.unreadable for a in u.held}
     # Fresh again: forget. Held behind an unreadable table: keep, it was neither judged nor run.
     failures = {k: v for k, v in failures.items() if k in stale or _unfkey(k)[0] in held}
     running = _running(graph, in_flight)
+    backfills: list[tuple[str, list[tuple[str, Key]]]] = []
+    if settings.refresh == "backfill":
+        backfills = _backfills(instance, graph, settings.name, state.asset_graph)
+        for _, pairs in backfills:
+            for asset, key in pairs:
+                running.setdefault(asset, set()).add(key)
     backing_off = _backing_off(failures, now)
     runs = session.runs(result, blocked=_union(running, backing_off))
-    room = max(0, max_runs_in_flight - len(in_flight))
-    ready = runs.ready[:room]
-    chained = runs.chainable([r.number for r in ready], min(max_chained_runs, room - len(ready)))
-    requests = _requests(graph, [*ready, *chained], name, result.versions, failures)
+    refresh_id = (cursor.refresh or uuid.uuid4().hex[:12]) if result.plan.items else ""
+    if settings.refresh == "backfill":
+        chosen = _backfillable(runs)
+    else:
+        chosen = runs.ready[: max(0, settings.max_runs_in_flight - len(in_flight))]
     report = _report(context, state, result)
+    chosen, deferred = _record_requested(context, state, report, chosen)
+    requests = _requests(
+        graph, state.asset_graph, chosen, settings, result.versions, failures, refresh_id
+    )
     new_cursor = _Cursor(
         versions=result.versions,
         horizon=horizon,
         failures=failures,
-        pending=bool(requests or in_flight or len(runs.runs) > len(requests) or runs.waiting)
+        pending=bool(requests or in_flight or backfills or runs.runs or runs.waiting)
         or report.waiting > 0,
         checked_at=now,
         failures_seen_until=seen_until,
+        refresh=refresh_id,
     ).to_json()
     errors = [u.message for u in result.plan.unreadable]
     for message in errors:
         context.log.error(message)
+    if deferred:
+        context.log.info(
+            f"{len(deferred)} run(s) requested next tick: partlake_fresh results of their "
+            "partitions were being recorded at this moment, and must land before the runs exist."
+        )
     if not requests:
         if errors:
             raise TableUnreadableError(" ".join(errors))
-        reason = _skip_text(result.plan.items, running, backing_off, failures, now)
+        reason = _skip_text(result.plan.items, running, backing_off, failures, now, backfills)
         context.log.info(reason)
-        return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor), new_cursor, ids
-    _log_requested(context, [*ready, *chained])
-    if chained:
+        return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
+    _log_requested(context, chosen, settings.refresh, refresh_id)
+    return SensorResult(run_requests=requests, cursor=new_cursor)
+
+
+def _backfills(
+    instance: DagsterInstance, graph: LakeGraph, name: str, asset_graph: AssetGraph
+) -> list[tuple[str, list[tuple[str, Key]]]]:
+    """This sensor's asset backfills in progress, each with the (asset, partition) pairs it
+    targets, in the planner's names."""
+    found = []
+    for backfill_id, pairs in backfills_in_progress(instance, {SENSOR_TAG: name}, asset_graph):
+        named = [(key.to_user_string(), partition) for key, partition in pairs]
+        found.append((backfill_id, [(a, k) for a, k in named if a in graph.assets]))
+    return found
+
+
+def _backfillable(runs: RunPlan) -> tuple[PlannedRun, ...]:
+    """The planned runs one asset backfill can take, upstream first: every run but those that
+    read an early-cutoff output (whether they run is known only after it commits) or an earlier
+    partition of one of their own assets (a merge's later days, which Dagster does not know to
+    order), and the runs after those."""
+    taken: dict[int, PlannedRun] = {}
+    for run in runs.runs:
+        awaited = [taken.get(n) for n in run.waits_for]
+        if run.after_cutoff or any(a is None for a in awaited):
+            continue
+        if any(set(a.assets) & set(run.assets) for a in awaited if a is not None):
+            continue
+        taken[run.number] = run
+    return tuple(taken.values())
+
+
+def _record_requested(
+    context: SensorEvaluationContext,
+    state: _State,
+    report: FreshnessReport,
+    runs: Sequence[PlannedRun],
+) -> tuple[tuple[PlannedRun, ...], tuple[PlannedRun, ...]]:
+    """Record now the partlake_fresh results of the partitions `runs` write, and hand the rest
+    of `report` to the writer's thread: Dagster shows a partition's newest result row, and a
+    run's row is made when the run is created, so a result recorded after it would hide the
+    run's own until the next tick. The runs to request now, and those left for the next tick
+    (the thread was recording results of their partitions at this moment)."""
+    writer = state.writer
+    assert writer is not None  # made by `_report`
+    requested = {(i.asset, i.partition) for run in runs for i in run.items}
+    busy, earlier = writer.claim(requested)
+    now = tuple(r for r in runs if not any((i.asset, i.partition) in busy for i in r.items))
+    later = tuple(r for r in runs if r not in now)
+    mine = {(i.asset, i.partition) for run in now for i in run.items}
+    own: list[AssetCheckEvaluation] = []
+    rest: list[AssetCheckEvaluation] = []
+    for evaluation in report.evaluations:
+        pair = (evaluation.asset_key.to_user_string(), evaluation.partition)
+        (own if pair in mine else rest).append(evaluation)
+    # Taken back from the thread: those of runs left for the next tick go back to it.
+    reports = [replace(r, evaluations=_of(r, mine)) for r in earlier]
+    rest_earlier = [replace(r, evaluations=_of(r, requested - mine)) for r in earlier]
+    reports.append(FreshnessReport(tuple(own), 0, report.report_id))
+    count = sum(len(r.evaluations) for r in reports)
+    if count > MAX_RECORDED_IN_TICK:
+        # Left to the runs' own check steps: a result recorded after a run exists hides its own.
         context.log.info(
-            f"{len(chained)} of the {len(requests)} runs wait in their run for the runs writing "
-            "what they read (tag partlake/waits_for), so their launch and Spark start-up "
-            "overlap that work."
+            f"{count} partlake_fresh results of requested partitions: the runs' own check "
+            f"steps say them (at most {MAX_RECORDED_IN_TICK} are recorded by a tick)."
         )
-    _record_before_runs(context, state)
-    return SensorResult(run_requests=requests, cursor=new_cursor), new_cursor, ids
+        reports = []
+    started = time.perf_counter()
+    for part in reports:
+        writer.record_now(context.instance, part)
+    if count and reports:
+        context.log.info(
+            f"Recorded {count} partlake_fresh result(s) of the requested partitions in "
+            f"{(time.perf_counter() - started) * 1000:,.0f} ms."
+        )
+    for part in rest_earlier:
+        writer.submit(part)
+    writer.submit(FreshnessReport(tuple(rest), report.waiting, report.report_id))
+    return now, later
 
 
-def _watch(
-    session: PlanningSession,
-    versions: Mapping[str, int],
-    instance: DagsterInstance,
-    in_flight: Sequence[str],
-    until: float,
-) -> str | None:
-    """What happened first, checking every `WATCH_POLL_SECONDS` until `until`: a table moved
-    from `versions`, or a run of `in_flight` ended (every `RUNS_POLL_EVERY` checks); None if
-    neither did."""
-    polls = 0
-    while time.time() + WATCH_POLL_SECONDS <= until:
-        time.sleep(WATCH_POLL_SECONDS)
-        polls += 1
-        if session.moved(versions):
-            return "A table got a commit"
-        if in_flight and polls % RUNS_POLL_EVERY == 0:
-            still = instance.get_run_ids(
-                filters=RunsFilter(run_ids=list(in_flight), statuses=IN_FLIGHT)
-            )
-            if len(still) < len(in_flight):
-                return "A run of this sensor ended"
-    return None
-
-
-# How long a tick that requests runs waits for its partlake_fresh results to be recorded.
-RECORD_BEFORE_RUNS_SECONDS = 10.0
-
-
-def _record_before_runs(context: SensorEvaluationContext, state: _State) -> None:
-    """Wait (a bounded time) until this tick's partlake_fresh results are recorded, before its
-    runs are created. Dagster shows a partition's newest result row, and a run's row is made
-    when the run is created: a failed result recorded after it would hide the run's passed one
-    until the next tick reports the partition fresh again."""
-    if state.writer is None or state.writer.flush(RECORD_BEFORE_RUNS_SECONDS):
-        return
-    context.log.warning(
-        f"partlake_fresh results still being recorded after {RECORD_BEFORE_RUNS_SECONDS:.0f} s; "
-        "runs requested anyway: a partition a run refreshes meanwhile may show its stale "
-        "result until the next tick reports it fresh."
+def _of(report: FreshnessReport, pairs: set[tuple[str, Key]]) -> tuple[AssetCheckEvaluation, ...]:
+    """The results of `report` about `pairs` ((asset, partition))."""
+    return tuple(
+        e for e in report.evaluations if (e.asset_key.to_user_string(), e.partition) in pairs
     )
 
 
@@ -434,10 +491,18 @@ def _union(*maps: Mapping[str, set[Key]]) -> dict[str, set[Key]]:
 MAX_LOGGED = 50
 
 
-def _log_requested(context: SensorEvaluationContext, runs: Sequence[PlannedRun]) -> None:
-    """One tick log line per requested partition, in `partlake plan`'s words:
-    `clean_events[2024-01-02|eu] upstream_changed because raw_events[2024-01-02|eu]`."""
+def _log_requested(
+    context: SensorEvaluationContext, runs: Sequence[PlannedRun], refresh: Refresh, refresh_id: str
+) -> None:
+    """What the tick requests, then one tick log line per requested partition, in
+    `partlake plan`'s words: `clean_events[2024-01-02|eu] upstream_changed because
+    raw_events[2024-01-02|eu]`."""
     items = [item for run in runs for item in run.items]
+    what = "one asset backfill" if refresh == "backfill" else f"{len(runs)} run(s)"
+    context.log.info(
+        f"Refresh {refresh_id}: {what} for {len(items)} stale asset partition(s) "
+        f"(tag {REFRESH_TAG}={refresh_id})."
+    )
     for item in items[:MAX_LOGGED]:
         because = f" because {', '.join(item.because)}" if item.because else ""
         context.log.info(f"{render_partition(item.asset, item.partition)} {item.reason}{because}")
@@ -451,16 +516,20 @@ def _skip_text(
     backing_off: Mapping[str, set[Key]],
     failures: Mapping[str, list[float]],
     now: float,
+    backfills: Sequence[tuple[str, Sequence[tuple[str, Key]]]] = (),
 ) -> str:
     """Why a tick that planned requests nothing: everything is fresh, or what the stale
-    partitions wait for (runs in flight, a retry)."""
+    partitions wait for (runs or backfills in flight, a retry)."""
     if not stale:
         return "Everything is fresh."
     in_flight = sum(1 for i in stale if i.partition in running.get(i.asset, ()))
     retrying = [i for i in stale if i.partition in backing_off.get(i.asset, ())]
     parts = []
     if in_flight:
-        parts.append(f"{in_flight} in runs in flight")
+        where = "runs in flight"
+        if backfills:
+            where += f" or backfill(s) {', '.join(b for b, _ in backfills)}"
+        parts.append(f"{in_flight} in {where}")
     if retrying:
         first = min(retrying, key=lambda i: failures[_fkey(i.asset, i.partition)][1])
         due = failures[_fkey(first.asset, first.partition)][1] - now
@@ -500,9 +569,9 @@ def _report(context: SensorEvaluationContext, state: _State, result: PlanResult)
     report = state.reporter.report(
         context.instance, result, memo.verdicts, checked, skip_passed=state.writer.idle
     )
-    # Recorded by the writer rather than returned as the tick's asset_events, which Dagster
-    # 1.13 would refuse for a partition reported before (`compat.record_check_evaluations`).
-    state.writer.submit(report)
+    # Recorded by the tick and the writer (`_record_requested`) rather than returned as the
+    # tick's asset_events, which Dagster 1.13 would refuse for a partition reported before
+    # (`compat.record_check_evaluations`).
     if report.evaluations:
         context.log.info(
             f"Reporting {len(report.evaluations)} partlake_fresh result(s): {report.failed} "
@@ -513,16 +582,12 @@ def _report(context: SensorEvaluationContext, state: _State, result: PlanResult)
 
 
 def _count_failures(
-    instance: DagsterInstance,
-    graph: LakeGraph,
-    name: str,
-    cursor: _Cursor,
-    now: float,
-    retry_base_seconds: int,
-    retry_max_seconds: int,
+    instance: DagsterInstance, graph: LakeGraph, settings: _Settings, cursor: _Cursor, now: float
 ) -> tuple[dict[str, list[float]], float]:
     """The cursor's failures plus the runs that failed since, each counted once; and the update
     time of the newest failed run counted."""
+    name = settings.name
+    retry_base_seconds, retry_max_seconds = settings.retry_base_seconds, settings.retry_max_seconds
     failures = dict(cursor.failures)
     seen_until = cursor.failures_seen_until
     records = instance.get_run_records(
@@ -539,7 +604,9 @@ def _count_failures(
             continue
         newest = max(newest, updated)
         if UPSTREAM_FAILED_TAG in record.dagster_run.tags:
-            continue  # ended because a run it waited for failed: that run's failure counts
+            # A run of an earlier version, requested ahead of a run it waited for, which failed
+            # (that run's failure counts).
+            continue
         for asset, key in _run_partitions(graph, record.dagster_run):
             count = int(failures.get(_fkey(asset, key), [0, 0])[0]) + 1
             wait = min(retry_max_seconds, retry_base_seconds * 2 ** (count - 1))
@@ -555,36 +622,42 @@ def _attempt(run: PlannedRun, failures: Mapping[str, list[float]]) -> int:
 
 def _requests(
     graph: LakeGraph,
+    asset_graph: AssetGraph,
     runs: Sequence[PlannedRun],
-    name: str,
+    settings: _Settings,
     versions: Mapping[str, int],
     failures: Mapping[str, list[float]],
+    refresh_id: str,
 ) -> list[RunRequest]:
-    """The run requests of `runs`, upstream first: a run that waits for others (requested in
-    the same tick) is tagged with their chain ids and a lower priority, so the run queue starts
-    the runs it waits for before it."""
-    digests: dict[int, str] = {}
-    for run in runs:  # upstream first: a run's digest covers those of the runs it waits for
-        after = [digests[n] for n in run.waits_for]
-        digests[run.number] = _digest(run, versions, _attempt(run, failures), after)
-    awaited = {n for r in runs for n in r.waits_for}
+    """The run requests of `runs` (runs that wait for no other run), upstream first; with
+    `refresh="backfill"`, one request for an asset backfill of all of them."""
+    if not runs:
+        return []
+    name = settings.name
+    if settings.refresh == "backfill":
+        items = [i for run in runs for i in run.items]
+        shown = sorted({i.partition for i in items if i.partition is not None})
+        more = len(shown) - 10
+        tags = {
+            SENSOR_TAG: name,
+            REFRESH_TAG: refresh_id,
+            REASONS_TAG: ", ".join(sorted({i.reason for i in items})),
+            PARTITIONS_TAG: ", ".join(shown[:10]) + (f" (+{more})" if more > 0 else ""),
+        }
+        pairs = [(graph.assets[i.asset].key, i.partition) for i in items]
+        return [backfill_request(asset_graph, pairs, tags)]
     requests = []
     for run in runs:
         attempt = _attempt(run, failures)
-        tags = {SENSOR_TAG: name, **run.run_tags()}
+        tags = {SENSOR_TAG: name, REFRESH_TAG: refresh_id, **run.run_tags()}
         if attempt:
             tags[ATTEMPT_TAG] = str(attempt + 1)
-        if run.number in awaited:
-            tags[CHAIN_TAG] = digests[run.number]
-        if run.waits_for:
-            tags[WAITS_FOR_TAG] = ",".join(digests[n] for n in run.waits_for)
-            tags[PRIORITY_TAG] = "-1"
         kwargs: dict[str, Any] = {}
         if run.partition_key is not None:
             kwargs["partition_key"] = run.partition_key
         requests.append(
             RunRequest(
-                run_key=f"{name}:{digests[run.number]}",
+                run_key=f"{name}:{_digest(run, versions, attempt)}",
                 asset_selection=[graph.assets[a].key for a in run.assets],
                 tags=tags,
                 **kwargs,
@@ -593,16 +666,11 @@ def _requests(
     return requests
 
 
-def _digest(
-    run: PlannedRun, versions: Mapping[str, int], attempt: int, after: Sequence[str]
-) -> str:
+def _digest(run: PlannedRun, versions: Mapping[str, int], attempt: int) -> str:
     """Same run against the same table versions = same digest, so the same run key (Dagster
     skips a run key it has seen); new commits give a new key, and so does a retry after a
-    failure, which Dagster would otherwise skip as already requested, and a run waiting for a
-    retried one."""
+    failure, which Dagster would otherwise skip as already requested."""
     value: list[object] = [run.assets, run.keys, sorted(versions.items()), attempt]
-    if after:
-        value.append(list(after))
     return hashlib.sha1(json.dumps(value, default=str).encode()).hexdigest()[:16]
 
 

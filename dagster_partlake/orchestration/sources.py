@@ -22,11 +22,11 @@ from dagster import (
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
-from dagster_partlake.layout import table_path
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
 from dagster_partlake.partitions.keys import dimension_columns
 from dagster_partlake.planning.convert import read_state, to_partition_states
 from dagster_partlake.planning.graph import LakeAsset, io_manager_root
+from dagster_partlake.storage.location import table_path
 
 _cache = StateCache()
 

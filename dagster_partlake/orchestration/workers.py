@@ -7,9 +7,12 @@ pool full of dead runs, every later run waits forever. partlake recognises such 
 - `partlake run` executes its runs in its own process and tags each with it (`partlake/host`,
   `partlake/pid`, `partlake/process_start`); its next start marks the runs of processes that are
   gone FAILURE and frees their slots (`reap_dead_runs`).
-- a run launched by the daemon (the sensor's, the UI's) runs in a worker process that logs its
-  pid ("Started process for run (pid: N)"); `MonitoredRunLauncher` lets Dagster's run monitoring
-  ask whether it is alive (`worker_of_run`, `alive`), and the daemon marks a dead one failed.
+- a run launched by the daemon (the sensor's, the UI's) runs in a worker process that tags the
+  run with itself when it starts (`DeltaPartitionIOManager`'s set-up, `processes.record_worker`);
+  for a run of a job without it, the worker's pid is the `pid` field Dagster stores with the
+  run's RUN_START event, which the worker itself emits (never a log message's text).
+  `MonitoredRunLauncher` lets Dagster's run monitoring ask whether it is alive (`worker_of_run`,
+  `alive`), and the daemon marks a dead one failed.
 
 A process is judged only on the host that runs it. A live pid that started after the run's
 process did is another process that reused the pid: the run's process is gone.
@@ -21,7 +24,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import socket
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,13 +35,18 @@ from typing import TYPE_CHECKING
 from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 
 from dagster_partlake.compat import GRPC_INFO_TAG
+from dagster_partlake.layout import RUN_REGISTRY_DIR
+from dagster_partlake.processes import (
+    HOST_TAG,
+    PID_TAG,
+    PROCESS_START_TAG,
+    process_start_time,
+    this_host,
+)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, DagsterRun
 
-HOST_TAG = "partlake/host"
-PID_TAG = "partlake/pid"
-PROCESS_START_TAG = "partlake/process_start"
 # Statuses of a run that a live process still has to finish.
 UNFINISHED = [
     DagsterRunStatus.NOT_STARTED,
@@ -48,7 +55,6 @@ UNFINISHED = [
     DagsterRunStatus.CANCELING,
 ]
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-_PID_EVENT = "Started process for run (pid: "
 # Process start times read from /proc are exact to a clock tick; allow for rounding.
 _SLACK_SECONDS = 2.0
 
@@ -87,34 +93,10 @@ class Worker:
         return f"process {self.pid} on host {self.host}{when}"
 
 
-def this_host() -> str:
-    return socket.gethostname()
-
-
 @cache
 def this_process() -> Worker:
     """This process, as the tags of the runs it executes name it."""
     return Worker(this_host(), os.getpid(), process_start_time(os.getpid()))
-
-
-def process_start_time(pid: int) -> float | None:
-    """When process `pid` started (epoch seconds), from /proc; None where /proc has no answer."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(") ", 1)[1].split()
-        ticks = int(fields[19])  # field 22, starttime: clock ticks after boot
-        return _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-@cache
-def _boot_time() -> float:
-    with open("/proc/stat") as stat:
-        for line in stat:
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    raise OSError("no btime in /proc/stat")
 
 
 def alive(worker: Worker) -> bool | None:
@@ -145,21 +127,25 @@ def alive(worker: Worker) -> bool | None:
 
 
 def worker_of_run(instance: DagsterInstance, run: DagsterRun) -> Worker | None:
-    """The process executing `run`: named by its tags (`partlake run`), else the worker whose
-    pid the run logged when a run launcher started it on this machine's code server. None: not
-    known (yet)."""
+    """The process executing `run`. A run a run launcher started through this machine's code
+    server: the process that emitted its RUN_START event (Dagster stores the emitting pid with
+    each event), with the start time the worker tagged the run with (`processes.record_worker`)
+    when the tags name the same process (a re-execution may carry its parent's tags). Any other
+    run: the process its tags name (`partlake run`). None: not known (yet)."""
     tagged = Worker.from_tags(dict(run.tags))
-    if tagged is not None:
-        return tagged
     host = _code_server_host(run)
     if host is None:
-        return None
-    for record in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT):
-        message = record.message or ""
-        if message.startswith(_PID_EVENT):
-            pid = message[len(_PID_EVENT) :].split(")", 1)[0]
-            if pid.isdigit():
-                return Worker(host, int(pid), not_after=record.timestamp)
+        return tagged
+    records = instance.get_records_for_run(
+        run.run_id, of_type=DagsterEventType.RUN_START, limit=1
+    ).records
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None or event.pid is None:
+            continue
+        if tagged is not None and (tagged.host, tagged.pid) == (host, event.pid):
+            return tagged
+        return Worker(host, event.pid, not_after=record.event_log_entry.timestamp)
     return None
 
 
@@ -317,7 +303,7 @@ def describe_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[str
 # running `partlake run` process under the instance's directory tells it, with one `listdir`,
 # whether a previous one died with runs unfinished.
 
-_REGISTRY_DIR = "partlake_run_processes"
+_REGISTRY_DIR = RUN_REGISTRY_DIR
 
 
 def _registry(dagster_home: str) -> str:

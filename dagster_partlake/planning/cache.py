@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 
     from dagster_partlake.planning.graph import LakeAsset, LakeGraph
 
-_FORMAT = (1, marshal.version, *sys.version_info[:2])
+# 2: plans judged by lastUpdated as the time of the commit that changed a partition
+# (`delta.change_rule`); a plan saved by format 1 (its files' newest modification time) is
+# planned again in full, never resumed.
+_FORMAT = (2, marshal.version, *sys.version_info[:2])
 
 
 @dataclass(frozen=True)

@@ -462,8 +462,9 @@ def decoupled_states(records: RecordMap, state: TableState | None) -> StateMap:
 
 
 def changed_after_writes(state: TableState | None) -> int | None:
-    """The newest file time of a table, if it is newer than its newest partlake commit (its
-    files changed after partlake last wrote it); None otherwise."""
+    """The time of a table's newest change (its newest lastUpdated: `delta.change_rule`), if it
+    is newer than its newest partlake commit (its files changed after partlake last wrote it);
+    None otherwise."""
     if state is None or not state.commits:
         return None
     newest_file = max((t for t in state.last_updated.values() if t is not None), default=None)

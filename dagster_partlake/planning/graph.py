@@ -2,7 +2,7 @@
 
 Read once from the `Definitions` (or a repository's asset graph): per asset its partitions, table
 columns, code version, parents, pools, backfill policy and where its table lives (the lake root
-comes from the code location's `DeltaPartitionIOManager`, else `$PARTLAKE_HOME`), and the
+comes from the code location's IO manager's `lake_location()`, else `$PARTLAKE_HOME`), and the
 planner's view of the graph with each edge's partition mapping as functions
 (`dagster_partlake.partitions.mappings`). A long-lived process (the sensor's code server) keeps
 one graph, so what is derived from it is computed once: every asset's settings (its `ModelSpec`,
@@ -27,9 +27,7 @@ from dagster import (
 )
 
 from dagster_partlake.incremental.spec import Incremental
-from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
 from dagster_partlake.kinds.spec import ORDERED_KINDS
-from dagster_partlake.layout import resolve_root, table_path
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
     all_keys,
@@ -41,6 +39,7 @@ from dagster_partlake.planning.batches import RunRules
 from dagster_partlake.planning.planner import Dependency, Key, PlanAsset
 from dagster_partlake.spec.load import graph_specs
 from dagster_partlake.spec.model import ModelSpec
+from dagster_partlake.storage.location import TableLocation, lake_location, table_path
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, RepositoryDefinition
@@ -95,7 +94,7 @@ class LakeGraph:
             asset_graph = defs.resolve_asset_graph()
         self.asset_graph = asset_graph
         resources = resources if resources is not None else (defs.resources if defs else None)
-        self.root = resolve_root(root or io_manager_root((resources or {}).values()))
+        self.root = lake_location(root or io_manager_root((resources or {}).values())).uri
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
@@ -272,40 +271,43 @@ def _pinned(spec: ModelSpec, parent: str) -> bool:
 
 
 def repository_root(repository: RepositoryDefinition, io_manager_key: str) -> str | None:
-    """The `root` configured on the code location's `DeltaPartitionIOManager` under
-    `io_manager_key`, read from its resource definition (what a sensor sees of it without
-    initializing the resource on every tick)."""
-    return _configured_root(repository.get_top_level_resources().get(io_manager_key))
+    """The lake root configured on the code location's IO manager under `io_manager_key`, read
+    from its resource definition (what a sensor sees of it without initializing the resource on
+    every tick)."""
+    lake = _configured_lake(repository.get_top_level_resources().get(io_manager_key))
+    return lake.uri if lake is not None else None
 
 
 def assets_root(asset_graph: AssetGraph, io_manager_key: str = "io_manager") -> str | None:
-    """The `root` of the `DeltaPartitionIOManager` bound to the graph's assets under
-    `io_manager_key` (what an automation condition sees of the code location)."""
+    """The lake root of the IO manager bound to the graph's assets under `io_manager_key`
+    (what an automation condition sees of the code location)."""
     for key in asset_graph.get_all_asset_keys():
         node = asset_graph.get(key)
         if not node.is_materializable:
             continue
-        root = _configured_root(node.assets_def.resource_defs.get(io_manager_key))
-        if root is not None:
-            return root
+        lake = _configured_lake(node.assets_def.resource_defs.get(io_manager_key))
+        if lake is not None:
+            return lake.uri
     return None
 
 
-def _configured_root(definition: object) -> str | None:
-    """The `root` a `DeltaPartitionIOManager` resource definition is configured with."""
+def _configured_lake(definition: object) -> TableLocation | None:
+    """The lake a resource definition is configured with, when it stores a lake (an IO manager
+    with a `lake_location`, such as `DeltaPartitionIOManager`) and names its root."""
     resource_cls = getattr(definition, "configurable_resource_cls", None)
-    if definition is None or not (
-        isinstance(resource_cls, type) and issubclass(resource_cls, DeltaPartitionIOManager)
-    ):
+    if definition is None or not callable(getattr(resource_cls, "lake_location", None)):
         return None
     field = definition.config_schema.as_field()  # type: ignore[attr-defined]
-    root = (field.default_value if field.default_provided else {}).get("root")
-    return root if isinstance(root, str) else None
+    config = field.default_value if field.default_provided else {}
+    root, options = config.get("root"), config.get("storage_options") or {}
+    return lake_location(root, options) if isinstance(root, str) else None
 
 
 def io_manager_root(resources: Iterable[object]) -> str | None:
-    """The `root` of the first `DeltaPartitionIOManager` among a code location's resources."""
+    """The lake root of the first resource among a code location's resources that stores a
+    lake (`lake_location()`), if it names one."""
     for resource in resources:
-        if isinstance(resource, DeltaPartitionIOManager):
-            return resource.root
+        located = getattr(resource, "lake_location", None)
+        if callable(located) and getattr(resource, "root", None) is not None:
+            return located().uri
     return None

@@ -92,21 +92,6 @@ class RunPlan:
         """The runs that wait for no other run."""
         return tuple(r for r in self.runs if not r.waits_for)
 
-    def chainable(self, requested: Collection[int], limit: int) -> tuple[PlannedRun, ...]:
-        """At most `limit` runs, upstream first, that wait only for runs in `requested` or
-        chained before them, and whose partitions are stale whatever those write (none reads an
-        early-cutoff output): the sensor requests them in the same tick, each to wait in its
-        run for the runs it reads (`io_manager.chain`)."""
-        known = set(requested)
-        chained: list[PlannedRun] = []
-        for run in self.runs:
-            if len(chained) >= limit:
-                break
-            if run.waits_for and set(run.waits_for) <= known and not run.after_cutoff:
-                chained.append(run)
-                known.add(run.number)
-        return tuple(chained)
-
     def to_json(self) -> list[dict[str, object]]:
         return [run.to_json() for run in self.runs]
 

@@ -11,9 +11,14 @@ not, it starts one builder in the background (`python -m dagster_partlake.spark.
 its output in `<archive>.log`) and the session starts as before; the builder runs a small
 workload like partlake's (partitioned Parquet written and read, aggregations, a join, a window)
 in a child process, waits for that JVM to exit and write the archive, and moves it into place.
-The archive is keyed by the pyspark version, the `java` executable and Spark's jars; Java itself
-checks it against the classpath and ignores an archive that does not match. A build that failed
-leaves `<archive>.failed` (delete it to try again) rather than being retried by every session.
+The archive is keyed by the pyspark version, the `java` executable, Spark's jars (their names
+and folder: Java matches an archive against the classpath's paths, so each virtualenv needs its
+own) and the JARs the session puts before them on the driver's classpath (hadoop-aws and Delta,
+`spark.jars`); Java ignores an archive that does not match its classpath. With those JARs, the
+workload also writes and reads a small Delta table, so that Delta's classes are archived too;
+other JARs build another archive, and the one without them stays valid for sessions without
+them. A build that failed leaves `<archive>.failed` (delete it to try again) rather than being
+retried by every session.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 _log = logging.getLogger(__name__)
 
@@ -43,8 +50,9 @@ def archive_dir() -> str:
     return os.path.join(base, "dagster_partlake", "spark-cds")
 
 
-def archive_path() -> str | None:
-    """Where the archive for this pyspark, Java and Spark's jars lives (None: no `java` found)."""
+def archive_path(extra_jars: Sequence[str] = ()) -> str | None:
+    """Where the archive for this pyspark, Java, Spark's jars and the session's `extra_jars`
+    lives (None: no `java` found)."""
     java = _java()
     if java is None:
         return None
@@ -53,21 +61,28 @@ def archive_path() -> str | None:
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
     names = sorted(os.listdir(jars)) if os.path.isdir(jars) else []
     stat = os.stat(java)
+    extra = [(os.path.realpath(j), os.path.getsize(j)) for j in extra_jars]
+    # The jars' folder too: Java matches the archive against the classpath's paths, so two
+    # checkouts (two virtualenvs) cannot share one archive.
     key = repr((pyspark.__version__, java, stat.st_size, stat.st_mtime_ns, names))
+    key += repr(os.path.realpath(jars))
+    if extra:  # keeps the key, and so the archive, of a session without extra JARs as it was
+        key += repr(("driver-classpath", extra))
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
     return os.path.join(archive_dir(), f"spark-{pyspark.__version__}-{digest}.jsa")
 
 
-def java_options(build: bool = True) -> str | None:
-    """The JVM options that map the archive, if it exists; if not, None, and (with `build`) a
-    builder is started in the background unless one is already running."""
-    path = archive_path()
+def java_options(build: bool = True, extra_jars: Sequence[str] = ()) -> str | None:
+    """The JVM options that map the archive for a session adding `extra_jars`, if it exists;
+    if not, None, and (with `build`) a builder is started in the background unless one is
+    already running."""
+    path = archive_path(extra_jars)
     if path is None:
         return None
     if os.path.isfile(path):
         return f"-XX:SharedArchiveFile={path} {QUIET}"
     if build and not os.path.exists(path + ".failed"):
-        _start_builder(path)
+        _start_builder(path, extra_jars)
     return None
 
 
@@ -77,7 +92,7 @@ def _java() -> str | None:
     return os.path.realpath(found) if found and os.path.isfile(found) else None
 
 
-def _start_builder(path: str) -> None:
+def _start_builder(path: str, extra_jars: Sequence[str] = ()) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lock = path + ".lock"
     if not _take_lock(lock):
@@ -85,7 +100,7 @@ def _start_builder(path: str) -> None:
     log_path = path + ".log"
     with open(log_path, "w") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dagster_partlake.spark.cds", path],
+            [sys.executable, "-m", "dagster_partlake.spark.cds", path, *extra_jars],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -115,18 +130,26 @@ def _take_lock(lock: str) -> bool:
     return True
 
 
-def build(path: str) -> None:
-    """Write the archive at `path`: the workload runs in a child process whose JVM writes the
-    archive when it exits; then it is moved into place (readers never see half a file)."""
+def build(path: str, extra_jars: Sequence[str] = (), timeout: float = 600) -> None:
+    """Write the archive at `path` for sessions adding `extra_jars`: the workload runs in a
+    child process whose JVM writes the archive when it exits; then it is moved into place
+    (readers never see half a file). A workload still running after `timeout` seconds is
+    killed with its JVM."""
     folder = os.path.dirname(path)
     partial = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.partial")
+    command = [sys.executable, "-m", "dagster_partlake.spark.cds", "--workload", partial]
     try:
         started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "dagster_partlake.spark.cds", "--workload", partial],
-            check=True,
-            timeout=600,
-        )
+        # Its own process group: a timeout ends the JVM too, before it writes a stray archive.
+        child = subprocess.Popen([*command, *extra_jars], start_new_session=True)
+        try:
+            code = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            raise
+        if code != 0:
+            raise subprocess.CalledProcessError(code, command)
         if not os.path.isfile(partial) or os.path.getsize(partial) == 0:
             raise RuntimeError(f"the JVM wrote no archive at {partial}")
         os.replace(partial, path)
@@ -143,17 +166,24 @@ def build(path: str) -> None:
             os.remove(path + ".lock")
 
 
-def workload(dump_to: str) -> None:
+def workload(dump_to: str, extra_jars: Sequence[str] = ()) -> None:
     """What partlake's local sessions do, on a few rows, in a JVM that dumps its classes to
-    `dump_to` at exit."""
+    `dump_to` at exit; with `extra_jars` (Delta's among them), also a Delta table."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
 
     from dagster_partlake.spark.conf import DEFAULT_CONF
+    from dagster_partlake.spark.storage import delta_conf, jars_conf
 
+    conf = dict(DEFAULT_CONF)
+    delta = any("delta-spark" in os.path.basename(j) for j in extra_jars)
+    if extra_jars:
+        conf.update(jars_conf(extra_jars, "local[*]", {}))
+    if delta:
+        conf.update(delta_conf({}))
     builder = SparkSession.builder.master("local[*]").appName("partlake-cds")
-    for key, value in DEFAULT_CONF.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     dump = f"-XX:ArchiveClassesAtExit={dump_to} {QUIET}"  # classes it cannot archive: no word
     spark = builder.config("spark.driver.extraJavaOptions", dump)
@@ -178,6 +208,9 @@ def workload(dump_to: str) -> None:
         joined = ranked.join(read.select("id", F.col("amount").alias("a2")), "id", "left")
         joined.filter("rank <= 3").unionByName(joined.limit(1)).write.parquet(scratch + "/u")
         session.read.parquet(scratch + "/u").orderBy("id").limit(5).collect()
+        if delta:
+            rows.write.format("delta").partitionBy("date").save(scratch + "/d")
+            session.read.format("delta").load(scratch + "/d").groupBy("region").count().collect()
     jvm = SparkContext._gateway.proc  # type: ignore[union-attr]  # pyspark's JVM process
     session.stop()
     # The JVM writes the archive as it exits, which it does when its stdin closes; wait for it,
@@ -188,9 +221,9 @@ def workload(dump_to: str) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--workload"]:
-        workload(argv[1])
+        workload(argv[1], argv[2:])
     else:
-        build(argv[0])
+        build(argv[0], argv[1:])
     return 0
 
 

@@ -17,4 +17,7 @@ DEFAULT_CONF: dict[str, str] = {
     # partlake hands Spark the exact files the Delta log lists. Past 32 paths Spark lists them in
     # a Spark job of one task per path: 720 files took 4-10 s that way, 1 s on the driver.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+    # Delta's Spark side (when its JARs are there) rebuilds a table's snapshot in this many tasks
+    # (Delta's default 50): on one machine a first DELETE spent most of its time in 50 tiny tasks.
+    "spark.databricks.delta.snapshotPartitions": "8",
 }

@@ -2,7 +2,11 @@
 
 Builds on dagster-pyspark's `LazyPySparkResource` (lazy creation, `spark_session` property) and
 adds what it lacks: defaults that suit partition-sized jobs on one machine, a cluster `master`,
-a Spark Connect `remote`, and stopping the session it created at teardown.
+a Spark Connect `remote`, stopping the session it created at teardown, and the lake's storage:
+the JARs `make install` fetched (hadoop-aws and Delta, `spark.jars`), Delta's SQL extension and
+catalog, and the `s3a` settings from `storage_options` or the AWS environment variables
+(`spark.storage`). A Spark Connect server gets those when it starts (`partlake spark start`,
+`spark.server`), not from its clients.
 """
 
 from __future__ import annotations
@@ -23,6 +27,16 @@ from pydantic import Field, PrivateAttr, model_validator
 from dagster_partlake.errors import PartlakeConfigError, SparkUnavailableError
 from dagster_partlake.spark.cds import java_options
 from dagster_partlake.spark.conf import DEFAULT_CONF
+from dagster_partlake.spark.jars import local_jars
+from dagster_partlake.spark.storage import (
+    S3aSettings,
+    apply_hadoop,
+    check_options,
+    delta_conf,
+    jars_conf,
+    redact,
+    s3a_settings,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,7 +60,9 @@ class SparkResource(LazyPySparkResource):
     """A Spark session, created on first use and stopped at teardown if this resource created it.
 
     Local by default (`local[*]`, no UI, few shuffle partitions, bounded driver memory); set
-    `master` for a standalone cluster or `remote` for a Spark Connect server.
+    `master` for a standalone cluster or `remote` for a Spark Connect server. With the JARs
+    fetched (`make install`), local Spark and a standalone cluster's app read and write
+    `s3a://` and `format("delta")`.
 
     Example:
         .. code-block:: python
@@ -54,7 +70,12 @@ class SparkResource(LazyPySparkResource):
             from dagster import Definitions
             from dagster_partlake import DeltaPartitionIOManager, SparkResource
 
-            spark = SparkResource(spark_conf={"spark.sql.shuffle.partitions": "4"})
+            spark = SparkResource(
+                spark_conf={"spark.sql.shuffle.partitions": "4"},
+                # or AWS_ENDPOINT_URL, AWS_REGION, ... in the environment; secrets best there
+                storage_options={"AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+                                 "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"},
+            )
             defs = Definitions(
                 assets=[...],
                 resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
@@ -97,6 +118,35 @@ class SparkResource(LazyPySparkResource):
             "cache folder), about 2 s faster per session and faster first queries."
         ),
     )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Object store settings for Spark's s3a, with delta-rs' names: AWS_ENDPOINT_URL, "
+            "AWS_REGION, AWS_ALLOW_HTTP, AWS_VIRTUAL_HOSTED_STYLE_REQUEST, AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN (or any 'fs.s3a.' Hadoop key). Each one "
+            "not given is read from the environment variable of that name. Secrets are never "
+            "put in Spark's conf, printed or logged; prefer the environment for them."
+        ),
+    )
+    jars_dir: str | None = Field(
+        default=None,
+        description=(
+            "Folder of the JARs `make install` fetched (hadoop-aws, the AWS SDK, Delta); "
+            "default $PARTLAKE_JARS_DIR, else the checkout's .partlake/jars. Without them Spark "
+            "runs as before, without s3a and Delta."
+        ),
+    )
+    add_jars: bool = Field(
+        default=True,
+        description=(
+            "Local Spark and a standalone cluster: add the fetched JARs (to the JVMs' "
+            "classpaths for local Spark and a cluster on 127.0.0.1, spark.jars for another "
+            "cluster) and Delta's SQL extension and catalog. Set False on a cluster whose "
+            "Spark already has hadoop-aws and Delta: the resource then adds neither (the s3a "
+            "settings still apply). Unused with remote: a Spark Connect server gets them when "
+            "it starts."
+        ),
+    )
     _owns_session: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -115,13 +165,47 @@ class SparkResource(LazyPySparkResource):
                 f"SparkResource.master is {self.master!r}; use 'local[*]', 'local[N]' or a "
                 "cluster URL such as 'spark://127.0.0.1:7077'."
             )
+        check_options(self.storage_options)
         return self
 
+    def __repr_args__(self) -> Any:
+        # Secrets never reach a repr, and so no log line or error message that shows one.
+        for name, value in super().__repr_args__():
+            yield name, (redact(value) if name == "storage_options" else value)
+
+    def s3a(self) -> S3aSettings:
+        """The s3a settings: `storage_options`, then the AWS environment variables."""
+        return s3a_settings(self.storage_options)
+
+    def lake_conf(self) -> dict[str, str]:
+        """What a local session or a standalone cluster's app gets for the lake's storage:
+        the fetched JARs (`jars_conf`: on the classpath for local Spark and a cluster on this
+        machine, `spark.jars` for another) and Delta's settings, unless `add_jars` is off or
+        none were fetched, and the public s3a settings. Secrets are not in it."""
+        conf = self.s3a().spark_conf()
+        jars = local_jars(self.jars_dir) if self.add_jars else []
+        if jars:
+            user = self._user_conf()
+            conf.update(jars_conf(jars, self.master, user))
+            conf.update(delta_conf(user))
+        return conf
+
+    def _user_conf(self) -> dict[str, str]:
+        return {k: str(v) for k, v in {**self.spark_config, **self.spark_conf}.items()}
+
     def effective_conf(self) -> dict[str, str]:
-        """The settings the session is built with: defaults, then spark_config, then spark_conf."""
-        conf = dict(DEFAULT_CONF)
-        conf.update({k: str(v) for k, v in self.spark_config.items()})
-        conf.update(self.spark_conf)
+        """The settings a local session or a cluster app is built with: defaults, the lake's
+        storage (`lake_conf`), then spark_config, then spark_conf (which win; their JARs and
+        SQL extensions are kept beside the lake's)."""
+        lake = self.lake_conf()
+        conf = {**DEFAULT_CONF, **lake, **self._user_conf()}
+        merged = (
+            "spark.jars", "spark.driver.extraClassPath", "spark.executor.extraClassPath",
+            "spark.sql.extensions",
+        )  # fmt: skip
+        for key in merged:  # lake_conf kept the user's beside its own
+            if key in lake:
+                conf[key] = lake[key]
         return conf
 
     def _init_session(self) -> None:
@@ -132,7 +216,8 @@ class SparkResource(LazyPySparkResource):
         if self.remote is not None:
             builder = SparkSession.builder.remote(self.remote)
             # Static JVM settings belong to the server; only SQL settings apply per session.
-            conf = {k: v for k, v in self.effective_conf().items() if k.startswith("spark.sql.")}
+            base = {**DEFAULT_CONF, **self._user_conf()}
+            conf = {k: v for k, v in base.items() if k.startswith("spark.sql.")}
         else:
             _check_java()
             # Python workers (a streaming source reading a Delta table's new commits,
@@ -141,7 +226,9 @@ class SparkResource(LazyPySparkResource):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = SparkSession.builder.master(self.master)
             conf = self.effective_conf()
-            options = java_options() if self.class_data_sharing and self._new_jvm() else None
+            jars = [j for j in conf.get("spark.driver.extraClassPath", "").split(os.pathsep) if j]
+            use_cds = self.class_data_sharing and self._new_jvm()
+            options = java_options(extra_jars=jars) if use_cds else None
             if options:
                 extra = conf.get("spark.driver.extraJavaOptions", "")
                 conf["spark.driver.extraJavaOptions"] = f"{extra} {options}".strip()
@@ -155,6 +242,9 @@ class SparkResource(LazyPySparkResource):
         self._spark_session = builder.getOrCreate()
         if self._owns_session:
             _session_starts.append(time.perf_counter() - started)
+        if self.remote is None:
+            # After the start: pyspark hands its conf to the JVM on a command line anyone can read.
+            apply_hadoop(self._spark_session, self.s3a().secret)
         if self.remote is not None:
             self._spark_session.client.set_retry_policies(
                 [_reporting_policy(self.remote, self.connect_wait_seconds)]

@@ -1,7 +1,12 @@
 """Start, stop and inspect Spark servers from the pip-installed pyspark, on 127.0.0.1 only.
 
 - A Spark Connect server (`partlake spark start|stop|status`): every run's Spark work goes to one
-  JVM, so runs pay a 0.1 s client connection instead of a JVM start.
+  JVM, so runs pay a 0.1 s client connection instead of a JVM start. It starts with the lake's
+  storage, as `SparkResource` gives a local session: the fetched JARs, Delta's SQL
+  extension and catalog, and the public `s3a` settings from storage options or the AWS
+  environment variables; the access keys reach it through its environment only (never its
+  command line), where s3a's default credential chain reads them. Its clients cannot add JARs
+  or static settings.
 - A standalone cluster (one master, N workers), used by the tests and the benchmark.
 
 Each server runs in its own session (process group) with its PID in a file under
@@ -21,6 +26,8 @@ from pathlib import Path
 
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.spark.conf import DEFAULT_CONF
+from dagster_partlake.spark.jars import local_jars
+from dagster_partlake.spark.storage import check_options, delta_conf, jars_conf, s3a_settings
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 HOST = "127.0.0.1"
@@ -72,7 +79,14 @@ def listening(port: int, host: str = HOST) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _spawn(root: str, name: str, command: Sequence[str], port: int, timeout: float) -> ServerInfo:
+def _spawn(
+    root: str,
+    name: str,
+    command: Sequence[str],
+    port: int,
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> ServerInfo:
     info = status(root, name, port)
     if info.running:
         raise PartlakeError(
@@ -85,7 +99,7 @@ def _spawn(root: str, name: str, command: Sequence[str], port: int, timeout: flo
             "--port."
         )
     log = server_dir(root) / f"{name}.log"
-    env = {**os.environ, "SPARK_LOCAL_IP": HOST, "SPARK_HOME": str(spark_home())}
+    env = {**os.environ, **(env or {}), "SPARK_LOCAL_IP": HOST, "SPARK_HOME": str(spark_home())}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             list(command),
@@ -122,12 +136,24 @@ def start_connect(
     master: str = "local[*]",
     driver_memory: str = "2g",
     timeout: float = 120,
+    storage_options: dict[str, str] | None = None,
+    jars_dir: str | None = None,
+    add_jars: bool = True,
 ) -> ServerInfo:
-    """Start a Spark Connect server listening on 127.0.0.1:`port`."""
+    """Start a Spark Connect server listening on 127.0.0.1:`port`, with the fetched JARs
+    (from `jars_dir`, default the project's; none with `add_jars=False`), Delta's settings and
+    the s3a settings from `storage_options` (else the AWS environment variables)."""
+    check_options(storage_options or {})
     # partlake's Spark defaults, except what a server sets itself (memory by flag).
     conf = {k: v for k, v in DEFAULT_CONF.items() if k != "spark.driver.memory"}
     conf["spark.connect.grpc.binding.address"] = HOST
     conf["spark.connect.grpc.binding.port"] = str(port)
+    s3a = s3a_settings(storage_options)
+    conf.update(s3a.spark_conf())
+    jars = local_jars(jars_dir) if add_jars else []
+    if jars:
+        conf.update(jars_conf(jars, master, {}))
+        conf.update(delta_conf({}))
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",
@@ -139,7 +165,7 @@ def start_connect(
         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
         "spark-internal",
     ]
-    return _spawn(root, "connect", command, port, timeout)
+    return _spawn(root, "connect", command, port, timeout, env=s3a.secret_env())
 
 
 def start_standalone(
@@ -186,6 +212,10 @@ def start_standalone(
                     str(worker_port),
                     "--webui-port",
                     "0",
+                    # Applications' folders (the JARs they ship, executor logs) under `root`,
+                    # not inside the pip-installed pyspark.
+                    "--work-dir",
+                    str(server_dir(root) / f"worker{i}-work"),
                     "--cores",
                     str(cores),
                     "--memory",

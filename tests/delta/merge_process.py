@@ -16,14 +16,17 @@ import time
 
 from pyspark.sql import SparkSession
 
-import dagster_partlake.delta.merge as merge_module
-import dagster_partlake.delta.scd2 as scd2_module
+import dagster_partlake.delta.transaction as transaction_module
+import dagster_partlake.kinds.merge as merge_module
+import dagster_partlake.kinds.scd2 as scd2_module
 from dagster_partlake.delta import PartitionSelection
 from dagster_partlake.delta.record import CommitRecord
 
 
 def main() -> None:
     root, kind, sync_dir = sys.argv[1:4]
+    # Spark's Python workers (which write the files) run this interpreter, as SparkResource does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
@@ -38,8 +41,9 @@ def main() -> None:
         open(os.path.join(sync_dir, f"{os.getpid()}.ready"), "w").close()
         time.sleep(600)
 
-    merge_module.commit_staged = hang  # type: ignore[assignment]
-    scd2_module.commit_staged = hang  # type: ignore[assignment]
+    # Both commit through the one transaction: hang at its commit, the files written and the
+    # actions worked out, nothing committed.
+    transaction_module._commit_once = hang  # type: ignore[assignment]
     record = CommitRecord("t", (), None, "victim")
     if kind == "merge":
         df = spark.range(5, 15).selectExpr("id", "'eu' as region", "'new' as name")

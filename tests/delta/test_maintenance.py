@@ -29,9 +29,11 @@ from dagster_partlake.delta import (
 )
 from dagster_partlake.delta import writer as writer_module
 from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.delta.snapshot import Snapshot
 from dagster_partlake.delta.table import latest_records, log_versions, read_record
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.layout import STAGING_DIR
+from dagster_partlake.storage.location import TableLocation
 from tests.conftest import cli_env, delta_rows, run_partlake
 from tests.delta.test_writer import COLUMNS, box, frame, rows_for
 
@@ -187,12 +189,12 @@ def test_a_partition_replaced_during_compaction_is_not_brought_back(
 ) -> None:
     """A writer replaces 2024-01-02|eu after the compaction read it: the compaction commits
     nothing and removes its files; the writer's rows stay."""
-    from dagster_partlake.delta import maintenance
+    from dagster_partlake.maintenance import compact
 
     new_rows = rows_for([2], ["eu"], n=4, offset=900_000)
-    original = maintenance.publish_staged
+    original = compact.commit
 
-    def writer_first(staged):
+    def writer_first(*args, **kwargs):
         write_partitions(
             frame(spark, new_rows),
             str(small_files),
@@ -200,9 +202,9 @@ def test_a_partition_replaced_during_compaction_is_not_brought_back(
             selection=box((2, 3), {"eu"}),
             partition_ids=["2|eu"],
         )
-        original(staged)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(maintenance, "publish_staged", writer_first)
+    monkeypatch.setattr(compact, "commit", writer_first)
     version = DeltaTable(str(small_files)).version()
     result = compact_table(spark, str(small_files), target_file_bytes=10**9)
     assert result.version is None and "concurrent commit" in (result.skipped or "")
@@ -231,17 +233,11 @@ def test_a_writer_on_a_snapshot_from_before_a_compaction_retries(
     """A writer loaded the table just before a compaction of the same partition committed:
     delta-rs alone would let its commit land and keep the compacted copy of the old rows next to
     the new ones; the shared application transaction makes it retry on the new snapshot."""
-    stale = DeltaTable(str(small_files))
+    stale = Snapshot(TableLocation.parse(small_files), "t", DeltaTable(str(small_files)))
     compact_table(spark, str(small_files), target_file_bytes=10**9)
-    loads = []
-
-    def stale_first(root, *, table_name=None):
-        loads.append(root)
-        return stale if len(loads) == 1 else DeltaTable(root)
-
+    monkeypatch.setattr(writer_module, "open_snapshot", lambda *args, **kwargs: stale)
     new_rows = rows_for([2], ["eu"], n=4, offset=900_000)
     staged = stage(spark, small_files, new_rows, (2, 3), {"eu"}, files=1)
-    monkeypatch.setattr(writer_module, "load_table", stale_first)
     result = commit_staged(staged)
     assert result.attempts == 2
     assert by_partition(small_files)[(dt.date(2024, 1, 2), "eu")] == sorted(new_rows)

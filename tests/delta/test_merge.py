@@ -16,9 +16,9 @@ import pytest
 from deltalake import DeltaTable
 
 from dagster_partlake.delta import PartitionSelection
-from dagster_partlake.delta.merge import merge_rows
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.scd2 import apply_snapshot
+from dagster_partlake.kinds.merge import merge_rows
+from dagster_partlake.kinds.scd2 import apply_snapshot
 from tests.conftest import REPO_ROOT, delta_files, delta_rows, subprocess_env
 
 pytestmark = pytest.mark.spark
@@ -112,7 +112,7 @@ def test_merging_a_day_again_undoes_its_series_merges_since_and_nothing_else(
     before 1|eu (id 1, gone from 1|eu's input, leaves), us stays; 2|eu then merges on top, as
     from scratch. In a table both series share, 1|us changed the same partition since: merged
     on top, with the reason."""
-    from dagster_partlake.delta.merge import UnitPosition
+    from dagster_partlake.kinds.merge import UnitPosition
 
     def unit(root: Path, key: str, rows: list[tuple[int, str, str]], partition_by: list[str]):
         day, region = key.split("|")

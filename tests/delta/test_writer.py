@@ -18,12 +18,11 @@ from dagster_partlake.delta import (
     PartitionSelection,
     read_partitions,
     stage_partitions,
+    vacuum_table,
     write_partitions,
 )
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.staging import remove_stale_staging
 from dagster_partlake.errors import PartitionMismatchError, SchemaMismatchError
-from dagster_partlake.layout import STAGING_DIR
 from tests.conftest import delta_files, delta_rows, spark_rows
 
 pytestmark = pytest.mark.spark
@@ -180,7 +179,8 @@ def test_rows_outside_the_partitions_are_rejected_and_nothing_changes(
     ):
         write(spark, root, stray, box((2, 3), {"eu"}), ["2024-01-02|eu"])
     assert (DeltaTable(str(root)).version(), delta_files(root), delta_rows(root, COLUMNS)) == before
-    assert os.listdir(root / STAGING_DIR) == []  # the rejected files are gone too
+    # The rejected files are gone too: every data file on disk is a live one.
+    assert {str(p) for p in root.rglob("*.parquet")} == delta_files(root)
 
 
 def test_incompatible_schema_is_rejected_naming_columns(spark, tmp_path: Path) -> None:
@@ -263,22 +263,28 @@ def test_extreme_timestamps_are_readable_by_delta_rs(spark, tmp_path: Path) -> N
     assert delta_rows(root, ["ts"]) == [(far[0][2],)]
 
 
-def test_stale_staging_folders_are_removed(spark, tmp_path: Path) -> None:
+def test_uncommitted_files_are_invisible_and_vacuum_removes_them(spark, tmp_path: Path) -> None:
+    """Spark writes a write's files where they will live (no staging folder, no rename): until
+    the commit no reader sees them, and a write that never commits leaves files that vacuum
+    removes, with the table as it was."""
     root = tmp_path / "t"
+    write(spark, root, rows_for([2], ["eu"]), box((2, 3), {"eu"}), ["a"])
+    before = delta_rows(root, ["id"])
     staged = stage_partitions(
-        frame(spark, rows_for([2], ["eu"])),
+        frame(spark, rows_for([2], ["eu"]) + rows_for([2], ["eu"])),
         str(root),
         partition_by=["date", "region"],
         selection=box((2, 3), {"eu"}),
         partition_ids=["a"],
     )
-    assert os.path.isdir(staged.staging_dir)
-    remove_stale_staging(str(root))
-    assert os.path.isdir(staged.staging_dir)  # a fresh staging folder may belong to a live writer
-    old = 1_000_000_000
-    os.utime(staged.staging_dir, (old, old))
-    remove_stale_staging(str(root))
-    assert not os.path.exists(staged.staging_dir)
+    paths = [root / f.relative_path for f in staged.files]
+    assert paths and all(p.is_file() for p in paths)
+    assert all(p.parent == root / "date=2024-01-02" / "region=eu" for p in paths)
+    assert not (root / "_partlake_staging").exists()
+    assert delta_rows(root, ["id"]) == before  # written, not committed: invisible
+    vacuum_table(str(root), retention_hours=0, force=True)
+    assert not any(p.exists() for p in paths)
+    assert delta_rows(root, ["id"]) == before
 
 
 def test_a_commit_finds_its_version_behind_many_later_commits(

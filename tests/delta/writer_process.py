@@ -3,8 +3,9 @@
     python -m tests.delta.writer_process ROOT DATE REGION ROWS OFFSET MODE SYNC_DIR PARTIES
 
 MODE: 'commit' stages, waits until PARTIES writers are staged (files in SYNC_DIR), commits and
-prints the CommitResult as JSON; 'hang-staged' / 'hang-published' stop before the commit, touch
-SYNC_DIR/<pid>.ready and sleep until killed.
+prints the CommitResult as JSON; 'hang-staged' / 'hang-published' stop before the commit (the
+files written where they will live, not committed: the two were one step apart when writes
+staged into a folder and then moved), touch SYNC_DIR/<pid>.ready and sleep until killed.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from pyspark.sql import SparkSession
 
 from dagster_partlake.delta import Box, DateRanges, PartitionSelection
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.staging import publish_staged
 from dagster_partlake.delta.writer import commit_staged, stage_partitions
 
 
 def main() -> None:
     root, date, region, rows, offset, mode, sync_dir, parties = sys.argv[1:9]
+    # Spark's Python workers (which write the files) run this interpreter, as SparkResource does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     day = dt.date.fromisoformat(date)
     spark = (
         SparkSession.builder.master("local[1]")
@@ -56,8 +58,6 @@ def main() -> None:
         selection=selection,
         partition_ids=[f"{date}|{region}"],
     )
-    if mode == "hang-published":
-        publish_staged(staged)
     ready = os.path.join(sync_dir, f"{os.getpid()}.ready")
     open(ready, "w").close()
     if mode.startswith("hang"):

@@ -1,0 +1,229 @@
+"""The code Spark's Python workers run to write a table's Parquet files where they will live.
+
+Self-contained on purpose (the standard library and pyarrow only): Spark ships it to its workers
+by value (`cloudpickle.register_pickle_by_value`), so a cluster needs pyarrow, not
+dagster_partlake. `write_batches` receives a task's rows as Arrow batches, sorted by their
+partition folders, and writes one Parquet file per table partition it sees, straight into the
+table's `col=value/` folders under a new unique name. It yields one JSON line per file with what
+the commit needs (size, rows, partition values, key statistics) and what the write was asked to
+count on the way (flagged rows, summed values), so nothing reads the rows again.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+# Spark's Hive folder escaping (ExternalCatalogUtils.escapePathName): these characters become
+# %XX in a partition folder's value.
+_ESCAPED = {chr(c) for c in range(0x01, 0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# Longer strings would need Delta's truncation rules for maxValues; such columns get no stats.
+MAX_STAT_STRING = 32
+
+
+def escape_folder_value(value: str | None) -> str:
+    """A partition value as Spark writes it into a folder name."""
+    if value is None or value == "":
+        return HIVE_NULL
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def make_filesystem(kind: str, arguments: dict[str, Any]) -> Any:
+    """The pyarrow filesystem a worker writes with (see `TableLocation.arrow`)."""
+    import pyarrow.fs as pafs
+
+    if kind == "local":
+        return pafs.LocalFileSystem()
+    if kind == "s3":
+        return pafs.S3FileSystem(**arguments)
+    if kind == "gs":
+        return pafs.GcsFileSystem(**arguments)
+    return pafs.AzureFileSystem(**arguments)
+
+
+def write_batches(
+    batches: Iterator[Any],
+    *,
+    fs_kind: str,
+    fs_arguments: dict[str, Any],
+    root: str,
+    data_columns: Sequence[str],
+    partition_by: Sequence[str],
+    folder_columns: Sequence[str],
+    flag_columns: Sequence[str],
+    sum_columns: Sequence[str],
+    hash_columns: Sequence[str],
+    stats_columns: Sequence[str],
+    write_id: str,
+) -> Iterator[Any]:
+    """mapInArrow's function: write the batches' rows, yield one `fact` (JSON) per file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fs = make_filesystem(fs_kind, fs_arguments)
+    facts: list[str] = []
+    current: tuple[str | None, ...] | None = None
+    file: _OpenFile | None = None
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        for start, end in _runs(table, folder_columns):
+            values = tuple(table.column(c)[start].as_py() for c in folder_columns)
+            if file is None or values != current:
+                if file is not None:
+                    facts.append(file.close())
+                current = values
+                file = _OpenFile(
+                    fs,
+                    root,
+                    partition_by,
+                    values,
+                    table.select(list(data_columns)).schema,
+                    write_id,
+                    pq,
+                    fs_kind == "local",
+                )
+            piece = table.slice(start, end - start)
+            file.write(piece, data_columns, flag_columns, sum_columns, hash_columns, stats_columns)
+    if file is not None:
+        facts.append(file.close())
+    yield pa.RecordBatch.from_pydict({"fact": facts}, schema=pa.schema([("fact", pa.string())]))
+
+
+def _runs(table: Any, columns: Sequence[str]) -> list[tuple[int, int]]:
+    """(start, end) of the runs of equal values of `columns` in a sorted table."""
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    if n == 0:
+        return []
+    cuts: set[int] = set()
+    if n > 1:
+        for column in columns:
+            array = table.column(column).combine_chunks()
+            differs = pc.fill_null(pc.not_equal(array.slice(1), array.slice(0, n - 1)), True)
+            both_null = pc.and_(pc.is_null(array.slice(1)), pc.is_null(array.slice(0, n - 1)))
+            differs = pc.and_(differs, pc.invert(both_null))
+            cuts.update(int(i) + 1 for i in pc.indices_nonzero(differs).to_pylist())
+    bounds = [0, *sorted(cuts), n]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+class _OpenFile:
+    """One Parquet file being written, and the facts gathered while writing it."""
+
+    def __init__(
+        self,
+        fs: Any,
+        root: str,
+        partition_by: Sequence[str],
+        values: tuple[str | None, ...],
+        schema: Any,
+        write_id: str,
+        pq: Any,
+        local: bool,
+    ) -> None:
+        folders = [
+            f"{c}={escape_folder_value(v)}" for c, v in zip(partition_by, values, strict=True)
+        ]
+        name = f"part-{write_id[:8]}-{uuid.uuid4().hex}.c000.snappy.parquet"
+        self.relative = "/".join([*folders, name])
+        self.full = "/".join([root.rstrip("/"), self.relative])
+        if local:  # an object store has no folders to create
+            fs.create_dir("/".join([root.rstrip("/"), *folders]), recursive=True)
+        self.stream = fs.open_output_stream(self.full)
+        self.writer = pq.ParquetWriter(self.stream, schema, compression="snappy")
+        self.partition_values = {
+            c: (None if v is None or v == "" else v)
+            for c, v in zip(partition_by, values, strict=True)
+        }
+        self.rows = 0
+        self.flags: dict[str, int] = {}
+        self.sums: dict[str, list[float]] = {}
+        self.hashes: dict[str, int] = {}
+        self.low: dict[str, Any] = {}
+        self.high: dict[str, Any] = {}
+        self.nulls: dict[str, int] = {}
+        self.exact: dict[str, bool] = {}
+
+    def write(
+        self,
+        piece: Any,
+        data_columns: Sequence[str],
+        flag_columns: Sequence[str],
+        sum_columns: Sequence[str],
+        hash_columns: Sequence[str],
+        stats_columns: Sequence[str],
+    ) -> None:
+        import pyarrow.compute as pc
+
+        self.writer.write_table(piece.select(list(data_columns)))
+        self.rows += piece.num_rows
+        for column in flag_columns:
+            flagged = pc.sum(pc.fill_null(piece.column(column), False).cast("int64")).as_py() or 0
+            self.flags[column] = self.flags.get(column, 0) + flagged
+        for column in sum_columns:
+            values = piece.column(column)
+            kept = self.sums.setdefault(column, [0.0, 0])
+            kept[0] += pc.sum(values).as_py() or 0.0
+            kept[1] += piece.num_rows - values.null_count
+        for column in hash_columns:
+            self.hashes[column] = (
+                self.hashes.get(column, 0) + _wrapping_sum(piece.column(column))
+            ) % 2**64
+        for column in stats_columns:
+            self._stats(piece.column(column), column)
+
+    def _stats(self, values: Any, column: str) -> None:
+        import datetime as dt
+
+        import pyarrow.compute as pc
+
+        self.nulls[column] = self.nulls.get(column, 0) + values.null_count
+        if values.null_count == len(values) or not self.exact.get(column, True):
+            return
+        low_high = pc.min_max(values).as_py()
+        low, high = low_high["min"], low_high["max"]
+        exact = all(
+            isinstance(v, int | str | dt.date) and not isinstance(v, bool | dt.datetime)
+            for v in (low, high)
+        )
+        if not exact or (isinstance(high, str) and len(high) > MAX_STAT_STRING):
+            self.exact[column] = False
+            self.low.pop(column, None)
+            self.high.pop(column, None)
+            return
+        self.low[column] = low if column not in self.low else min(self.low[column], low)
+        self.high[column] = high if column not in self.high else max(self.high[column], high)
+
+    def close(self) -> str:
+        self.writer.close()  # the stream stays open: the writer did not open it
+        size = int(self.stream.tell())
+        self.stream.close()
+        low = {c: v.isoformat() if hasattr(v, "isoformat") else v for c, v in self.low.items()}
+        high = {c: v.isoformat() if hasattr(v, "isoformat") else v for c, v in self.high.items()}
+        return json.dumps(
+            {
+                "path": self.relative,
+                "size": size,
+                "rows": self.rows,
+                "values": self.partition_values,
+                "min": low,
+                "max": high,
+                "nulls": self.nulls,
+                "flags": self.flags,
+                "sums": self.sums,
+                "hashes": {c: str(h) for c, h in self.hashes.items()},
+            }
+        )
+
+
+def _wrapping_sum(values: Any) -> int:
+    """The sum of an int64 column modulo 2**64 (hash sums: order-independent, may overflow)."""
+    import numpy as np
+
+    array = values.combine_chunks() if hasattr(values, "combine_chunks") else values
+    data = array.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
+    return int(np.sum(data, dtype=np.uint64))

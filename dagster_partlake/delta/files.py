@@ -1,0 +1,247 @@
+"""Spark writes a table's new Parquet files where they will live; the job returns their facts.
+
+One Spark job (`write_files`) sorts each task's rows by partition and hands them to Python workers
+(`mapInArrow`, `delta.file_writer`), which write each table partition's rows into the table's
+`col=value/` folder under a new unique name (never a shared `_temporary`, never renamed
+afterwards) and return one fact per file: path, size, rows, partition values, the statistics the
+log keeps, and whatever the caller asked to count on the way (per-row flags, sums, content
+hashes). So the commit, the quality gates and `tracked`'s early cutoff need no second read of the
+rows, and the driver never lists a folder or opens a footer. The rows never pass through the
+driver.
+
+Nothing is visible until a commit adds the files. A write that stops before its commit deletes
+the files it knows of (`discarded_on_failure`); files of a process killed outright stay
+unreferenced, invisible to every reader, and `vacuum` removes them after its retention period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from dagster_partlake.delta import file_writer
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.storage.errors import cause_of, storage_error
+from dagster_partlake.storage.location import TableLocation
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+
+# Names of the helper columns a write adds to the rows it hands the workers.
+_FOLDER = "__partlake_folder_{}"
+_FLAG = "__partlake_flag_{}"
+_SUM = "__partlake_sum_{}"
+_HASH = "__partlake_hash_{}"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """One Parquet file a write put under the table, not committed yet."""
+
+    relative_path: str  # relative to the table root, '/'-separated, not URL-encoded
+    size: int
+    num_records: int
+    partition_values: dict[str, str | None]
+    # Delta file statistics of the `stats_columns` asked for.
+    min_values: dict[str, Any] = field(default_factory=dict)
+    max_values: dict[str, Any] = field(default_factory=dict)
+    null_count: dict[str, int] = field(default_factory=dict)
+    # What the write counted on the way: rows flagged, (sum, non-null count) per summed value,
+    # the wrapping (mod 2**64) sum of each per-row hash.
+    flags: dict[str, int] = field(default_factory=dict)
+    sums: dict[str, tuple[float, int]] = field(default_factory=dict)
+    hashes: dict[str, int] = field(default_factory=dict)
+
+    def stats_json(self) -> str:
+        stats: dict[str, Any] = {"numRecords": self.num_records}
+        if self.min_values:
+            stats["minValues"] = self.min_values
+            stats["maxValues"] = self.max_values
+        if self.null_count:
+            stats["nullCount"] = self.null_count
+        return json.dumps(stats, default=str)
+
+    @classmethod
+    def from_fact(cls, fact: str) -> WrittenFile:
+        data = json.loads(fact)
+        return cls(
+            relative_path=data["path"],
+            size=int(data["size"]),
+            num_records=int(data["rows"]),
+            partition_values=dict(data["values"]),
+            min_values=dict(data["min"]),
+            max_values=dict(data["max"]),
+            null_count={k: int(v) for k, v in data["nulls"].items()},
+            flags={k: int(v) for k, v in data["flags"].items()},
+            sums={k: (float(s), int(n)) for k, (s, n) in data["sums"].items()},
+            hashes={k: int(v) for k, v in data["hashes"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Per-row values a write computes on the way, by name: `flags` (booleans, counted where
+    true), `sums` (numbers, summed with their non-null count), `hashes` (64-bit integers,
+    summed modulo 2**64)."""
+
+    flags: Mapping[str, Column] = field(default_factory=dict)
+    sums: Mapping[str, Column] = field(default_factory=dict)
+    hashes: Mapping[str, Column] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """What one write put under a table: its files and their facts."""
+
+    location: TableLocation
+    files: tuple[WrittenFile, ...]
+    schema: pa.Schema  # the table's schema for this write (data columns, then partition ones)
+    partition_by: tuple[str, ...]
+    seconds: float = 0.0  # Spark computing the rows and writing the files
+    facts_seconds: float = 0.0  # turning the job's facts into the files' list
+
+    @property
+    def num_records(self) -> int:
+        return sum(f.num_records for f in self.files)
+
+    def without(self, dropped: Sequence[WrittenFile]) -> WrittenFiles:
+        """The same write without `dropped`, whose files are deleted."""
+        gone = {f.relative_path for f in dropped}
+        self.location.store.delete(sorted(gone))
+        return replace(self, files=tuple(f for f in self.files if f.relative_path not in gone))
+
+    def discard(self) -> None:
+        """Delete every file of the write (it will not be committed)."""
+        self.location.store.delete(f.relative_path for f in self.files)
+
+    def flagged(self, name: str) -> int:
+        return sum(f.flags.get(name, 0) for f in self.files)
+
+
+def write_files(
+    df: DataFrame,
+    location: TableLocation,
+    *,
+    partition_by: Sequence[str],
+    schema: pa.Schema,
+    stats_columns: Sequence[str] = (),
+    extras: Extras | None = None,
+) -> WrittenFiles:
+    """Spark writes the rows of `df` as Parquet files under the table at `location`, one file
+    per table partition per task, and returns their facts (see the module docstring).
+
+    Args:
+        partition_by: the table's partition columns (folders, not stored in the files).
+        schema: the table's schema for this write: its data columns are the files' columns.
+        stats_columns: columns whose min, max and null count go into the log.
+        extras: per-row values to count, sum or hash while writing.
+    """
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    extras = extras or Extras()
+    data_columns = [c for c in schema.names if c not in partition_by]
+    folders = [_FOLDER.format(i) for i in range(len(partition_by))]
+    named = {
+        **{_FLAG.format(n): c for n, c in extras.flags.items()},
+        **{_SUM.format(n): c.cast("double") for n, c in extras.sums.items()},
+        **{_HASH.format(n): c.cast("long") for n, c in extras.hashes.items()},
+    }
+    rows = df.select(
+        *(F.col(f"`{c}`") for c in data_columns),
+        *(
+            F.col(f"`{c}`").cast("string").alias(f)
+            for c, f in zip(partition_by, folders, strict=True)
+        ),
+        *(column.alias(name) for name, column in named.items()),
+    )
+    if folders:
+        rows = rows.sortWithinPartitions(*folders)
+    fs_kind, fs_arguments, root = location.arrow_spec()
+    writer = _writer(
+        fs_kind=fs_kind,
+        fs_arguments=fs_arguments,
+        root=root,
+        data_columns=data_columns,
+        partition_by=list(partition_by),
+        folder_columns=folders,
+        flag_columns=[_FLAG.format(n) for n in extras.flags],
+        sum_columns=[_SUM.format(n) for n in extras.sums],
+        hash_columns=[_HASH.format(n) for n in extras.hashes],
+        # A partition column lives in the folder names, not in the files: no statistics.
+        stats_columns=[c for c in stats_columns if c in data_columns],
+        write_id=uuid.uuid4().hex,
+    )
+    facts = _collect(rows.mapInArrow(writer, "fact string"), location)
+    written = time.perf_counter()
+    files = tuple(_renamed(WrittenFile.from_fact(row["fact"]), extras) for row in facts)
+    return WrittenFiles(
+        location=location,
+        files=files,
+        schema=schema,
+        partition_by=tuple(partition_by),
+        seconds=written - started,
+        facts_seconds=time.perf_counter() - written,
+    )
+
+
+def _collect(job: DataFrame, location: TableLocation) -> list[Any]:
+    """Run the write job; a worker without pyarrow, or a store that refuses a write, as one
+    clear error."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return job.collect()
+    except PySparkException as error:
+        text = str(error)
+        if "No module named 'pyarrow'" in text:
+            raise PartlakeConfigError(
+                "Spark's Python workers have no pyarrow, which writes the table's files: start "
+                "Spark with PYSPARK_PYTHON (or spark.pyspark.python) set to an interpreter that "
+                "has pyarrow (SparkResource sets it to its own), or install pyarrow on the "
+                "workers."
+            ) from error
+        cause = cause_of(error)
+        if cause is not None and not location.is_local:
+            raise storage_error(location, "", error) from error
+        raise
+
+
+def _renamed(written: WrittenFile, extras: Extras) -> WrittenFile:
+    """The file's counted values under the caller's names."""
+    return replace(
+        written,
+        flags={n: written.flags.get(_FLAG.format(n), 0) for n in extras.flags},
+        sums={n: written.sums.get(_SUM.format(n), (0.0, 0)) for n in extras.sums},
+        hashes={n: written.hashes.get(_HASH.format(n), 0) for n in extras.hashes},
+    )
+
+
+def _writer(**arguments: Any) -> Any:
+    """The function mapInArrow calls, with `delta.file_writer` shipped by value (so Spark's
+    workers need pyarrow, not this package)."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(file_writer)
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        return file_writer.write_batches(batches, **arguments)
+
+    return write
+
+
+@contextlib.contextmanager
+def discarded_on_failure(written: WrittenFiles) -> Iterator[None]:
+    """Delete the write's files if the block raises (anything, an interrupt too), then
+    re-raise: they will never be committed."""
+    try:
+        yield
+    except BaseException:
+        written.discard()
+        raise
