@@ -31,7 +31,6 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     )
     from dagster_partlake.kinds.spec import ModelKind as ModelKind
     from dagster_partlake.kinds.spec import model_kind_metadata as model_kind_metadata
-    from dagster_partlake.storage.location import table_path as table_path
     from dagster_partlake.maintenance.job import MaintenanceConfig as MaintenanceConfig
     from dagster_partlake.maintenance.job import build_maintenance_job as build_maintenance_job
     from dagster_partlake.orchestration.launcher import MonitoredRunLauncher as MonitoredRunLauncher
@@ -51,6 +50,7 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     from dagster_partlake.spark.resource import SparkResource as SparkResource
     from dagster_partlake.sql.component import SqlModels as SqlModels
     from dagster_partlake.sql.definition import sql_assets as sql_assets
+    from dagster_partlake.storage.location import table_path as table_path
 
 # The public names: name -> the module defining it, imported on first use (a process such as a
 # no-op `partlake run` imports only the modules its path needs). `__all__` is its keys; a test

@@ -16,18 +16,9 @@ from dagster_partlake.lazy import lazy_names
 if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X as X`)
     from dagster_partlake.delta.history import MAINTENANCE_KEY as MAINTENANCE_KEY
     from dagster_partlake.delta.history import HistoryEntry as HistoryEntry
-    from dagster_partlake.maintenance.restore import RestoreResult as RestoreResult
     from dagster_partlake.delta.history import load_version as load_version
     from dagster_partlake.delta.history import resolve_version as resolve_version
-    from dagster_partlake.maintenance.restore import restore_partitions as restore_partitions
     from dagster_partlake.delta.history import table_history as table_history
-    from dagster_partlake.maintenance.checkpoint import CheckpointResult as CheckpointResult
-    from dagster_partlake.maintenance.compact import CompactedPartition as CompactedPartition
-    from dagster_partlake.maintenance.compact import CompactResult as CompactResult
-    from dagster_partlake.maintenance.vacuum import VacuumResult as VacuumResult
-    from dagster_partlake.maintenance.checkpoint import checkpoint_table as checkpoint_table
-    from dagster_partlake.maintenance.compact import compact_table as compact_table
-    from dagster_partlake.maintenance.vacuum import vacuum_table as vacuum_table
     from dagster_partlake.delta.reader import ReadResult as ReadResult
     from dagster_partlake.delta.reader import TableSnapshot as TableSnapshot
     from dagster_partlake.delta.reader import open_table as open_table
@@ -38,14 +29,23 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     from dagster_partlake.delta.selection import Box as Box
     from dagster_partlake.delta.selection import DateRanges as DateRanges
     from dagster_partlake.delta.selection import PartitionSelection as PartitionSelection
-    from dagster_partlake.delta.writer import StagedWrite as StagedWrite
     from dagster_partlake.delta.state import StateCache as StateCache
     from dagster_partlake.delta.state import TableState as TableState
     from dagster_partlake.delta.state import folder_state as folder_state
     from dagster_partlake.delta.writer import CommitResult as CommitResult
+    from dagster_partlake.delta.writer import StagedWrite as StagedWrite
     from dagster_partlake.delta.writer import commit_staged as commit_staged
     from dagster_partlake.delta.writer import stage_partitions as stage_partitions
     from dagster_partlake.delta.writer import write_partitions as write_partitions
+    from dagster_partlake.maintenance.checkpoint import CheckpointResult as CheckpointResult
+    from dagster_partlake.maintenance.checkpoint import checkpoint_table as checkpoint_table
+    from dagster_partlake.maintenance.compact import CompactedPartition as CompactedPartition
+    from dagster_partlake.maintenance.compact import CompactResult as CompactResult
+    from dagster_partlake.maintenance.compact import compact_table as compact_table
+    from dagster_partlake.maintenance.restore import RestoreResult as RestoreResult
+    from dagster_partlake.maintenance.restore import restore_partitions as restore_partitions
+    from dagster_partlake.maintenance.vacuum import VacuumResult as VacuumResult
+    from dagster_partlake.maintenance.vacuum import vacuum_table as vacuum_table
 
 # The public names: name -> the module defining it, imported on first use (a process such as a
 # no-op `partlake run` imports only the modules its path needs). `__all__` is its keys; a test
