@@ -380,23 +380,32 @@ def read_record(
 def _compact_commit_info(root: Where, version: int) -> dict[str, Any]:
     """`commit_info` for a compact record: a large line is read in bulk
     (`dagster_partlake.delta.commit_scan`), a small one with `compact_pairs`."""
-    from dagster_partlake.delta.commit_scan import scan_commit_info
-
     note_read("commit", root)
     try:
         with as_location(root).store.open(_log(commit_name(version))) as log_file:
-            span = _line_span(log_file, b'{"commitInfo"')
-            if span is None:
-                return {}
-            log_file.seek(span[0])
-            line = log_file.read(span[1] - span[0])  # one copy: `readline` makes several
-        if len(line) > _LARGE_LINE:
-            return scan_commit_info(line)
-        return dict(json.loads(line, object_pairs_hook=compact_pairs)["commitInfo"])
+            return compact_commit_info(log_file)
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
     except FileNotFoundError:
         return {}  # as `commit_info`
+
+
+def compact_commit_info(log_file: BinaryIO) -> dict[str, Any]:
+    """The commitInfo action of an open JSON commit for a compact record ({} if it has none).
+
+    Raises:
+        ValueError: the line is not JSON (a damaged commit file).
+    """
+    from dagster_partlake.delta.commit_scan import scan_commit_info
+
+    span = _line_span(log_file, b'{"commitInfo"')
+    if span is None:
+        return {}
+    log_file.seek(span[0])
+    line = log_file.read(span[1] - span[0])  # one copy: `readline` makes several
+    if len(line) > _LARGE_LINE:
+        return scan_commit_info(line)
+    return dict(json.loads(line, object_pairs_hook=compact_pairs)["commitInfo"])
 
 
 def _line_span(log_file: BinaryIO, prefix: bytes) -> tuple[int, int] | None:

@@ -76,6 +76,11 @@ class Store(Protocol):
         ...
 
 
+def _ms(stat: os.stat_result) -> int:
+    """A file's modification time in whole ms, as partlake's state has always counted it."""
+    return stat.st_mtime_ns // 1_000_000
+
+
 class LocalStore:
     """A `Store` on the local disk, through the operating system."""
 
@@ -96,7 +101,7 @@ class LocalStore:
             with contextlib.suppress(FileNotFoundError):
                 if entry.is_file():
                     stat = entry.stat()
-                    found.append(Entry(entry.name, stat.st_size, int(stat.st_mtime * 1000)))
+                    found.append(Entry(entry.name, stat.st_size, _ms(stat)))
         return found
 
     def walk(self, folder: str = "", *, skip_hidden: bool = True) -> list[Entry]:
@@ -111,7 +116,7 @@ class LocalStore:
                 with contextlib.suppress(FileNotFoundError):
                     stat = os.stat(full)
                     relative = os.path.relpath(full, base).replace(os.sep, "/")
-                    found.append(Entry(relative, stat.st_size, int(stat.st_mtime * 1000)))
+                    found.append(Entry(relative, stat.st_size, _ms(stat)))
         return found
 
     def read(self, name: str) -> bytes:
@@ -129,7 +134,7 @@ class LocalStore:
             stat = os.stat(self._full(name))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return Entry(posixpath.basename(name), stat.st_size, int(stat.st_mtime * 1000))
+        return Entry(posixpath.basename(name), stat.st_size, _ms(stat))
 
     def delete(self, names: Iterable[str]) -> int:
         deleted = 0
