@@ -61,6 +61,11 @@ class LogFiles:
         folders, so there the listing (`names`) decides."""
         return os.path.isdir(self.folder) if self.local else True
 
+    def table_may_exist(self) -> bool:
+        """Whether a table may be here now: on disk, its log folder exists; on an object store,
+        its first commit does (one request; a table starts at version 0)."""
+        return self.folder_exists() if self.local else self.has_commit(0)
+
     def names(self) -> list[str]:
         """The names of the files directly in the log folder (one listing).
 

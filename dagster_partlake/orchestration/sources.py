@@ -25,8 +25,8 @@ from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, 
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
 from dagster_partlake.partitions.keys import dimension_columns
 from dagster_partlake.planning.convert import read_state, to_partition_states
-from dagster_partlake.planning.graph import LakeAsset, io_manager_root
-from dagster_partlake.storage.location import table_path
+from dagster_partlake.planning.graph import LakeAsset, io_manager_lake
+from dagster_partlake.storage.location import table_location
 
 _cache = StateCache()
 
@@ -87,13 +87,17 @@ def partlake_source(
     )
     def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
         io_manager = getattr(context.resources, io_manager_key)
-        location = table_path(root or io_manager_root([io_manager]), asset_key, path)
+        lake = io_manager_lake([io_manager])
+        location = table_location(
+            root or lake, asset_key, path, lake.storage_options if lake is not None else None
+        )
         asset = LakeAsset(
             key=asset_key,
             name=name,
             partitions_def=partitions_def,
             columns=columns,
-            path=location,
+            path=location.uri,
+            location=location,
             is_source=True,
             is_folder=folder,
             code_version=None,

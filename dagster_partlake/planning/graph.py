@@ -1,8 +1,9 @@
 """A code location's assets as partlake sees them: `LakeGraph`.
 
 Read once from the `Definitions` (or a repository's asset graph): per asset its partitions, table
-columns, code version, parents, pools, backfill policy and where its table lives (the lake root
-comes from the code location's IO manager's `lake_location()`, else `$PARTLAKE_HOME`), and the
+columns, code version, parents, pools, backfill policy and where its table lives (its
+`TableLocation`: the lake root and its storage options come from the code location's IO
+manager's `lake_location()`, else `$PARTLAKE_HOME`), and the
 planner's view of the graph with each edge's partition mapping as functions
 (`dagster_partlake.partitions.mappings`). A long-lived process (the sensor's code server) keeps
 one graph, so what is derived from it is computed once: the planner's assets, the existing
@@ -13,7 +14,7 @@ keeps between plans is the `PlanningSession`'s, not the graph's.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -40,7 +41,12 @@ from dagster_partlake.partitions.keys import (
 from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
 from dagster_partlake.planning.batches import RunRules
 from dagster_partlake.planning.planner import Dependency, Key, PlanAsset
-from dagster_partlake.storage.location import TableLocation, lake_location, table_path
+from dagster_partlake.storage.location import (
+    TableLocation,
+    as_location,
+    lake_location,
+    table_location,
+)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, RepositoryDefinition
@@ -68,6 +74,12 @@ class LakeAsset:
     # A streaming asset's mode (`incremental.streams`): "available_now" runs are planned as one
     # unit, "continuous" ones never (their table is planned as a source); None: no stream.
     stream: str | None = None
+    # Where its table (or folder) lives, with the lake's storage options; `path` is its URI.
+    location: TableLocation = field(default=None, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.location is None:
+            object.__setattr__(self, "location", as_location(self.path))
 
     @property
     def is_root(self) -> bool:
@@ -83,7 +95,7 @@ class LakeGraph:
         self,
         defs: Definitions | None = None,
         *,
-        root: str | None = None,
+        root: str | TableLocation | None = None,
         asset_graph: AssetGraph | None = None,
         resources: Mapping[str, object] | None = None,
     ) -> None:
@@ -95,7 +107,17 @@ class LakeGraph:
             asset_graph = defs.resolve_asset_graph()
         self.asset_graph = asset_graph
         resources = resources if resources is not None else (defs.resources if defs else None)
-        self.root = lake_location(root or io_manager_root((resources or {}).values())).uri
+        configured = io_manager_lake((resources or {}).values())
+        # The lake: `root` (a location keeps its options; a path or URI gets the IO manager's
+        # storage options), else the IO manager's, else the default.
+        self.lake = (
+            root
+            if isinstance(root, TableLocation)
+            else lake_location(
+                root or configured, configured.storage_options if configured else None
+            )
+        )
+        self.root = self.lake.uri
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
@@ -107,7 +129,7 @@ class LakeGraph:
             name = key.to_user_string()
             metadata = dict(node.metadata or {})
             is_folder = metadata.get(FORMAT_KEY) == "folder"
-            path = table_path(self.root, key, metadata.get(PATH_KEY))
+            location = table_location(self.lake, key, metadata.get(PATH_KEY))
             columns = tuple(dimension_columns(node.partitions_def, metadata, asset_name=name))
             kind = model_kind(
                 metadata, partitioned=node.partitions_def is not None, asset_name=name
@@ -117,7 +139,8 @@ class LakeGraph:
                 name=name,
                 partitions_def=node.partitions_def,
                 columns=columns,
-                path=path,
+                path=location.uri,
+                location=location,
                 is_source=not node.is_materializable,
                 is_folder=is_folder,
                 code_version=node.code_version,
@@ -317,20 +340,33 @@ def repository_root(repository: RepositoryDefinition, io_manager_key: str) -> st
     """The lake root configured on the code location's IO manager under `io_manager_key`, read
     from its resource definition (what a sensor sees of it without initializing the resource on
     every tick)."""
-    lake = _configured_lake(repository.get_top_level_resources().get(io_manager_key))
+    lake = repository_lake(repository, io_manager_key)
     return lake.uri if lake is not None else None
+
+
+def repository_lake(repository: RepositoryDefinition, io_manager_key: str) -> TableLocation | None:
+    """`repository_root` as a location, with the IO manager's storage options."""
+    return _configured_lake(repository.get_top_level_resources().get(io_manager_key))
 
 
 def assets_root(asset_graph: AssetGraph, io_manager_key: str = "io_manager") -> str | None:
     """The lake root of the IO manager bound to the graph's assets under `io_manager_key`
     (what an automation condition sees of the code location)."""
+    lake = assets_lake(asset_graph, io_manager_key)
+    return lake.uri if lake is not None else None
+
+
+def assets_lake(
+    asset_graph: AssetGraph, io_manager_key: str = "io_manager"
+) -> TableLocation | None:
+    """`assets_root` as a location, with the IO manager's storage options."""
     for key in asset_graph.get_all_asset_keys():
         node = asset_graph.get(key)
         if not node.is_materializable:
             continue
         lake = _configured_lake(node.assets_def.resource_defs.get(io_manager_key))
         if lake is not None:
-            return lake.uri
+            return lake
     return None
 
 
@@ -349,8 +385,15 @@ def _configured_lake(definition: object) -> TableLocation | None:
 def io_manager_root(resources: Iterable[object]) -> str | None:
     """The lake root of the first resource among a code location's resources that stores a
     lake (`lake_location()`), if it names one."""
+    lake = io_manager_lake(resources)
+    return lake.uri if lake is not None else None
+
+
+def io_manager_lake(resources: Iterable[object]) -> TableLocation | None:
+    """`io_manager_root` as a location, with that resource's storage options."""
     for resource in resources:
         located = getattr(resource, "lake_location", None)
         if callable(located) and getattr(resource, "root", None) is not None:
-            return located().uri
+            lake = located()
+            return lake if isinstance(lake, TableLocation) else None
     return None

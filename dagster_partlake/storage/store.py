@@ -75,6 +75,11 @@ class Store(Protocol):
         """Copy a file within the location (an object store has no atomic rename)."""
         ...
 
+    def move(self, source: str, target: str) -> None:
+        """Move a file within the location: a rename on disk, a copy and a delete on an
+        object store."""
+        ...
+
 
 def _ms(stat: os.stat_result) -> int:
     """A file's modification time in whole ms, as partlake's state has always counted it."""
@@ -162,6 +167,12 @@ class LocalStore:
         os.makedirs(os.path.dirname(full), exist_ok=True)
         shutil.copyfile(self._full(source), full)
 
+    def move(self, source: str, target: str) -> None:
+        REQUESTS["put"] += 1
+        full = self._full(target)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        shutil.move(self._full(source), full)
+
 
 class ArrowStore:
     """A `Store` on an object store, through a pyarrow filesystem."""
@@ -244,6 +255,10 @@ class ArrowStore:
         REQUESTS["put"] += 1
         with self._errors(source):
             self.fs.copy_file(self._full(source), self._full(target))
+
+    def move(self, source: str, target: str) -> None:
+        self.copy(source, target)
+        self.delete([source])
 
     @contextlib.contextmanager
     def _errors(self, name: str) -> Iterator[None]:
