@@ -29,9 +29,10 @@ partitioned and every table and folder is on local disk (one on an object store 
 requests to check, and correctness comes first: such a code location always plans in full,
 from its on-disk table states). This assumes what Dagster's own code servers assume: a code
 location's `Definitions` (its assets, partitions, mappings) follow from its code and
-environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0` turns the shortcut off (no
-answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests), an answer from the
-shortcut is followed by the full path anyway, and a full plan that is not fresh fails loudly.
+environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0` turns
+the shortcut off (no answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests),
+an answer from the shortcut is followed by the full path anyway, and a full plan that is not
+fresh fails loudly.
 
 This module imports only the standard library and partlake's base layer at import time: it is
 what a no-op pays for.
