@@ -7,11 +7,13 @@ file or two per table). On an object store each question is a request, so the an
 shaped to cost few:
 
 - whether a commit exists is asked by reading it (a missing object costs one request; a HEAD of
-  a missing object costs pyarrow a HEAD and a LIST), and what was read is kept for the caller
-  that reads the commit next (`open`);
+  a missing object costs pyarrow a HEAD and a LIST), and what was read is kept;
+- a JSON file of the log is fetched once: what `open` reads is kept for the next reader (a
+  replay reads a commit up to three times: for its metaData, its actions and its record), up
+  to `_KEEP_BYTES` (a larger one is streamed each time);
 - the log is listed at most once per `LogFiles` (`entries`), and only when the caller must know
   every file (a cold read, a follow that found a new commit);
-- a commit's stamp (size, time) is one HEAD.
+- a commit's stamp (size, time) is one HEAD, asked once.
 
 One `LogFiles` lives as long as one sync of a table: what it keeps is never stale for longer.
 """
@@ -44,6 +46,7 @@ class LogFiles:
         self.folder = os.path.join(self.location.uri, LOG_DIR) if self.local else LOG_DIR
         self._kept: dict[str, bytes] = {}
         self._entries: dict[str, Entry] | None = None
+        self._heads: dict[str, Entry | None] = {}
 
     @property
     def root(self) -> str:
@@ -135,7 +138,9 @@ class LogFiles:
     def _entry(self, name: str) -> Entry | None:
         if self._entries is not None:
             return self._entries.get(name)
-        return self.location.store.head(self.path(name))
+        if name not in self._heads:
+            self._heads[name] = self.location.store.head(self.path(name))
+        return self._heads[name]
 
     def open(self, name: str) -> BinaryIO:
         """A log file for streaming reads (a name with a '/' or a URI: a sidecar elsewhere).
@@ -148,7 +153,13 @@ class LogFiles:
         kept = self._kept.get(name)
         if kept is not None:
             return io.BytesIO(kept)
-        return self.location.store.open(self._relative(name))
+        listed = self._entries.get(name) if self._entries is not None else None
+        if listed is not None and listed.size > _KEEP_BYTES:
+            return self.location.store.open(self._relative(name))
+        data = self.location.store.read(self._relative(name))
+        if len(data) <= _KEEP_BYTES:
+            self._kept[name] = data
+        return io.BytesIO(data)
 
     def parquet_source(self, name: str) -> Any:
         """What `pyarrow.parquet.ParquetFile` opens the log file `name` from: a local path (read

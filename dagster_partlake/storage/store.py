@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 # Requests by kind (list, get, head, delete, put) made through any store in this process.
 REQUESTS: Counter[str] = Counter()
+# Buckets (or containers) seen to exist, by (scheme, endpoint, bucket): an empty listing in one
+# is a folder with nothing in it, not a missing bucket (asked once per process).
+_BUCKETS: set[tuple[str, str | None, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,8 @@ class ArrowStore:
         selector = pafs.FileSelector(base, allow_not_found=True, recursive=recursive)
         with self._errors(folder or "."):
             infos = self.fs.get_file_info(selector)
+        if not infos:
+            self._check_bucket(folder)
         for info in infos:
             if info.type != pafs.FileType.File:
                 continue
@@ -259,6 +264,28 @@ class ArrowStore:
     def move(self, source: str, target: str) -> None:
         self.copy(source, target)
         self.delete([source])
+
+    def _check_bucket(self, name: str) -> None:
+        """Raise the clear error when the location's bucket does not exist (an object store
+        lists a missing bucket as an empty folder)."""
+        import pyarrow.fs as pafs
+
+        from dagster_partlake.storage.options import endpoint
+
+        bucket = self.root.split("/", 1)[0]
+        key = (self.location.scheme, endpoint(self.location.options), bucket)
+        if key in _BUCKETS:
+            return
+        REQUESTS["head"] += 1
+        with self._errors(name or "."):
+            info = self.fs.get_file_info(bucket)
+        if info.type == pafs.FileType.NotFound:
+            from dagster_partlake.storage.errors import storage_error
+
+            raise storage_error(
+                self.location, name, OSError(f"NoSuchBucket: the bucket {bucket} does not exist")
+            )
+        _BUCKETS.add(key)
 
     @contextlib.contextmanager
     def _errors(self, name: str) -> Iterator[None]:
