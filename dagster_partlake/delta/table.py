@@ -76,7 +76,11 @@ def _log(name: str) -> str:
 
 
 def table_exists(where: Where) -> bool:
-    """Whether a Delta table lives at `where` (a local path or a location)."""
+    """Whether a Delta table lives at `where` (a local path or a location).
+
+    Raises:
+        StorageError: the object store refused or did not answer.
+    """
     location = as_location(where)
     if location.is_local:
         if not os.path.isdir(os.path.join(location.uri, LOG_DIR)):
@@ -86,7 +90,12 @@ def table_exists(where: Where) -> bool:
         return bool(DeltaTable.is_deltatable(location.uri))
     from deltalake import DeltaTable
 
-    return bool(DeltaTable.is_deltatable(location.delta_uri, location.delta_options))
+    try:
+        return bool(DeltaTable.is_deltatable(location.delta_uri, location.delta_options))
+    except OSError as error:  # an object store that refused or did not answer
+        from dagster_partlake.storage.errors import storage_error
+
+        raise storage_error(location, "", error) from error
 
 
 def is_delta_error(error: BaseException) -> bool:
