@@ -16,8 +16,9 @@ interleaved, `--repeats` times, each on a fresh copy of the same source table:
 
 The S3 server is s3proxy (scripts/s3_server.py, its filesystem backend on this machine's disk),
 started once with the JVM's full JIT (`--full-jit`: the tests' C1-only JIT starts faster but
-serves slower). A source copy on S3 is uploaded through the server (setup, not measured). Reported: every sample, the medians, partlake / floor per repeat
-for each place and their medians (the ratio the docs quote), and where partlake's time went.
+serves slower). A source copy on S3 is uploaded through the server (setup, not measured).
+Reported: every sample, the medians, partlake / floor per repeat for each place and their medians
+(the ratio the docs quote), and where partlake's time went.
 """
 
 from __future__ import annotations
