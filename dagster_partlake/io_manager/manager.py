@@ -73,6 +73,7 @@ from dagster_partlake.spec.model import (
     spec_of,
 )
 from dagster_partlake.storage.location import TableLocation, lake_location, table_location
+from dagster_partlake.storage.options import redacted
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         self._reads.clear()
+
+    def __repr_args__(self) -> Any:
+        # Secrets never reach a repr, and so no log line or error message that shows one.
+        for name, value in super().__repr_args__():
+            yield name, (redacted(value) if name == "storage_options" else value)
 
     def lake_location(self) -> TableLocation:
         """The lake root, with the IO manager's storage options."""
