@@ -1,9 +1,13 @@
 """A small code location for the S3 tests (tests/test_s3_lake.py): one table `parts`, partitioned
 by the static keys of `$S3_TEST_PARTS` (comma-separated), its rows tagged with `$S3_TEST_TAG`,
-read by `part_totals`; the lake at `$PARTLAKE_LAKE_ROOT` (an `s3://` URI), the credentials and
-the endpoint from the standard AWS environment variables."""
+read by `part_totals` (a fault drill names a file in `$S3_TEST_STARTED` that `parts` creates
+when it starts, and makes it wait `$S3_TEST_SLEEP` seconds); the lake at `$PARTLAKE_LAKE_ROOT`
+(an `s3://` URI), the credentials and the endpoint from the standard AWS environment
+variables."""
 
 import os
+import time
+from pathlib import Path
 
 from dagster import (
     AssetExecutionContext,
@@ -31,6 +35,9 @@ ROWS = 3
 def parts(context: AssetExecutionContext, spark: SparkResource) -> DataFrame:
     """ROWS rows per partition of the run, tagged with the writer's `$S3_TEST_TAG`."""
     tag = os.environ.get("S3_TEST_TAG", "a")
+    if os.environ.get("S3_TEST_STARTED"):
+        Path(os.environ["S3_TEST_STARTED"]).touch()
+    time.sleep(float(os.environ.get("S3_TEST_SLEEP", "0")))
     rows = [(key, n, tag) for key in context.partition_keys for n in range(ROWS)]
     return spark.spark_session.createDataFrame(rows, "part string, n int, tag string")
 

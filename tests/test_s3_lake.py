@@ -3,7 +3,8 @@ CLI in subprocesses (tests/s3_defs.py): two concurrent runs on different partiti
 both land, on the same partition the last one wins whole; `plan`, `run` and `history` on S3; a
 plan with nothing changed makes at most one LIST per table and no GET of a data file (counted at
 the server's door by scripts/s3_counter.py); wrong credentials, a missing bucket and a wrong
-endpoint each give one clear line naming the table."""
+endpoint each give one clear line naming the table. The fault drill (`make test-faults`, marker
+`faults`): the S3 server stopped during a run and started again."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.conftest import REPO_ROOT, run_partlake, subprocess_env
-from tests.servers import S3Server, free_port
+from tests.servers import S3Server, free_port, s3_script, s3_server, wait_until
 
 pytestmark = [pytest.mark.s3, pytest.mark.dagster_cli]
 
@@ -186,3 +187,53 @@ def test_a_bad_s3_setting_is_one_clear_line_naming_the_table(
     assert says in errors[0], errors
     assert "Traceback" not in plan.stderr and "at org." not in plan.stderr, plan.stderr[-3000:]
     assert s3.secret_key not in plan.stdout + plan.stderr
+
+
+@pytest.mark.faults
+def test_the_s3_server_stopped_during_a_run_then_started_again(tmp_path: Path) -> None:
+    """A run that loses the server fails naming the endpoint, commits nothing; with the server
+    back, the next run refreshes what was due."""
+    with s3_server(tmp_path / "own-server") as s3:
+        ok = s3_env(tmp_path, s3, "drill", "fill", S3_TEST_PARTS="p1", S3_TEST_TAG="first")
+        done = run_partlake("run", "-m", MODULE, env=ok, timeout=900)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        version = table(s3, "drill/warehouse/parts").version()
+
+        started = tmp_path / "parts-started"
+        lost = s3_env(
+            tmp_path, s3, "drill", "lost", S3_TEST_PARTS="p1,p2", S3_TEST_TAG="second",
+            S3_TEST_STARTED=str(started), S3_TEST_SLEEP="20",
+        )  # fmt: skip
+        run = subprocess.Popen(
+            [sys.executable, "-m", "dagster_partlake.cli", "run", "-m", MODULE],
+            cwd=REPO_ROOT, env=lost, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_until(started.exists, timeout=600, what="the run's parts step to start")
+            stopped = s3_script(s3.state, "stop", timeout=60)
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            out, err = run.communicate(timeout=600)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode != 0, out[-2000:]
+        failed = [line for line in out.splitlines() if line.startswith("[FAILED]")]
+        assert failed and s3.endpoint in out, out[-3000:] + err[-3000:]
+        assert s3.secret_key not in out + err
+
+        port = s3.endpoint.rsplit(":", 1)[1]
+        again = s3_script(
+            s3.state, "start", "--port", port, "--bucket", s3.bucket,
+            "--access-key", s3.access_key, "--secret-key", s3.secret_key,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stdout + again.stderr
+        # Nothing half-committed: the table is as the first run left it.
+        parts = table(s3, "drill/warehouse/parts")
+        assert parts.version() == version
+        assert rows(parts) == [("p1", n, "first") for n in range(3)]
+        back = {**lost, "S3_TEST_SLEEP": "0", "S3_TEST_STARTED": ""}
+        done = run_partlake("run", "-m", MODULE, env=back, timeout=900)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert rows(table(s3, "drill/warehouse/parts")) == [
+            ("p1", n, "first") for n in range(3)
+        ] + [("p2", n, "second") for n in range(3)]
