@@ -190,7 +190,9 @@ def main(argv: list[str] | None = None) -> None:
         result["backfill"] = summarize(samples)
         result["machine"]["load_average_at_end"] = _load()
     finally:
-        subprocess.run([PY, str(S3_SCRIPT), "--state", str(state), "stop"], timeout=120)
+        subprocess.run(
+            [PY, str(S3_SCRIPT), "--state", str(state), "stop"], stdout=sys.stderr, timeout=120
+        )
         shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(result, indent=2)
     print(text)
