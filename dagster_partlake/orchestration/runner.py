@@ -402,9 +402,17 @@ def _execute(
 
 def _root_cause(error: SerializableErrorInfo | None) -> str:
     # Dagster wraps the user's exception ("Error occurred while handling output ..."): show the
-    # innermost cause, which names the actual problem.
+    # innermost cause, which names the actual problem, unless a partlake error on the way says
+    # it in words (a `StorageError` names the table and endpoint of the `OSError` it wraps).
+    ours = None
     while error is not None and getattr(error, "cause", None) is not None:
+        if (getattr(error, "message", "") or "").startswith("dagster_partlake."):
+            ours = error
         error = error.cause
+    if ours is not None and not (getattr(error, "message", "") or "").startswith(
+        "dagster_partlake."
+    ):
+        error = ours
     message = (getattr(error, "message", "") or "failed").strip().splitlines()[0]
     # "dagster_partlake.gates.spec.GateFailedError: quality gate failed ...": partlake's own
     # errors say what went wrong in their message; the class path is noise.
