@@ -237,3 +237,26 @@ def test_the_s3_server_stopped_during_a_run_then_started_again(tmp_path: Path) -
         assert rows(table(s3, "drill/warehouse/parts")) == [
             ("p1", n, "first") for n in range(3)
         ] + [("p2", n, "second") for n in range(3)]
+
+
+def test_a_failed_runs_line_shows_partlakes_error_not_the_oserror_it_wraps() -> None:
+    """What the stopped-server drill meets: Dagster's wrapper, then partlake's `StorageError`
+    naming the table and endpoint, then pyarrow's bare `OSError`."""
+    from dagster._utils.error import SerializableErrorInfo as Info
+
+    from dagster_partlake.orchestration.runner import _root_cause
+
+    bare = Info("OSError: Kernel error -> Generic S3 error\n", [], "OSError")
+    ours = Info(
+        "dagster_partlake.errors.StorageError: cannot access s3://lake/t (endpoint "
+        "http://127.0.0.1:9): the endpoint does not answer\n",
+        [],
+        "StorageError",
+        cause=bare,
+    )
+    wrapped = Info("DagsterExecutionHandleOutputError: Error occurred\n", [], "X", cause=ours)
+    assert _root_cause(wrapped) == (
+        "cannot access s3://lake/t (endpoint http://127.0.0.1:9): the endpoint does not answer"
+    )
+    # Without a partlake error on the way, the innermost cause, as before.
+    assert _root_cause(Info("X: wrapper\n", [], "X", cause=bare)) == bare.message.strip()
