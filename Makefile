@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install jars demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots
+.PHONY: install jars demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots demo-s3
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -65,6 +65,11 @@ demo: check-java install
 	$(BIN)/python -m definitions.exports --date 2024-01-02
 	$(BIN)/partlake run -m definitions
 
+# The same demo with the lake on the local S3 server (s3proxy from `make test-deps`), then the lake
+# through the server's listing (scripts/demo_s3.sh; S3_DEMO_PORT, default 9090).
+demo-s3: check-java install
+	@scripts/demo_s3.sh
+
 dev: install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
@@ -82,10 +87,11 @@ lint: install
 
 # Only the tests that need neither Spark nor a Dagster subprocess.
 # The fault drills (tests/test_faults.py): killed run workers, a lost Spark Connect server, a
-# PostgreSQL restart, a re-created table, two partlake runs on one plan. About half an hour,
+# PostgreSQL restart, a re-created table, two partlake runs on one plan, the S3 server stopped
+# during a run (tests/test_s3_lake.py). About half an hour,
 # so not part of `make test`; run them nightly or before a release.
 test-faults: check-java install
-	$(BIN)/python -m pytest -m faults tests/test_faults.py
+	$(BIN)/python -m pytest -m faults tests/test_faults.py tests/test_s3_lake.py
 
 # The soak (benchmarks/soak.py): the example under dagster dev with the sensor on while source
 # partitions are rewritten at random for MINUTES; JSON in benchmarks/out/soak.json.
@@ -105,6 +111,7 @@ bench-backfill: check-java install
 
 bench-plan: install
 	$(BIN)/python benchmarks/plan_scale.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.plan_requests
 
 bench-merge: check-java install
 	$(BIN)/python -m benchmarks.merge_scale $(BENCH_ARGS)

@@ -19,6 +19,7 @@ from dagster import (
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource
 from definitions.assets import build_lakehouse
+from definitions.lake import lake_root
 
 warnings.filterwarnings("ignore", category=BetaWarning)
 
@@ -39,6 +40,10 @@ spark = SparkResource(
 )
 defs = Definitions(
     assets=build_lakehouse(daily, monthly),
-    resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
+    # $PARTLAKE_LAKE_ROOT puts the lake on an object store (benchmarks/backfill_s3.py).
+    resources={
+        "spark": spark,
+        "io_manager": DeltaPartitionIOManager(spark=spark, root=lake_root()),
+    },
     executor=in_process_executor,
 )

@@ -24,6 +24,7 @@ from definitions.assets import (  # noqa: E402
     monthly_region_stats,
     raw_events,
 )
+from definitions.lake import lake_root  # noqa: E402
 from definitions.models import MODEL_ASSETS  # noqa: E402
 from definitions.partitions import daily_region, monthly_region  # noqa: E402
 
@@ -47,6 +48,10 @@ spark = SparkResource(
     # How long a call waits for a Spark Connect server that does not answer.
     connect_wait_seconds=int(os.environ.get("PARTLAKE_SPARK_CONNECT_WAIT_SECONDS", "60")),
 )
+
+# The lake: $PARTLAKE_LAKE_ROOT (an object store URI for `make demo-s3`), else $PARTLAKE_HOME on
+# local disk; an object store's endpoint and keys come from the AWS environment variables.
+io_manager = DeltaPartitionIOManager(spark=spark, root=lake_root())
 
 # Compact, vacuum and checkpoint every managed table each night: nothing becomes stale.
 maintenance = build_maintenance_job()
@@ -84,7 +89,7 @@ defs = Definitions(
             description="Nightly table maintenance (compact, vacuum, checkpoint).",
         )
     ],
-    resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
+    resources={"spark": spark, "io_manager": io_manager},
     # One process per run, so a run starts at most one local Spark; Spark parallelises inside.
     executor=in_process_executor,
 )

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from dagster_partlake.storage.location import table_path
+from definitions.lake import table
 from definitions.partitions import EXPORTS_END, EXPORTS_START
 
 PLANS = ["free", "pro", "team"]
@@ -47,16 +47,17 @@ def generate(date: dt.date, users: int, seed: int = 0) -> pa.Table:
 
 
 def write_export(date: dt.date, users: int = 50, seed: int = 0, root: str | None = None) -> str:
-    """Write (or replace) one day's export; returns the table path."""
-    path = table_path(root, ["user_exports"])
+    """Write (or replace) one day's export; returns the table path (or URI)."""
+    location = table(["user_exports"], root)
     write_deltalake(
-        path,
+        location.delta_uri,
         generate(date, users, seed),
         mode="overwrite",
         partition_by=["date"],
         predicate=f"date = '{date.isoformat()}'",
+        storage_options=location.delta_options,
     )
-    return path
+    return location.uri
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
-from dagster_partlake.storage.location import table_path
+from definitions.lake import table
 
 PLANS = ["free", "pro", "team"]
 
@@ -42,9 +42,14 @@ def changes(batch: int, users: int = 20) -> pa.Table:
 
 def append_changes(batch: int, users: int = 20, root: str | None = None) -> str:
     """Append one batch to the change feed (never rewrites it); returns the table path."""
-    path = table_path(root, ["user_changes"])
-    write_deltalake(path, changes(batch, users), mode="append")
-    return path
+    location = table(["user_changes"], root)
+    write_deltalake(
+        location.delta_uri,
+        changes(batch, users),
+        mode="append",
+        storage_options=location.delta_options,
+    )
+    return location.uri
 
 
 def payments(number: int, rows: int = 100) -> pa.Table:
@@ -60,10 +65,17 @@ def payments(number: int, rows: int = 100) -> pa.Table:
 
 
 def drop_payments(number: int, rows: int = 100, root: str | None = None) -> str:
-    """Drop payment file `number` into the landing folder, whole (write, then rename)."""
-    folder = table_path(root, ["payment_files"])
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"payments-{number:05d}.parquet")
+    """Drop payment file `number` into the landing folder, whole (on disk: write, then rename;
+    an object store shows an object whole once its PUT is done)."""
+    folder = table(["payment_files"], root)
+    name = f"payments-{number:05d}.parquet"
+    if not folder.is_local:
+        buffer = pa.BufferOutputStream()
+        pq.write_table(payments(number, rows), buffer)
+        folder.store.write(name, buffer.getvalue().to_pybytes())
+        return folder.join(name).uri
+    os.makedirs(folder.path, exist_ok=True)
+    path = os.path.join(folder.path, name)
     pq.write_table(payments(number, rows), path + ".tmp")
     os.replace(path + ".tmp", path)
     return path

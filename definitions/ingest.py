@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import write_deltalake
 
-from dagster_partlake.storage.location import table_path
+from definitions.lake import table
 from definitions.partitions import REGIONS, START_DATE
 
 EVENT_TYPES = ["view", "click", "purchase", "refund"]
@@ -41,7 +41,7 @@ SCHEMA = pa.schema(
 
 
 def raw_events_path(root: str | None = None) -> str:
-    return table_path(root, ["raw_events"])
+    return table(["raw_events"], root).uri
 
 
 def _region_code(region: str) -> int:
@@ -104,16 +104,17 @@ def write_partition(
     root: str | None = None,
     missing_ids: int = 0,
 ) -> str:
-    """Write (or replace) one partition of raw_events; returns the table path."""
-    path = raw_events_path(root)
+    """Write (or replace) one partition of raw_events; returns the table path (or URI)."""
+    location = table(["raw_events"], root)
     write_deltalake(
-        path,
+        location.delta_uri,
         generate(date, region, rows, seed, missing_ids),
         mode="overwrite",
         partition_by=["date", "region"],
         predicate=f"date = '{date.isoformat()}' AND region = '{region}'",
+        storage_options=location.delta_options,
     )
-    return path
+    return location.uri
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -113,9 +113,11 @@ def start(
     secret_key: str = DEMO_SECRET_KEY,
     jar: Path | None = None,
     timeout: float = 120,
+    full_jit: bool = False,
 ) -> dict[str, object]:
     """Start s3proxy on 127.0.0.1:`port`, storing under `state`/data, with `buckets` created;
-    returns what `env` prints (endpoint, keys, region, pid, seconds until it answered)."""
+    returns what `env` prints (endpoint, keys, region, pid, seconds until it answered). The JVM
+    compiles with C1 only (starts faster, for tests) unless `full_jit` (for benchmarks)."""
     jar = jar or jar_path()
     if not jar.is_file():
         raise SystemExit(f"Error: {jar} is missing: run `make test-deps` (s3_server.py install).")
@@ -143,8 +145,8 @@ def start(
     started = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            ["java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-jar", str(jar),
-             "--properties", str(properties)],
+            ["java", "-Xmx512m", *([] if full_jit else ["-XX:TieredStopAtLevel=1"]),
+             "-jar", str(jar), "--properties", str(properties)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group, stopped as one
         )  # fmt: skip
@@ -224,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--access-key", default=DEMO_ACCESS_KEY)
     go.add_argument("--secret-key", default=os.environ.get("PARTLAKE_S3_SECRET", DEMO_SECRET_KEY))
     go.add_argument("--timeout", type=float, default=120)
+    go.add_argument(
+        "--full-jit", action="store_true", help="the JVM's full JIT (benchmarks), not C1 only"
+    )
     sub.add_parser("stop", help="stop the server")
     sub.add_parser("status", help="say whether it runs (exit 3 if not)")
     sub.add_parser("env", help="print export lines for AWS clients")
@@ -235,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         state.mkdir(parents=True, exist_ok=True)
         info = start(
             state=state, port=args.port, buckets=args.bucket, access_key=args.access_key,
-            secret_key=args.secret_key, timeout=args.timeout,
+            secret_key=args.secret_key, timeout=args.timeout, full_jit=args.full_jit,
         )  # fmt: skip
         print(f"s3proxy running: pid {info['pid']}, {info['endpoint']}, data {info['data']} "
               f"(answered after {info['started_seconds']} s)")  # fmt: skip

@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
 from dagster_partlake.spark import jars as spark_jars
 from dagster_partlake.spark.resource import SparkResource
 from tests.conftest import REPO_ROOT, subprocess_env
@@ -92,7 +93,10 @@ def test_storage_options_become_s3a_settings_without_their_secrets(
         "fs.s3a.access.key": "key-id-1234",
         "fs.s3a.secret.key": "secret-5678",
     }
-    shown = repr(resource) + str(resource) + repr(resource.s3a())
+    io_manager = DeltaPartitionIOManager(
+        spark=resource, root="s3://lake/prod", storage_options=options
+    )
+    shown = repr(resource) + str(resource) + repr(resource.s3a()) + repr(io_manager)
     assert "secret-5678" not in shown and "key-id-1234" not in shown
     assert "secret-5678" not in json.dumps(conf)
     assert "spark.jars" not in conf and "spark.sql.extensions" not in conf  # none fetched there

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dagster_partlake.planning.planner import Plan
     from dagster_partlake.planning.runs import RunPlan
     from dagster_partlake.planning.session import PlanningSession, PlanResult
+    from dagster_partlake.storage.location import TableLocation
 
 
 def boundary(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,7 +106,7 @@ def plan_code_location(
 @dataclass(frozen=True)
 class HistoryTarget:
     name: str
-    path: str
+    path: TableLocation  # the table (its URI and storage options)
     selection: PartitionSelection | None  # None: the whole table
     partition_id: Callable[[Mapping[str, str | None]], str] | None  # values -> partition key
 
@@ -150,9 +151,9 @@ def table_target(graph: LakeGraph, asset: str, partition: str | None) -> History
                 "partitions, so its partitions have no commits of their own; run without "
                 "--partition."
             )
-    snapshot = open_table(found.path, table_name=asset)
+    snapshot = open_table(found.location, table_name=asset)
     if not found.columns or found.decoupled:
-        return HistoryTarget(asset, found.path, None, lambda _values: WHOLE_TABLE_ID)
+        return HistoryTarget(asset, found.location, None, lambda _values: WHOLE_TABLE_ID)
     codec = KeyCodec(found.columns, snapshot.column_types)
     columns = [c.column for c in found.columns]
 
@@ -165,7 +166,7 @@ def table_target(graph: LakeGraph, asset: str, partition: str | None) -> History
         if partition is not None
         else None
     )
-    return HistoryTarget(asset, found.path, selection, partition_id)
+    return HistoryTarget(asset, found.location, selection, partition_id)
 
 
 def code_location_spark(

@@ -24,12 +24,15 @@ all of these still hold, and otherwise plans as usual:
   failed by the full path).
 
 A plan is kept only when it can be described that way: its module was imported by this process
-(not before, so its reads were recorded), no table was unreadable and no asset is dynamically
-partitioned. This assumes what Dagster's own code servers assume: a code location's
-`Definitions` (its assets, partitions, mappings) follow from its code and environment, and from
-the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0` turns the shortcut off (no
-answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests), an answer from the
-shortcut is followed by the full path anyway, and a full plan that is not fresh fails loudly.
+(not before, so its reads were recorded), no table was unreadable, no asset is dynamically
+partitioned and every table and folder is on local disk (one on an object store would cost
+requests to check, and correctness comes first: such a code location always plans in full,
+from its on-disk table states). This assumes what Dagster's own code servers assume: a code
+location's `Definitions` (its assets, partitions, mappings) follow from its code and
+environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0` turns
+the shortcut off (no answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests),
+an answer from the shortcut is followed by the full path anyway, and a full plan that is not
+fresh fails loudly.
 
 This module imports only the standard library and partlake's base layer at import time: it is
 what a no-op pays for.
@@ -205,7 +208,11 @@ class Loading:
         """Note the folder sources as they are before the plan (a file landing while it plans
         then makes the next process plan again)."""
         if not _off():
-            self.trees = {a.path: _tree(a.path) for a in graph.assets.values() if a.is_folder}
+            self.trees = {
+                a.path: _tree(a.path)
+                for a in graph.assets.values()
+                if a.is_folder and a.location.is_local
+            }
 
 
 _loading: list[Loading] = []  # the recording in progress (at most one)
@@ -287,6 +294,7 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         or result.plan.unreadable
         or graph.has_dynamic_partitions
         or session.cache.persist_dir is None
+        or any(not asset.location.is_local for asset in graph.assets.values())
     ):
         return None
     followed, valid_until = _next_window(graph, loading.started)

@@ -32,6 +32,9 @@ partition's lastUpdated is the time of the newest commit that changed it
 `read_file_actions` reads the actions of commits made since a state was read the same way, as
 columns (`dagster_partlake.delta.state` follows a table with them).
 
+Every file is named relative to the log folder and opened through `log_files.LogFiles`, so a
+table on an object store replays the same way as one on disk (one listing, one read per file).
+
 Nothing here converts Arrow data through pandas: pyarrow imports pandas (about 110 MB) for
 `to_numpy`, `group_by`, `pyarrow.parquet.read_table`, `pa.array` and Python scalars, so columns
 are read through their buffers.
@@ -40,7 +43,6 @@ are read through their buffers.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -51,11 +53,13 @@ from dagster_partlake.columnar.interner import VALUES
 from dagster_partlake.columnar.intmap import ABSENT, IntMap
 from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.delta.change_rule import PARTLAKE_KEYS, ChangeTimes, commit_clock
+from dagster_partlake.delta.log_files import LogFiles
 from dagster_partlake.delta.log_listing import SIDECARS, Listing
 from dagster_partlake.delta.partition_text import TEXT_TYPES, normalized
 from dagster_partlake.delta.protocol import Protocol, check_readable
 from dagster_partlake.errors import TableUnreadableError
-from dagster_partlake.layout import commit_file, log_dir
+from dagster_partlake.layout import commit_name
+from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     import numpy as np
@@ -134,21 +138,27 @@ class CannotReplay(Exception):
 
 
 def read_log_state(
-    root: str, *, version: int | None = None, table_name: str | None = None
+    root: str | TableLocation | LogFiles,
+    *,
+    version: int | None = None,
+    table_name: str | None = None,
 ) -> LogState | None:
-    """The partition state of the table at `root` at `version` (default: the newest), replayed
-    from its log; None if there is no table there (no log, or a log without a commit).
+    """The partition state of the table at `root` (a path, a location, or its `LogFiles`) at
+    `version` (default: the newest), replayed from its log; None if there is no table there
+    (no log, or a log without a commit).
 
     Raises:
         UnreadableTableFeatureError: the table needs a reader feature partlake lacks.
         TableUnreadableError: the log cannot be replayed (a damaged or missing file, or a
             version no longer in the log); `table_name` is used in the message.
+        StorageError: the object store refused or did not answer.
     """
     from dagster_partlake.delta.table import unreadable
 
-    name = table_name or os.path.basename(os.path.abspath(root))
+    files = root if isinstance(root, LogFiles) else LogFiles(root)
+    name = table_name or files.location.name
     try:
-        listing = Listing.of(os.listdir(log_dir(root)))
+        listing = Listing.of(files.names())
     except (FileNotFoundError, NotADirectoryError):
         return None
     newest = listing.newest_version()
@@ -156,23 +166,27 @@ def read_log_state(
         return None
     if version is not None and not 0 <= version <= newest:
         raise TableUnreadableError(
-            f"table {name} at {os.path.abspath(root)} has no version {version}: its newest "
+            f"table {name} at {files.root} has no version {version}: its newest "
             f"version is {newest}."
         )
     try:
-        return _Replay(root, listing, newest if version is None else version, name).run()
+        return _Replay(files, listing, newest if version is None else version, name).run()
     except TableUnreadableError:
         raise
     except Exception as error:  # noqa: BLE001 - explained to the user by `unreadable`
-        raise unreadable(root, error, table_name=name) from error
+        from dagster_partlake.errors import StorageError
+
+        if isinstance(error, StorageError):
+            raise
+        raise unreadable(files.location, error, table_name=name) from error
 
 
 class _Replay:
     """One cold read of a table's log (`read_log_state`)."""
 
-    def __init__(self, root: str, listing: Listing, version: int, name: str) -> None:
-        self.root, self.listing, self.version, self.name = root, listing, version, name
-        self.log = log_dir(root)
+    def __init__(self, files: LogFiles, listing: Listing, version: int, name: str) -> None:
+        self.files, self.listing, self.version, self.name = files, listing, version, name
+        self.root = files.root
         self.checkpoint = listing.newest_checkpoint(version)
         start = 0 if self.checkpoint is None else self.checkpoint.version + 1
         after = [v for v in listing.commits if start <= v <= version]
@@ -180,7 +194,7 @@ class _Replay:
             oldest = _oldest_readable(listing)
             if oldest is not None and version < oldest:
                 raise TableUnreadableError(
-                    f"version {version} of table {name} at {os.path.abspath(root)} is no longer "
+                    f"version {version} of table {name} at {files.root} is no longer "
                     f"in its log: the oldest version it can still rebuild is {oldest}."
                 )
             raise CannotReplay(f"a commit between {start} and {version} is missing")
@@ -188,7 +202,7 @@ class _Replay:
 
     def run(self) -> LogState:
         tops, sidecars, meta = self._checkpoint_tops()
-        removed, metas = _first_pass(self._paths(self.after))
+        removed, metas = _first_pass(self.files, self._paths(self.after))
         meta.update({kind: action for _, kind, action in metas})
         protocol, metadata = meta.get("protocol"), meta.get("metaData")
         if protocol is None or metadata is None:
@@ -201,22 +215,24 @@ class _Replay:
         rows = _Rows(vocabulary, removed)
         for path, is_json in tops:
             if is_json:
-                for block in _blocks(path):
+                for block in _blocks(self.files, path):
                     parsed = _Decoded(vocabulary, _parse(vocabulary, block, tagged=False))
                     rows.add_json(parsed, checkpoint=True)
             else:
-                rows.add_checkpoint(path)
+                rows.add_checkpoint(self.files, path)
         for path in sidecars:
-            rows.add_checkpoint(path)
+            rows.add_checkpoint(self.files, path)
         changes = _Changes(vocabulary)
         for version, kind, action in metas:
             changes.meta(version, kind, action)
         held = [v for v in self.listing.commits if v <= self.version]
         start = self.after[0] if self.after else self.version + 1
         before = [v for v in held if v < start]  # read only for when partitions changed
-        for table in _tagged_tables(vocabulary, self._paths(before), changes, file_keys=False):
+        for table in _tagged_tables(
+            vocabulary, self.files, self._paths(before), changes, file_keys=False
+        ):
             changes.add(_Decoded(vocabulary, table))
-        after = _tagged_tables(vocabulary, self._paths(self.after), changes, meta=False)
+        after = _tagged_tables(vocabulary, self.files, self._paths(self.after), changes, meta=False)
         for table in after:
             decoded = _Decoded(vocabulary, table)
             changes.add(decoded)
@@ -234,7 +250,7 @@ class _Replay:
         import numpy as np
 
         newest, counts = rows.per_partition()
-        times = changes.reduced(self.root, layout, since=changes.repartitioned - 1)
+        times = changes.reduced(self.files, layout, since=changes.repartitioned - 1)
         pids, versions, when = times.newest_changes()
         live = np.isin(pids, counts.id_array()) if len(pids) else np.zeros(0, bool)
         pids, versions, when = pids[live], versions[live], when[live]
@@ -249,7 +265,7 @@ class _Replay:
         )
 
     def _paths(self, versions: Iterable[int]) -> list[tuple[int, str]]:
-        return [(v, commit_file(self.root, v)) for v in versions]
+        return [(v, commit_name(v)) for v in versions]
 
     def _checkpoint_tops(
         self,
@@ -259,14 +275,18 @@ class _Replay:
         meta: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
         if self.checkpoint is None:
             return [], [], meta
-        tops = [(os.path.join(self.log, f), f.endswith(".json")) for f in self.checkpoint.files]
+        tops = [(f, f.endswith(".json")) for f in self.checkpoint.files]
         sidecars: list[str] = []
         for path, is_json in tops:
-            found, named = _json_checkpoint_meta(path) if is_json else _checkpoint_meta(path)
+            found, named = (
+                _json_checkpoint_meta(self.files, path)
+                if is_json
+                else _checkpoint_meta(self.files, path)
+            )
             for kind, action in found.items():
                 if meta[kind] is None:
                     meta[kind] = action
-            sidecars.extend(_sidecar_path(self.log, name) for name in named)
+            sidecars.extend(_sidecar_path(name) for name in named)
         return tops, sidecars, meta
 
 
@@ -290,15 +310,19 @@ def _oldest_readable(listing: Listing) -> int | None:
     return listing.checkpoints[0].version if listing.checkpoints else None
 
 
-def _sidecar_path(log: str, name: str) -> str:
+def _sidecar_path(name: str) -> str:
+    """A sidecar's name for `LogFiles.open`: below the log folder, an absolute local path, or a
+    URI."""
     relative = unquote(name)
-    if "/" in relative or relative.startswith("file:"):
+    if relative.startswith("file:"):
         return relative.removeprefix("file://")
-    return os.path.join(log, SIDECARS, relative)
+    if "/" in relative:
+        return relative
+    return f"{SIDECARS}/{relative}"
 
 
 def _first_pass(
-    paths: Sequence[tuple[int, str]],
+    files: LogFiles, paths: Sequence[tuple[int, str]]
 ) -> tuple[set[str], list[tuple[int, str, dict[str, Any]]]]:
     """The keys of the files the JSON commits at `paths` remove or re-add without changing
     data (a later action may name a file of before), and their metaData and protocol actions
@@ -306,7 +330,7 @@ def _first_pass(
     metas: list[tuple[int, str, dict[str, Any]]] = []
     named: set[str] = set()
     for version, path in paths:
-        for block in _blocks(path):
+        for block in _blocks(files, path):
             metas.extend((version, kind, action) for kind, action in _meta_lines(block))
             lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
             if _QUIET in block:  # (one scan; most blocks have none)
@@ -498,6 +522,7 @@ class _Seen:
 
 def _tagged_tables(
     vocabulary: _Vocabulary,
+    files: LogFiles,
     paths: Sequence[tuple[int, str]],
     changes: _Changes,
     *,
@@ -513,7 +538,7 @@ def _tagged_tables(
     size = 0
     for version, path in paths:
         seen = _Seen()
-        for block in _blocks(path, seen):
+        for block in _blocks(files, path, seen):
             if meta:
                 for kind, action in _meta_lines(block):
                     changes.meta(version, kind, action)
@@ -594,7 +619,7 @@ class _Changes:
         self.new_times.append(new_times)
         self.stamps.append((versions, stamps))
 
-    def reduced(self, root: str, layout: Layout, *, since: int) -> ChangeTimes:
+    def reduced(self, files: LogFiles, layout: Layout, *, since: int) -> ChangeTimes:
         """The collected changes as a `ChangeTimes` of partition ids (commits after `since`)."""
         np = self.vocabulary.np
         times = self.times
@@ -607,7 +632,7 @@ class _Changes:
             for at, stamps in self.stamps:
                 _stamp_commits(np, times, at, stamps)
         self.versions, self.codes, self.new_times, self.stamps = [], [], [], []
-        times.file_times.update(_file_times(root, times.versions_without_clock()))
+        times.file_times.update(_file_times(files, times.versions_without_clock()))
         return times
 
 
@@ -693,15 +718,14 @@ def _changes_data(np: ModuleType, actions: pa.StructArray) -> Flags:
     return _bools(np, flags) | ~_bools(np, pc.is_valid(flags))
 
 
-def _file_times(root: str, versions: Sequence[int]) -> dict[int, int]:
+def _file_times(files: LogFiles, versions: Sequence[int]) -> dict[int, int]:
     """The modification time (ms) of some commits' files: the time of a commit that says
     nothing of it."""
     found = {}
     for version in versions:
-        try:
-            found[version] = os.stat(commit_file(root, version)).st_mtime_ns // 1_000_000
-        except FileNotFoundError:
-            continue
+        when = files.mtime_ms(commit_name(version))
+        if when is not None:
+            found[version] = when
     return found
 
 
@@ -718,20 +742,31 @@ class FileActions:
     re_adds: bool = False  # some commit adds files without changing data and removes none
 
 
-def read_file_actions(root: str, versions: Sequence[int], layout: Layout) -> FileActions | None:
-    """The add and remove actions of the JSON commits `versions` of the table at `root`
-    (other actions but metaData and protocol skipped), read with Arrow; None if a commit has a
-    metaData or protocol action (a schema or protocol change: read the table anew), an action
-    without partition values, or cannot be read."""
+def read_file_actions(
+    root: str | TableLocation | LogFiles, versions: Sequence[int], layout: Layout
+) -> FileActions | None:
+    """The add and remove actions of the JSON commits `versions` of the table at `root` (a
+    path, a location, or its `LogFiles`) (other actions but metaData and protocol skipped), read
+    with Arrow; None if a commit has a metaData or protocol action (a schema or protocol change:
+    read the table anew), an action without partition values, or cannot be read.
+
+    Raises:
+        StorageError: the object store refused or did not answer.
+    """
+    from dagster_partlake.errors import StorageError
+
+    files = root if isinstance(root, LogFiles) else LogFiles(root)
     try:
         actions = _Actions(_Vocabulary(layout))
         for table in _tagged_tables(
-            actions.vocabulary, [(v, commit_file(root, v)) for v in versions], actions.changes
+            actions.vocabulary, files, [(v, commit_name(v)) for v in versions], actions.changes
         ):
             actions.add(table)
         if actions.changes.meta_seen:
             return None
-        return actions.collected(root)
+        return actions.collected(files)
+    except StorageError:
+        raise  # the store, not the log: reading the table anew would fail the same way
     except Exception:  # noqa: BLE001 - any failure here only means "read the table"
         return None
 
@@ -798,7 +833,7 @@ class _Actions:
             )
         )
 
-    def collected(self, root: str) -> FileActions:
+    def collected(self, files: LogFiles) -> FileActions:
         import pyarrow.compute as pc
 
         np, pa = self.vocabulary.np, self.vocabulary.pa
@@ -829,7 +864,7 @@ class _Actions:
         changes = self.changes.times  # their clocks known: their data-changing actions
         changes.add(versions[data_change], values[data_change], new_times[data_change])
         _stamp_commits(np, changes, versions[data_change], stamps[data_change])
-        changes.file_times.update(_file_times(root, changes.versions_without_clock()))
+        changes.file_times.update(_file_times(files, changes.versions_without_clock()))
         return FileActions(removes, values, paths, data_change, changes, re_adds)
 
 
@@ -850,7 +885,7 @@ class _Rows:
         self.followed: list[tuple[int, str, tuple[int, ...] | None, int]] = []
         self.seq = 0
 
-    def add_checkpoint(self, path: str) -> None:
+    def add_checkpoint(self, files: LogFiles, path: str) -> None:
         """The add actions of a Parquet checkpoint file (classic, a part, a V2 top-level file or
         sidecar), a batch of rows at a time (reading the file whole held about four times its
         columns in memory)."""
@@ -858,7 +893,7 @@ class _Rows:
 
         np, pa = self.np, self.pa
         physical = self.vocabulary.layout.physical
-        source, children = _parquet_adds(path, partitioned=bool(physical))
+        source, children = _parquet_adds(files, path, partitioned=bool(physical))
         if source is None:
             return  # a V2 top-level file whose adds are all in its sidecars
         wanted = ["add.modificationTime"]
@@ -995,7 +1030,7 @@ def _partition_values(actions: pa.StructArray, physical: Sequence[str]) -> pa.Ar
     return pc.struct_field(actions, "partitionValues") if physical else None
 
 
-def _parquet_adds(path: str, *, partitioned: bool) -> tuple[Any, set[str]]:
+def _parquet_adds(files: LogFiles, path: str, *, partitioned: bool) -> tuple[Any, set[str]]:
     """A Parquet checkpoint file opened for its add actions (None if it has none), and the
     add columns it has."""
     import pyarrow.parquet as pq
@@ -1003,7 +1038,7 @@ def _parquet_adds(path: str, *, partitioned: bool) -> tuple[Any, set[str]]:
     parts = [f"add.partitionValues.key_value.{f}" for f in ("key", "value")] if partitioned else []
     # `ParquetFile`, not `read_table` (which imports pandas); the partition values as read from
     # the file's dictionaries.
-    source = pq.ParquetFile(path, read_dictionary=parts)
+    source = pq.ParquetFile(files.parquet_source(path), read_dictionary=parts)
     schema = source.schema_arrow
     if schema.get_field_index("add") < 0:
         return None, set()
@@ -1107,11 +1142,11 @@ def _string_array(pa: ModuleType, np: ModuleType, words: Sequence[str]) -> pa.Ar
     return pa.Array.from_buffers(pa.string(), len(encoded), [None, narrow, data])
 
 
-def _blocks(path: str, seen: _Seen | None = None) -> Iterator[bytes]:
-    """The lines of one JSON file (a commit, a V2 checkpoint) in blocks of about `_BLOCK`
-    bytes, whole lines each, without the commitInfo lines (skipped as they are read, never held
-    whole; `seen` gets their first bytes)."""
-    with open(path, "rb") as commit:
+def _blocks(files: LogFiles, path: str, seen: _Seen | None = None) -> Iterator[bytes]:
+    """The lines of one JSON file of the log (a commit, a V2 checkpoint) in blocks of about
+    `_BLOCK` bytes, whole lines each, without the commitInfo lines (skipped as they are read,
+    never held whole; `seen` gets their first bytes)."""
+    with files.open(path) as commit:
         carry, skipping = b"", False
         while chunk := commit.read(_BLOCK):
             if skipping:  # inside a commitInfo line: drop up to its end
@@ -1176,7 +1211,10 @@ def _meta_lines(block: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
         yield kind, json.loads(block[start:end])[kind]
 
 
-def _checkpoint_meta(path: str) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+Meta = tuple[dict[str, dict[str, Any] | None], list[str]]
+
+
+def _checkpoint_meta(files: LogFiles, path: str) -> Meta:
     """The first metaData and protocol actions of a Parquet checkpoint file, a batch of rows at
     a time until both are found (writers put them first; the columns of a million adds are
     mostly null), and the sidecar files it names (a V2 checkpoint)."""
@@ -1184,7 +1222,7 @@ def _checkpoint_meta(path: str) -> tuple[dict[str, dict[str, Any] | None], list[
     import pyarrow.parquet as pq
 
     found: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
-    source = pq.ParquetFile(path)  # not `read_table`, which imports pandas
+    source = pq.ParquetFile(files.parquet_source(path))  # not `read_table` (imports pandas)
     present = set(source.schema_arrow.names)
     kinds = [k for k in found if k in present]
     sidecars: list[str] = []
@@ -1207,11 +1245,11 @@ def _checkpoint_meta(path: str) -> tuple[dict[str, dict[str, Any] | None], list[
     return found, sidecars
 
 
-def _json_checkpoint_meta(path: str) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+def _json_checkpoint_meta(files: LogFiles, path: str) -> Meta:
     """`_checkpoint_meta` of a JSON (V2) checkpoint file."""
     found: dict[str, dict[str, Any] | None] = {"metaData": None, "protocol": None}
     sidecars: list[str] = []
-    for block in _blocks(path):
+    for block in _blocks(files, path):
         for kind, action in _meta_lines(block):
             if found[kind] is None:
                 found[kind] = action

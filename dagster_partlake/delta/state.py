@@ -13,9 +13,11 @@ A state is held column-wise (`dagster_partlake.columnar`: int64 arrays over inte
 values), so a table of a million partitions costs a few arrays, not a million objects.
 
 The state is cached per process by table version; `StateCache.sync` first checks that the commit
-it was read at is unchanged and whether the commit after it exists (two `stat`s), so a table
-that did not move costs next to nothing, and a table re-created at the same path or a damaged
-commit is read anew. A `StateCache(persist_dir=...)` also keeps each state on disk in the same
+it was read at is unchanged and whether the commit after it exists (two `stat`s; on an object
+store two HEAD requests, `delta.log_files`), so a table that did not move costs next to nothing,
+and a table re-created at the same path or a damaged commit is read anew. A table is named by
+its location (`dagster_partlake.storage`: a path or a URI and its storage options); the cache
+keys it by its URI. A `StateCache(persist_dir=...)` also keeps each state on disk in the same
 column-wise form (`marshal`, stamped with the commit file it was read at), so a new process
 loads it without reading the log and follows only the commits made since.
 
@@ -23,7 +25,8 @@ Commits made by dagster_partlake carry a `CommitRecord` (what was written and wh
 `TableState.commits` lists them, oldest first, for the planner's records.
 
 A folder source (Hive-style `col=value/` sub-folders, any files) has no log: its lastUpdated per
-partition is the newest file modification time, found by a walk on every sync.
+partition is the newest file modification time, found by a walk (one listing on an object
+store) on every sync.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import hashlib
 import os
 import struct
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -41,6 +44,7 @@ from dagster_partlake.columnar.interner import VALUES
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
 from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.delta import state_file
+from dagster_partlake.delta.log_files import LogFiles
 from dagster_partlake.delta.log_state import (
     FileActions,
     Layout,
@@ -49,14 +53,15 @@ from dagster_partlake.delta.log_state import (
     read_log_state,
 )
 from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.table import is_delta_error, log_versions, read_record, unreadable
+from dagster_partlake.delta.table import is_delta_error, unreadable
 from dagster_partlake.errors import (
     PartlakeError,
+    StorageError,
     TableUnreadableError,
     UnreadableTableFeatureError,
 )
-from dagster_partlake.layout import commit_file, log_dir
 from dagster_partlake.layout import default_persist_dir as default_persist_dir
+from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -69,13 +74,14 @@ if TYPE_CHECKING:
     Ids = npt.NDArray[np.int64]
 
 Values = tuple[str | None, ...]
+Where = str | TableLocation
 
 
 @dataclass(frozen=True)
 class TableState:
     """Partitions with data at one version of a table (or one walk of a folder)."""
 
-    root: str
+    root: str  # the table's URI (a local table's absolute path)
     version: int  # Delta version; for a folder, a hash of its state
     partition_by: tuple[str, ...]
     column_types: dict[str, DeltaType]
@@ -111,56 +117,62 @@ class StateCache:
         self._persist_dir = persist_dir
 
     def sync(
-        self, root: str, *, with_commits: bool = True, name: str | None = None
+        self, root: Where, *, with_commits: bool = True, name: str | None = None
     ) -> TableState | None:
-        """The current state of the Delta table at `root`, or None if there is no table.
+        """The current state of the Delta table at `root` (a path or a location), or None if
+        there is no table.
 
         Raises:
             TableUnreadableError: the table's log cannot be read (`name` is used in the message).
+            StorageError: the object store refused or did not answer (naming the table).
         """
-        root = os.path.abspath(root)
+        files = LogFiles(root)
+        key = files.root
         try:
-            return self._sync(root, with_commits=with_commits, name=name)
+            return self._sync(files, with_commits=with_commits, name=name)
         except UnreadableTableFeatureError:
-            self._tables.pop(root, None)
+            self._tables.pop(key, None)
             raise  # the table is valid: its message names the feature, not a damage
+        except StorageError as error:
+            raise _named(error, name) from error.__cause__  # the cache stays: nothing moved
         except TableUnreadableError as error:
-            self._tables.pop(root, None)
+            self._tables.pop(key, None)
             if name is None:
                 raise
-            raise unreadable(root, error, table_name=name) from error
+            raise unreadable(files.location, error, table_name=name) from error
         except Exception as error:
             if not is_delta_error(error):
                 raise
-            self._tables.pop(root, None)  # reload from scratch once it is repaired
-            raise unreadable(root, error, table_name=name) from error
+            self._tables.pop(key, None)  # reload from scratch once it is repaired
+            raise unreadable(files.location, error, table_name=name) from error
 
     @property
     def persist_dir(self) -> str | None:
         return self._persist_dir
 
-    def persisted(self, root: str, *, with_commits: bool = True) -> TableState | None:
+    def persisted(self, root: Where, *, with_commits: bool = True) -> TableState | None:
         """The state of `root` this cache holds, else the one on disk, without following the
         commits after it (None: neither; the next `sync` follows from the state returned)."""
-        root = os.path.abspath(root)
-        cached = self._tables.get(root)
+        files = LogFiles(root)
+        key = files.root
+        cached = self._tables.get(key)
         if cached is None and self._persist_dir is not None:
-            cached = _load_state(self._persist_dir, root, with_commits=with_commits)
+            cached = _load_state(self._persist_dir, files, with_commits=with_commits)
             if cached is not None:
-                self._tables[root] = cached
-                self._stamps[root] = _stamp(root, cached.version)
+                self._tables[key] = cached
+                self._stamps[key] = files.stamp(cached.version)
         return cached
 
-    def moved(self, root: str, version: int) -> bool:
+    def moved(self, root: Where, version: int) -> bool:
         """Whether the table at `root` may differ from its state at `version` as this cache
         holds it: not cached at that version, a commit after it, or its commit file changed."""
-        root = os.path.abspath(root)
-        cached = self._tables.get(root)
+        files = LogFiles(root)
+        cached = self._tables.get(files.root)
         if cached is None or cached.version != version:
             return True
-        return _has_commit(root, version + 1) or _stamp(root, version) != self._stamps.get(root)
+        return files.has_commit(version + 1) or files.stamp(version) != self._stamps.get(files.root)
 
-    def at_version(self, root: str, version: int, *, name: str | None = None) -> TableState:
+    def at_version(self, root: Where, version: int, *, name: str | None = None) -> TableState:
         """The state of the table at `root` at `version`: the synced one when the table is
         still there, else replayed up to that version (commit records not read).
 
@@ -170,62 +182,66 @@ class StateCache:
         current = self.sync(root, with_commits=False, name=name)
         if current is not None and current.version == version:
             return current
-        replayed = read_log_state(os.path.abspath(root), version=version, table_name=name)
+        files = LogFiles(root)
+        replayed = read_log_state(files, version=version, table_name=name)
         if replayed is None:
-            raise TableUnreadableError(f"there is no Delta table at {os.path.abspath(root)}")
-        return _state_of_log(os.path.abspath(root), replayed, with_commits=False)
+            raise TableUnreadableError(f"there is no Delta table at {files.root}")
+        return _state_of_log(files, replayed, with_commits=False)
 
-    def _sync(self, root: str, *, with_commits: bool, name: str | None) -> TableState | None:
+    def _sync(self, files: LogFiles, *, with_commits: bool, name: str | None) -> TableState | None:
+        root = files.root
         cached = self._tables.get(root)
-        if cached is not None and _stamp(root, cached.version) != self._stamps.get(root):
+        if cached is not None and files.stamp(cached.version) != self._stamps.get(root):
             # The commit it was read at changed or vanished: the table was re-created at the same
             # path, or that commit file was damaged. Read it again from scratch.
             cached = None
             del self._tables[root]
         if cached is None and self._persist_dir is not None:
-            persisted = _load_state(self._persist_dir, root, with_commits=with_commits)
+            persisted = _load_state(self._persist_dir, files, with_commits=with_commits)
             if persisted is not None:
                 cached = self._tables[root] = persisted
-                self._stamps[root] = _stamp(root, persisted.version)
-        if cached is not None and not _has_commit(root, cached.version + 1):
+                self._stamps[root] = files.stamp(persisted.version)
+        if cached is not None and not files.has_commit(cached.version + 1):
             return cached
         if cached is not None:
-            followed = _follow_log(root, cached, with_commits=with_commits)
+            followed = _follow_log(files, cached, with_commits=with_commits)
             if followed is not None:  # the new commits alone
-                return self._keep(root, followed, with_commits=with_commits)
-        if not os.path.isdir(log_dir(root)):
+                return self._keep(files, followed, with_commits=with_commits)
+        if not files.folder_exists():
             return None
-        replayed = read_log_state(root, table_name=name)
+        replayed = read_log_state(files, table_name=name)
         if replayed is None:
             return None  # a log folder without a commit: no table yet
-        state = _state_of_log(root, replayed, with_commits=with_commits, previous=cached)
-        return self._keep(root, state, with_commits=with_commits)
+        state = _state_of_log(files, replayed, with_commits=with_commits, previous=cached)
+        return self._keep(files, state, with_commits=with_commits)
 
-    def _keep(self, root: str, state: TableState, *, with_commits: bool) -> TableState:
-        self._tables[root] = state
-        self._stamps[root] = _stamp(root, state.version)
+    def _keep(
+        self, files: LogFiles | Where, state: TableState, *, with_commits: bool
+    ) -> TableState:
+        files = files if isinstance(files, LogFiles) else LogFiles(files)
+        self._tables[state.root] = state
+        self._stamps[state.root] = files.stamp(state.version)
         if self._persist_dir is not None:
-            _save_state(self._persist_dir, state, with_commits=with_commits)
+            _save_state(self._persist_dir, files, state, with_commits=with_commits)
         return state
 
 
-def _stamp(root: str, version: int) -> list[int] | None:
-    # A table deleted and re-created at the same path repeats version numbers: the commit file's
-    # size and modification time tell the two apart.
-    try:
-        stat = os.stat(commit_file(root, version))
-    except FileNotFoundError:
-        return None
-    return [version, stat.st_size, stat.st_mtime_ns]
+def _named(error: StorageError, name: str | None) -> StorageError:
+    """`error` with the table's asset name in front (once)."""
+    text = str(error)
+    if name is None or text.startswith(f"table {name}: "):
+        return error
+    return StorageError(f"table {name}: {text}")
 
 
 def _state_file(persist_dir: str, root: str) -> str:
     return os.path.join(persist_dir, hashlib.sha1(root.encode()).hexdigest() + ".state")
 
 
-def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableState | None:
-    """The persisted state of `root` (`dagster_partlake.delta.state_file`), if the commit it was
-    read at is still in the log as it was (`sync` then reads only the commits after it)."""
+def _load_state(persist_dir: str, files: LogFiles, *, with_commits: bool) -> TableState | None:
+    """The persisted state of the table (`dagster_partlake.delta.state_file`), if the commit it
+    was read at is still in the log as it was (`sync` then reads only the commits after it)."""
+    root = files.root
     try:
         found = state_file.load(_state_file(persist_dir, root))
     except (OSError, ValueError, EOFError, TypeError, KeyError, struct.error):
@@ -236,7 +252,7 @@ def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableStat
     try:
         if (
             header.get("root") != root
-            or header.get("stamp") != _stamp(root, int(header.get("version", -1)))
+            or header.get("stamp") != files.stamp(int(header.get("version", -1)))
             or (with_commits and not header.get("with_commits"))
         ):
             return None
@@ -260,8 +276,10 @@ def _load_state(persist_dir: str, root: str, *, with_commits: bool) -> TableStat
         reader.close()
 
 
-def _save_state(persist_dir: str, state: TableState, *, with_commits: bool) -> None:
-    stamp = _stamp(state.root, state.version)
+def _save_state(
+    persist_dir: str, files: LogFiles, state: TableState, *, with_commits: bool
+) -> None:
+    stamp = files.stamp(state.version)
     if stamp is None:
         return
     data = state_file.dump({"root": state.root, "stamp": stamp}, state, with_commits=with_commits)
@@ -276,19 +294,20 @@ def _save_state(persist_dir: str, state: TableState, *, with_commits: bool) -> N
         pass  # the cache is an optimization: a read-only home only costs the next process time
 
 
-def _has_commit(root: str, version: int) -> bool:
-    return os.path.exists(commit_file(root, version))
-
-
 def _state_of_log(
-    root: str, log: LogState, *, with_commits: bool, previous: TableState | None = None
+    files: LogFiles | Where,
+    log: LogState,
+    *,
+    with_commits: bool,
+    previous: TableState | None = None,
 ) -> TableState:
     """The state of a replayed log (`previous`: a state of the same table, whose records are
     kept)."""
+    files = files if isinstance(files, LogFiles) else LogFiles(files)
     last_updated = log.newest
-    commits = _partlake_commits(root, log.version, previous) if with_commits else ()
+    commits = _partlake_commits(files, log.commits, log.version, previous) if with_commits else ()
     return TableState(
-        root=root,
+        root=files.root,
         version=log.version,
         partition_by=log.partition_by,
         column_types=log.column_types,
@@ -357,7 +376,7 @@ def _versions_by_time(
     return IntMap.from_ids(VALUES, found + last_updated.base, versions[at[found]])
 
 
-def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> TableState | None:
+def _follow_log(files: LogFiles, previous: TableState, *, with_commits: bool) -> TableState | None:
     """The state after the JSON commits following `previous`, read from those commits alone;
     None when that cannot be told (a schema or protocol change, a commit re-adding files, file
     counts or change versions not known, a partition whose time a cold read would give
@@ -367,19 +386,18 @@ def _follow_log(root: str, previous: TableState, *, with_commits: bool) -> Table
     counts, changed_in = previous.file_counts, previous.changed_in
     if counts is None or changed_in is None:
         return None
-    version = previous.version
-    while _has_commit(root, version + 1):
-        version += 1
+    version = _newest_after(files, previous.version)
     if version == previous.version:
         return None
-    actions = read_file_actions(root, range(previous.version + 1, version + 1), previous.layout)
+    new = range(previous.version + 1, version + 1)
+    actions = read_file_actions(files, new, previous.layout)
     if actions is None or actions.re_adds:
         return None
     followed = _followed(np, previous, counts, changed_in, actions)
-    if followed is None or not _still_logged(np, root, followed[3]):
+    if followed is None or not _still_logged(np, files, followed[3]):
         return None
     touched, last_updated, file_counts, changed = followed
-    commits = _partlake_commits(root, version, previous) if with_commits else ()
+    commits = _partlake_commits(files, new, version, previous) if with_commits else ()
     give_back()  # the parse's temporaries (`columnar.memory`)
     return replace(
         previous,
@@ -428,14 +446,30 @@ def _followed(
     )
 
 
-def _still_logged(np: ModuleType, root: str, changed_in: IntMap[Values]) -> bool:
+def _newest_after(files: LogFiles, version: int) -> int:
+    """The newest version of the JSON commits that follow `version` without a gap. On disk each
+    next commit is probed (a `stat`); on an object store the next one is read and, if it is
+    there, the log is listed once (the listing `_still_logged` needs anyway) instead of probing
+    each later commit."""
+    if files.local or not files.has_commit(version + 1):
+        while files.has_commit(version + 1):
+            version += 1
+        return version
+    held = set(files.versions())
+    version += 1
+    while version + 1 in held:
+        version += 1
+    return version
+
+
+def _still_logged(np: ModuleType, files: LogFiles, changed_in: IntMap[Values]) -> bool:
     """Whether the log still holds the JSON commit of every change a partition's time comes
     from (else a cold read would take those partitions' times from their files)."""
     versions = changed_in.slots()
     versions = versions[(versions != ABSENT) & (versions != NONE)]
     if not len(versions):
         return True
-    held = np.asarray(log_versions(root), np.int64)
+    held = np.asarray(files.versions(), np.int64)
     if not len(held):
         return False
     oldest = int(versions.min())
@@ -480,38 +514,32 @@ def _partition_changes(np: ModuleType, actions: FileActions) -> tuple[Ids, Ids, 
 
 
 def _partlake_commits(
-    root: str, version: int, previous: TableState | None
+    files: LogFiles, held: Iterable[int], version: int, previous: TableState | None
 ) -> tuple[CommitRecord, ...]:
+    """The records of `previous` and of the JSON commits `held` (the versions the log holds)
+    after it, up to `version`."""
     known = previous.commits if previous is not None else ()
     since = previous.version if previous is not None else -1
     # Only the commits after the cached version, read from their JSON files (exact versions;
     # commits older than the log retention are gone, and so are their records).
-    new = (read_record(root, v, compact=True) for v in log_versions(root) if since < v <= version)
+    new = (files.record(v) for v in held if since < v <= version)
     return (*known, *(r for r in new if r is not None))
 
 
-def folder_state(root: str, partition_by: Sequence[str]) -> TableState | None:
-    """State of a folder of files partitioned as `col=value/` sub-folders (None if missing)."""
-    root = os.path.abspath(root)
-    if not os.path.isdir(root):
+def folder_state(root: Where, partition_by: Sequence[str]) -> TableState | None:
+    """State of a folder of files partitioned as `col=value/` sub-folders (a path or a
+    location; None if missing): one walk of its files (one listing on an object store)."""
+    location = as_location(root)
+    if location.is_local and not os.path.isdir(location.uri):
         return None
+    entries = location.store.walk(skip_hidden=True)
+    if not location.is_local and not entries:
+        return None  # an object store has no empty folders: nothing is there
     last_updated: dict[Values, int] = {}
     depth = len(partition_by)
-    for directory, subdirs, files in os.walk(root):
-        subdirs[:] = [d for d in subdirs if not d.startswith(("_", "."))]
-        relative = os.path.relpath(directory, root)
-        segments = [] if relative == "." else relative.split(os.sep)
-        if len(segments) != depth:
-            continue
-        newest = max(
-            (
-                os.stat(os.path.join(directory, f)).st_mtime_ns // 1_000_000
-                for f in files
-                if not f.startswith(("_", "."))
-            ),
-            default=None,
-        )
-        if newest is None:
+    for entry in entries:
+        *segments, file_name = entry.name.split("/")
+        if len(segments) != depth or file_name.startswith(("_", ".")):
             continue
         values: list[str | None] = []
         for segment, column in zip(segments, partition_by, strict=True):
@@ -520,10 +548,11 @@ def folder_state(root: str, partition_by: Sequence[str]) -> TableState | None:
                 break
             values.append(unquote(raw))
         else:
-            last_updated[tuple(values)] = newest
+            found = tuple(values)
+            last_updated[found] = max(last_updated.get(found, entry.mtime_ms), entry.mtime_ms)
     digest = hashlib.sha1(repr(sorted(last_updated.items())).encode()).hexdigest()
     return TableState(
-        root=root,
+        root=location.uri,
         version=int(digest[:12], 16),
         partition_by=tuple(partition_by),
         column_types={c: "string" for c in partition_by},

@@ -9,20 +9,27 @@ told apart from those already read. Spark keeps the offsets in the query's check
 restarted query goes on from the last batch it completed.
 
 The reader runs in Spark's Python workers (`PYSPARK_PYTHON`, which `SparkResource` sets to its
-own interpreter): it reads the log's JSON commits and Parquet files with pyarrow, and hands
-Spark Arrow record batches. Register it once per session with `register(spark)`, then
-`spark.readStream.format(NAME).schema(...).option("path", root).load()`.
+own interpreter): it reads the log's JSON commits and Parquet files with pyarrow (through the
+table's location: on disk or an object store), and hands Spark Arrow record batches. Register
+it once per session with `register(spark)`, then
+`spark.readStream.format(NAME).schema(...).options(**source_options(location)).load()`.
+
+The workers find an object store's credentials where the driver found them: the environment
+they inherit, and the location's explicit storage options, passed as one option whose name
+Spark's redaction matches (`spark.redaction.regex`: "secret"), so plans and the UI show it
+redacted.
 """
 
 from __future__ import annotations
 
-import os
+import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from dagster_partlake.errors import PartlakeError
+from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,6 +39,19 @@ if TYPE_CHECKING:
 
 NAME = "partlake_delta"
 START = -1  # the offset before the first version: the first batch reads the whole table
+# The option holding a location's explicit storage options (JSON); "secret" in its name makes
+# Spark redact its value wherever it shows options.
+OPTIONS_OPTION = "secret_storage_options"
+
+
+def source_options(location: str | TableLocation) -> dict[str, str]:
+    """The Spark options that give the source its table: `path`, and the explicit storage
+    options of an object store's location."""
+    location = as_location(location)
+    found = {"path": location.uri}
+    if location.storage_options:
+        found[OPTIONS_OPTION] = json.dumps(dict(location.storage_options))
+    return found
 
 
 class StreamSourceError(PartlakeError):
@@ -39,7 +59,7 @@ class StreamSourceError(PartlakeError):
 
 
 class _File(InputPartition):
-    """One Parquet file of a micro-batch, with its partition values."""
+    """One Parquet file of a micro-batch (relative to the table), with its partition values."""
 
     def __init__(self, path: str, partition_values: dict[str, str | None]) -> None:
         self.path = path
@@ -63,14 +83,17 @@ class DeltaCommitsSource(DataSource):
         path = self.options.get("path")
         if not path:
             raise StreamSourceError("the partlake_delta stream source needs option 'path'.")
-        return DeltaCommitsReader(str(path), schema)
+        explicit = self.options.get(OPTIONS_OPTION)
+        options = json.loads(explicit) if explicit else None
+        return DeltaCommitsReader(as_location(str(path), options), schema)
 
 
 class DeltaCommitsReader(DataSourceStreamReader):
     """Offsets `{"version": v}` over the table at `root`."""
 
-    def __init__(self, root: str, schema: StructType) -> None:
-        self.root = os.path.abspath(root)
+    def __init__(self, root: str | TableLocation, schema: StructType) -> None:
+        self.location = as_location(root)
+        self.root = self.location.uri
         self.schema = schema
 
     def initialOffset(self) -> dict[str, int]:
@@ -79,65 +102,80 @@ class DeltaCommitsReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         from dagster_partlake.delta.table import log_versions
 
-        versions = log_versions(self.root)
+        versions = log_versions(self.location)
         return {"version": versions[-1] if versions else start["version"]}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         since, until = int(start["version"]), int(end["version"])
         if until <= since:
             return []
-        return [_File(path, values) for path, values in batch_files(self.root, since, until)]
+        files = batch_files(self.location, since, until, relative=True)
+        return [_File(path, values) for path, values in files]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _File)
-        yield from read_file(partition.path, partition.partition_values, self.schema)
+        yield from read_file(
+            partition.path, partition.partition_values, self.schema, location=self.location
+        )
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the table's files stay, Spark's checkpoint holds the offset."""
 
 
-def batch_files(root: str, since: int, until: int) -> list[tuple[str, dict[str, str | None]]]:
-    """The files of the micro-batch (since, until]: (absolute path, partition values).
+def batch_files(
+    root: str | TableLocation, since: int, until: int, *, relative: bool = False
+) -> list[tuple[str, dict[str, str | None]]]:
+    """The files of the micro-batch (since, until]: (path or URI, or with `relative` the path
+    below the table, and partition values).
 
     Raises:
         StreamSourceError: rows were removed or rewritten in between, or commits are gone.
     """
-    from urllib.parse import unquote
-
     from dagster_partlake.delta.increments import files_added
 
+    location = as_location(root)
     if since == START:
-        from deltalake import DeltaTable
-
         from dagster_partlake.delta.selection import PartitionSelection
-        from dagster_partlake.delta.table import live_files
+        from dagster_partlake.delta.table import delta_table, live_files
 
-        files = live_files(DeltaTable(root, version=until), PartitionSelection.everything())
+        table = delta_table(location, version=until)
+        files = live_files(table, PartitionSelection.everything())
     else:
-        increment = files_added(root, since=since, until=until)
+        increment = files_added(location, since=since, until=until)
         if not increment.append_only:
             shown = ", ".join(map(str, (increment.rewritten or increment.missing)[:5]))
             what = "removed or rewrote rows" if increment.rewritten else "no longer holds"
             raise StreamSourceError(
-                f"the streamed table at {root} {what} in version(s) {shown} after version "
+                f"the streamed table at {location} {what} in version(s) {shown} after version "
                 f"{since}; a stream reads appended rows only. Read it from the start again by "
                 "removing the streaming query's checkpoint (its _partlake_stream folder)."
             )
         files = list(increment.files)
-    return [(os.path.join(root, unquote(f.path)), dict(f.partition_values)) for f in files]
+    if relative:
+        return [(f.relative_path, dict(f.partition_values)) for f in files]
+    return [(f.absolute_path(location), dict(f.partition_values)) for f in files]
 
 
 def read_file(
-    path: str, partition_values: dict[str, str | None], schema: StructType
+    path: str,
+    partition_values: dict[str, str | None],
+    schema: StructType,
+    *,
+    location: TableLocation | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one Parquet file in `schema` (partition columns from their values)."""
+    """The rows of one Parquet file in `schema` (partition columns from their values); `path`
+    is below `location` when it is given."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from dagster_partlake.delta.schema import spark_to_arrow
 
     target = spark_to_arrow(schema)
-    table = pq.read_table(path)
+    if location is None or location.is_local:
+        table = pq.read_table(path if location is None else location.join(path).uri)
+    else:
+        with location.store.open(path) as source:
+            table = pq.read_table(source)
     columns = []
     for field in target:
         if field.name in partition_values:

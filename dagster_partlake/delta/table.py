@@ -76,7 +76,11 @@ def _log(name: str) -> str:
 
 
 def table_exists(where: Where) -> bool:
-    """Whether a Delta table lives at `where` (a local path or a location)."""
+    """Whether a Delta table lives at `where` (a local path or a location).
+
+    Raises:
+        StorageError: the object store refused or did not answer.
+    """
     location = as_location(where)
     if location.is_local:
         if not os.path.isdir(os.path.join(location.uri, LOG_DIR)):
@@ -86,7 +90,12 @@ def table_exists(where: Where) -> bool:
         return bool(DeltaTable.is_deltatable(location.uri))
     from deltalake import DeltaTable
 
-    return bool(DeltaTable.is_deltatable(location.delta_uri, location.delta_options))
+    try:
+        return bool(DeltaTable.is_deltatable(location.delta_uri, location.delta_options))
+    except OSError as error:  # an object store that refused or did not answer
+        from dagster_partlake.storage.errors import storage_error
+
+        raise storage_error(location, "", error) from error
 
 
 def is_delta_error(error: BaseException) -> bool:
@@ -382,23 +391,32 @@ def read_record(
 def _compact_commit_info(root: Where, version: int) -> dict[str, Any]:
     """`commit_info` for a compact record: a large line is read in bulk
     (`dagster_partlake.delta.commit_scan`), a small one with `compact_pairs`."""
-    from dagster_partlake.delta.commit_scan import scan_commit_info
-
     note_read("commit", root)
     try:
         with as_location(root).store.open(_log(commit_name(version))) as log_file:
-            span = _line_span(log_file, b'{"commitInfo"')
-            if span is None:
-                return {}
-            log_file.seek(span[0])
-            line = log_file.read(span[1] - span[0])  # one copy: `readline` makes several
-        if len(line) > _LARGE_LINE:
-            return scan_commit_info(line)
-        return dict(json.loads(line, object_pairs_hook=compact_pairs)["commitInfo"])
+            return compact_commit_info(log_file)
     except ValueError as error:  # a damaged commit file
         raise unreadable(root, error) from error
     except FileNotFoundError:
         return {}  # as `commit_info`
+
+
+def compact_commit_info(log_file: BinaryIO) -> dict[str, Any]:
+    """The commitInfo action of an open JSON commit for a compact record ({} if it has none).
+
+    Raises:
+        ValueError: the line is not JSON (a damaged commit file).
+    """
+    from dagster_partlake.delta.commit_scan import scan_commit_info
+
+    span = _line_span(log_file, b'{"commitInfo"')
+    if span is None:
+        return {}
+    log_file.seek(span[0])
+    line = log_file.read(span[1] - span[0])  # one copy: `readline` makes several
+    if len(line) > _LARGE_LINE:
+        return scan_commit_info(line)
+    return dict(json.loads(line, object_pairs_hook=compact_pairs)["commitInfo"])
 
 
 def _line_span(log_file: BinaryIO, prefix: bytes) -> tuple[int, int] | None:

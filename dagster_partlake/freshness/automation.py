@@ -150,19 +150,22 @@ def _stale_keys(context: AutomationContext, root: str | None, reason: Reason) ->
 
 def _plan(context: AutomationContext, asset_graph: AssetGraph, root: str | None) -> PlanResult:
     from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.layout import resolve_root
-    from dagster_partlake.planning.graph import LakeGraph, assets_root
+    from dagster_partlake.planning.graph import LakeGraph, assets_lake
     from dagster_partlake.planning.session import PlanningSession
+    from dagster_partlake.storage.location import lake_location
 
-    resolved = resolve_root(root or assets_root(asset_graph))
-    where = (id(asset_graph), resolved)
+    configured = assets_lake(asset_graph)
+    lake = lake_location(
+        root or configured, configured.storage_options if configured is not None else None
+    )
+    where = (id(asset_graph), lake.uri)
     view = context.asset_graph_view
     done = _evaluations.get(where)
     if done is not None and done.view() is view:
         return done.result
     cached = _sessions.get(where)
     if cached is None or cached[0] is not asset_graph:
-        session = PlanningSession(LakeGraph(asset_graph=asset_graph, root=resolved), StateCache())
+        session = PlanningSession(LakeGraph(asset_graph=asset_graph, root=lake), StateCache())
         cached = _sessions[where] = (asset_graph, session)
     result = cached[1].plan(dynamic_partitions_store=view.instance)
     _evaluations[where] = _Evaluation(weakref.ref(view), result)

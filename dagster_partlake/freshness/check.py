@@ -57,6 +57,7 @@ from dagster_partlake.metadata import (
     ROWS_KEY,
 )
 from dagster_partlake.spec.load import check_assets
+from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     from dagster import AssetCheckKey, AssetSpec
@@ -164,7 +165,7 @@ def _evaluations(context: AssetCheckExecutionContext, key: AssetKey) -> list[Ass
     from dagster_partlake.delta.table import find_record, table_exists
 
     io_manager = context.resources.io_manager
-    root = io_manager.table_root(key)
+    root = io_manager.table_location(key)
     partitions = list(context.partition_keys) if context.has_partition_key else []
     run_id = context.op_execution_context.run_id
     record = find_record(root, run_id=run_id) if table_exists(root) else None
@@ -187,6 +188,19 @@ def written_evaluations(
     ]
 
 
+def _lake(context: AssetCheckExecutionContext) -> str | TableLocation | None:
+    """The lake of the step's IO manager: its location with its storage options when it names a
+    root, else None (the default)."""
+    io_manager = context.resources.io_manager
+    located = getattr(io_manager, "lake_location", None)
+    if callable(located) and getattr(io_manager, "root", None) is not None:
+        lake = located()
+        if isinstance(lake, TableLocation):
+            return lake
+    root = getattr(io_manager, "root", None)
+    return root if isinstance(root, str) else None
+
+
 def _planned(
     context: AssetCheckExecutionContext, key: AssetKey, partitions: Sequence[str]
 ) -> list[AssetCheckEvaluation]:
@@ -195,9 +209,7 @@ def _planned(
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import make_plan
 
-    graph = LakeGraph(
-        asset_graph=asset_graph_of_step(context), root=context.resources.io_manager.root
-    )
+    graph = LakeGraph(asset_graph=asset_graph_of_step(context), root=_lake(context))
     result = make_plan(graph, StateCache(), dynamic_partitions_store=context.instance)
     name = key.to_user_string()
     for unreadable in result.plan.unreadable:

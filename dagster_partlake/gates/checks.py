@@ -129,7 +129,7 @@ def _on_current_rows(
     key = asset_spec.key
     metadata = dict(asset_spec.metadata or {})
     name = key.to_user_string()
-    snapshot = open_table(io_manager.table_root(key), table_name=name)
+    snapshot = open_table(io_manager.table_location(key), table_name=name)
     partitions_def = asset_spec.partitions_def
     columns = dimension_columns(partitions_def, metadata, asset_name=name) if partitions_def else []
     codec = KeyCodec(columns, snapshot.column_types)

@@ -6,18 +6,19 @@ A run reads the files in the folder's partition sub-folders, its commit records 
 `<folder>/_archive/<same path>` or deleted. A run that dies between its commit and the move
 leaves files that its record already names: the next run of the consuming asset finishes that
 move first and never reads them again. The folder's state then holds only unread files, so the
-planner sees the consumer stale exactly when new files arrived.
+planner sees the consumer stale exactly when new files arrived. The folder is a location
+(`dagster_partlake.storage`): on disk or on an object store.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import posixpath
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.metadata import plain
+from dagster_partlake.storage.location import TableLocation, as_location
 
 AFTER_COMMIT_KEY = "partlake/after_commit"
 ARCHIVE_DIR = "_archive"
@@ -39,30 +40,32 @@ def after_commit_of(value: object, *, asset_name: str) -> AfterCommit | None:
     )
 
 
-def data_files(root: str, directories: Iterable[str]) -> list[str]:
-    """The data files under `directories` of the folder at `root`, relative to it, sorted."""
+def data_files(root: str | TableLocation, directories: Iterable[str]) -> list[str]:
+    """The data files under `directories` (names relative to the folder at `root`; '' is the
+    folder itself) of the folder at `root`, relative to it ('/'-separated), sorted. Folders and
+    files starting with `_` or `.` are skipped (`_archive`)."""
+    store = as_location(root).store
     found = []
     for directory in directories:
-        for current, subdirs, names in os.walk(directory):
-            subdirs[:] = [d for d in subdirs if not d.startswith(("_", "."))]
-            for name in names:
-                if not name.startswith(("_", ".")):
-                    found.append(os.path.relpath(os.path.join(current, name), root))
+        base = directory.strip("/")
+        for entry in store.walk(base, skip_hidden=True):
+            if not posixpath.basename(entry.name).startswith(("_", ".")):
+                found.append(f"{base}/{entry.name}" if base else entry.name)
     return sorted(found)
 
 
-def finish(root: str, files: Sequence[str], mode: AfterCommit) -> int:
-    """Archive or delete the consumed `files` still in the folder; returns how many moved."""
+def finish(root: str | TableLocation, files: Sequence[str], mode: AfterCommit) -> int:
+    """Archive or delete the consumed `files` (relative names) still in the folder at `root`;
+    returns how many moved. On an object store an archive is a copy and a delete: a file seen
+    in both places is finished by the next run, which deletes it."""
+    store = as_location(root).store
     moved = 0
     for relative in files:
-        source = os.path.join(root, relative)
-        if not os.path.exists(source):
+        if store.head(relative) is None:
             continue  # moved by an earlier run
         if mode == "delete":
-            os.remove(source)
+            store.delete([relative])
         else:
-            target = os.path.join(root, ARCHIVE_DIR, relative)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.move(source, target)
+            store.move(relative, f"{ARCHIVE_DIR}/{relative}")
         moved += 1
     return moved

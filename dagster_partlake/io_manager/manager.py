@@ -73,6 +73,7 @@ from dagster_partlake.spec.model import (
     spec_of,
 )
 from dagster_partlake.storage.location import TableLocation, lake_location, table_location
+from dagster_partlake.storage.options import redacted
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,9 @@ class _Read:
     partitions: dict[str, int]  # partition id -> lastUpdated (ms): what the run consumed
     rows: int | None = None  # rows the input held, where the log or the read counted them
     watermark: Mapping[str, str] | None = None  # an incremental input's high watermark
-    # A landing folder consumed once: its root, what to do after the commit, the files read.
-    landing: tuple[str, AfterCommit, tuple[str, ...]] | None = None
-    root: str = ""  # where the input lives (a streaming input's folder or table)
+    # A landing folder consumed once: its place, what to do after the commit, the files read.
+    landing: tuple[TableLocation, AfterCommit, tuple[str, ...]] | None = None
+    root: str | TableLocation = ""  # where the input lives (a streaming input's folder or table)
     incremental: bool = False  # only what the consumer had not read (`partlake/incremental`)
     # load_input's time: the table's log, the list of the partitions' files, Spark's read plan.
     seconds: float = 0.0
@@ -149,6 +150,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         self._reads.clear()
+
+    def __repr_args__(self) -> Any:
+        # Secrets never reach a repr, and so no log line or error message that shows one.
+        for name, value in super().__repr_args__():
+            yield name, (redacted(value) if name == "storage_options" else value)
 
     def lake_location(self) -> TableLocation:
         """The lake root, with the IO manager's storage options."""
@@ -326,11 +332,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns = list(upstream.columns)
         is_folder = upstream.is_folder
         location = self.table_location(context.asset_key, upstream.path)
-        root = location.uri
         spark = self.spark.spark_session
         if is_folder:
-            os.makedirs(root, exist_ok=True)
-            state = folder_state(root, [c.column for c in columns])
+            if location.is_local:  # Spark's file source needs the folder; a store has none
+                os.makedirs(location.path, exist_ok=True)
+            state = folder_state(location, [c.column for c in columns])
             types = {c.column: "string" for c in columns}
             codec = KeyCodec(columns, types)
             partitions = {
@@ -338,15 +344,15 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 for values, t in (state.last_updated.items() if state else [])
                 if t is not None
             }
-            self._remember(context, asset_name, _Read(-1, partitions, root=root))
-            return stream_input(spark, spec, root=root, table_schema=None)
+            self._remember(context, asset_name, _Read(-1, partitions, root=location))
+            return stream_input(spark, spec, root=location, table_schema=None)
         snapshot = open_table(location, table_name=asset_name)
         version = snapshot.table.version()
         partitions = _lastupdated(
             snapshot, version, snapshot.live_files(PartitionSelection.everything()), columns
         )
-        self._remember(context, asset_name, _Read(version, partitions, root=root))
-        return stream_input(spark, spec, root=root, table_schema=snapshot.schema)
+        self._remember(context, asset_name, _Read(version, partitions, root=location))
+        return stream_input(spark, spec, root=location, table_schema=snapshot.schema)
 
     def load_input(self, context: InputContext) -> DataFrame | None:
         started = time.perf_counter()
@@ -505,7 +511,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         keys: list[str],
     ) -> DataFrame:
         asset_name = upstream.name
-        root = self.table_location(context.asset_key, upstream.path).path
+        root = self.table_location(context.asset_key, upstream.path)
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
@@ -532,7 +538,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         self,
         context: InputContext,
         asset_name: str,
-        root: str,
+        root: TableLocation,
         columns: list[DimensionColumn],
         selection: PartitionSelection,
         mode: AfterCommit,
@@ -545,16 +551,13 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         pending = set(previous.consumed_files.get(asset_name, ())) if previous else set()
         dirs, _ = _folder_partitions(root, columns, selection)
         files = tuple(f for f in data_files(root, dirs) if f not in pending)
-        left = [f for f in sorted(pending) if os.path.exists(os.path.join(root, f))]
-        archive = os.path.join(root, ARCHIVE_DIR)
+        left = [f for f in sorted(pending) if root.store.head(f) is not None]
+        archive = root.join(ARCHIVE_DIR)
         # The schema, for a run with nothing new: from a file it reads, a pending or an
         # archived one (read now, before any of them moves).
-        base, schema_from = root, [os.path.join(root, f) for f in (*files, *left)]
-        if not schema_from and os.path.isdir(archive):
-            base, schema_from = (
-                archive,
-                [os.path.join(archive, f) for f in data_files(archive, [archive])],
-            )
+        base, schema_from = root, [*files, *left]
+        if not schema_from:
+            base, schema_from = archive, data_files(archive, [""])
         if not schema_from:
             raise PartlakeError(
                 f"landing folder {root} has no new files to read (and no archived one to take "
@@ -568,23 +571,25 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         context.log.info(f"read {len(files)} new file(s) of landing folder {asset_name}")
         if not files:
             return self.spark.spark_session.createDataFrame([], df.schema)
-        return self._read_folder(root, [os.path.join(root, f) for f in files], columns)
+        return self._read_folder(root, list(files), columns)
 
     def _read_folder(
-        self, root: str, paths: list[str], columns: list[DimensionColumn]
+        self, root: TableLocation, paths: list[str], columns: list[DimensionColumn]
     ) -> DataFrame:
-        """Spark reads `paths` (folders or files) under `root`, partition columns as text."""
+        """Spark reads `paths` (folders or files, relative to `root`), partition columns as
+        text."""
         spark = self.spark.spark_session
-        uris = ["file://" + p for p in paths]
-        df = spark.read.option("basePath", "file://" + root).parquet(*uris)
+        df = spark.read.option("basePath", root.spark_uri()).parquet(*root.spark_uris(paths))
         for c in columns:  # folder names are text; keep them as strings, like the keys
             df = df.withColumn(c.column, df[c.column].cast("string"))
         return df
 
 
 def _folder_partitions(
-    root: str, columns: list[DimensionColumn], selection: PartitionSelection
+    root: TableLocation, columns: list[DimensionColumn], selection: PartitionSelection
 ) -> tuple[list[str], dict[tuple[str | None, ...], int]]:
+    """The partition folders (relative to `root`) of the folder source at `root` in
+    `selection`, and their lastUpdated."""
     state = folder_state(root, [c.column for c in columns])
     if state is None:
         raise PartlakeError(f"source folder {root} does not exist; write the source data first.")
@@ -595,7 +600,7 @@ def _folder_partitions(
         and selection.contains(dict(zip(state.partition_by, values, strict=True)))
     }
     dirs = [
-        os.path.join(root, *(f"{c}={v}" for c, v in zip(state.partition_by, values, strict=True)))
+        "/".join(f"{c}={v}" for c, v in zip(state.partition_by, values, strict=True))
         for values in chosen
     ]
     return dirs, chosen

@@ -24,7 +24,6 @@ step's process; a Spark Connect session runs it elsewhere and is refused.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import threading
@@ -39,8 +38,9 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.incremental.streams import StreamSpec
 from dagster_partlake.kinds.stream import BatchCommit, commit_progress, write_batch
-from dagster_partlake.layout import stream_checkpoint
+from dagster_partlake.layout import STREAM_DIR
 from dagster_partlake.partitions.keys import KeyCodec
+from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,36 +74,38 @@ def stream_input(
     spark: SparkSession,
     spec: StreamSpec,
     *,
-    root: str,
+    root: str | TableLocation,
     table_schema: pa.Schema | None,
 ) -> DataFrame:
     """The input of a streaming asset: Spark's file source over the folder at `root`
-    (`spec.format` set), or the new commits of the Delta table at `root`."""
-    _require_classic(spark, root)
+    (`spec.format` set), or the new commits of the Delta table at `root` (a path or a
+    location)."""
+    location = as_location(root)
+    _require_classic(spark, location.uri)
     if spec.format is not None:
         reader = spark.readStream.format(spec.format).options(**spec.options)
         if spec.schema is not None:
             reader = reader.schema(spec.schema)
         elif spec.format == "parquet":
-            reader = reader.schema(_parquet_schema(spark, root))
-        return reader.load("file://" + os.path.abspath(root))
+            reader = reader.schema(_parquet_schema(spark, location))
+        return reader.load(location.spark_uri())
     from dagster_partlake.delta.schema import arrow_to_spark
-    from dagster_partlake.delta.stream_source import NAME, register
+    from dagster_partlake.delta.stream_source import NAME, register, source_options
 
     assert table_schema is not None
     register(spark)
     return (
         spark.readStream.format(NAME)
         .schema(arrow_to_spark(table_schema))
-        .option("path", os.path.abspath(root))
+        .options(**source_options(location))
         .load()
     )
 
 
-def _parquet_schema(spark: SparkSession, root: str) -> StructType:
+def _parquet_schema(spark: SparkSession, root: TableLocation) -> StructType:
     """A streaming Parquet source needs its schema up front: take it from the files there."""
     try:
-        return spark.read.parquet("file://" + os.path.abspath(root)).schema
+        return spark.read.parquet(root.spark_uri()).schema
     except Exception as error:  # Spark: no files to infer from
         raise PartlakeConfigError(
             f"the landing folder {root} has no Parquet file to take the stream's schema from; "
@@ -143,7 +145,7 @@ def run_stream(
     spec: StreamSpec,
     record: CommitRecord,
     *,
-    source_root: str,
+    source_root: str | TableLocation,
 ) -> StreamRun:
     """Run the streaming query of `df` into `target` as `spec` says; see the module docstring.
 
@@ -158,7 +160,7 @@ def run_stream(
     """
     _require_classic(df.sparkSession, target.location.uri)
     query_name = spec.query or target.asset_name.replace("/", "__")
-    checkpoint = stream_checkpoint(target.location.path, query_name)
+    checkpoint = target.location.join(STREAM_DIR, query_name)
     state = _State()
     on_batch = _BatchWriter(
         state=state,
@@ -172,7 +174,9 @@ def run_stream(
     )
     result = StreamRun(query="")
 
-    writer = df.writeStream.foreachBatch(on_batch).option("checkpointLocation", checkpoint)
+    writer = df.writeStream.foreachBatch(on_batch).option(
+        "checkpointLocation", checkpoint.spark_uri()
+    )
     if spec.continuous:
         writer = writer.trigger(processingTime=spec.trigger_interval)
     else:
@@ -211,11 +215,11 @@ class _BatchWriter:
     state: _State
     target: WriteTarget
     spec: StreamSpec
-    checkpoint: str
+    checkpoint: TableLocation
     query_name: str
     record: CommitRecord  # a batch commit's record: what the run consumed is not claimed here
     key_of: Callable[[Mapping[str, str | None]], str | None]
-    source_root: str
+    source_root: str | TableLocation
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         state = self.state
@@ -346,25 +350,34 @@ def _partition_ids(target: WriteTarget) -> Callable[[Mapping[str, str | None]], 
     return lambda values: codec.key([values.get(c) for c in columns])
 
 
-def _app_id(checkpoint: str, query_name: str) -> str:
+def _text(checkpoint: TableLocation, name: str) -> str:
+    """A file of the query's checkpoint (Spark writes it there, on disk or an object store).
+
+    Raises:
+        OSError: it is not there, or cannot be read.
+    """
+    return checkpoint.store.read(name).decode("utf-8")
+
+
+def _app_id(checkpoint: TableLocation, query_name: str) -> str:
     """The query's Delta application id: its name and the id Spark keeps in the checkpoint, so a
     query started afresh (its checkpoint removed) does not take its batch ids for old ones."""
     try:
-        with open(os.path.join(checkpoint, "metadata"), encoding="utf-8") as metadata:
-            query_id = json.loads(metadata.read().splitlines()[0])["id"]
+        query_id = json.loads(_text(checkpoint, "metadata").splitlines()[0])["id"]
     except (OSError, ValueError, KeyError, IndexError):
         query_id = "new"
     return f"partlake-stream:{query_name}:{query_id}"
 
 
-def _arrivals(checkpoint: str, batch_id: int, spec: StreamSpec, source_root: str) -> list[int]:
+def _arrivals(
+    checkpoint: TableLocation, batch_id: int, spec: StreamSpec, source_root: str | TableLocation
+) -> list[int]:
     """When each input file of the batch arrived (ms): a file's modification time (Spark's
     file source log in the checkpoint), or the commit time of a streamed table's file."""
     if spec.format is not None:
-        return _file_source_times(os.path.join(checkpoint, "sources", "0"), batch_id)
-    offsets = os.path.join(checkpoint, "offsets")
-    end = _offset_version(os.path.join(offsets, str(batch_id)))
-    start = _offset_version(os.path.join(offsets, str(batch_id - 1))) if batch_id else -1
+        return _file_source_times(checkpoint, batch_id)
+    end = _offset_version(checkpoint, f"offsets/{batch_id}")
+    start = _offset_version(checkpoint, f"offsets/{batch_id - 1}") if batch_id else -1
     if end is None or start is None:
         return []
     from dagster_partlake.delta.stream_source import START
@@ -382,11 +395,11 @@ def _arrivals(checkpoint: str, batch_id: int, spec: StreamSpec, source_root: str
     return times
 
 
-def _file_source_times(log_dir: str, batch_id: int) -> list[int]:
+def _file_source_times(checkpoint: TableLocation, batch_id: int) -> list[int]:
     for name in (str(batch_id), f"{batch_id}.compact"):
         try:
-            with open(os.path.join(log_dir, name), encoding="utf-8") as log:
-                lines = log.read().splitlines()[1:]  # the first line is the log's version
+            # The first line is the log's version.
+            lines = _text(checkpoint, f"sources/0/{name}").splitlines()[1:]
         except OSError:
             continue
         entries = [json.loads(line) for line in lines if line.strip()]
@@ -394,10 +407,9 @@ def _file_source_times(log_dir: str, batch_id: int) -> list[int]:
     return []
 
 
-def _offset_version(path: str) -> int | None:
+def _offset_version(checkpoint: TableLocation, name: str) -> int | None:
     try:
-        with open(path, encoding="utf-8") as offsets:
-            return int(json.loads(offsets.read().splitlines()[-1])["version"])
+        return int(json.loads(_text(checkpoint, name).splitlines()[-1])["version"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
 

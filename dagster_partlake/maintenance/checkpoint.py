@@ -66,7 +66,7 @@ def checkpoint_table(
             f"delta-rs wrote no checkpoint for version {version} of table {snapshot.name} in "
             f"{location}/{LOG_DIR}; the log was left as it was."
         )
-    needed = _record_versions(location.uri)
+    needed = _record_versions(location)
     cutoff_ms = (time.time() - keep_log_hours * 3600) * 1000
     removed, kept, checkpoints = [], [], []
     for entry in sorted(entries, key=lambda e: e.name):
@@ -92,7 +92,7 @@ def checkpoint_table(
     )
 
 
-def _record_versions(root: str) -> set[int]:
+def _record_versions(root: str | TableLocation) -> set[int]:
     """Versions whose JSON commit the planner and the writers still read: per partition id
     the newest record (and the newest with a commit time), the newest scd2 snapshot record, and
     the commits that set some partition's current lastUpdated (any writer's: its time is that

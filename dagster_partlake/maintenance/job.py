@@ -83,7 +83,9 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
         from dagster_partlake.planning.graph import LakeGraph
 
         io_manager = context.resources.io_manager
-        graph = LakeGraph(asset_graph=context.repository_def.asset_graph, root=io_manager.root)
+        located = getattr(io_manager, "lake_location", None)
+        lake = located() if callable(located) and io_manager.root is not None else io_manager.root
+        graph = LakeGraph(asset_graph=context.repository_def.asset_graph, root=lake)
         tables = managed_tables(graph, config.assets)
         options = MaintainOptions(
             target_file_bytes=int(config.target_file_mb * 1024 * 1024),

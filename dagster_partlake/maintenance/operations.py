@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dagster_partlake.maintenance.compact import CompactResult
     from dagster_partlake.maintenance.vacuum import VacuumResult
     from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.storage.location import TableLocation
 
 Operation = Literal["compact", "vacuum", "checkpoint"]
 OPERATIONS: tuple[Operation, ...] = ("compact", "vacuum", "checkpoint")
@@ -83,8 +84,10 @@ class TableOutcome:
         return {"asset": self.asset, "status": self.status, **self.details}
 
 
-def managed_tables(graph: LakeGraph, select: Sequence[str] | None = None) -> list[tuple[str, str]]:
-    """(asset name, table root) of the managed Delta tables, or of those `select` names.
+def managed_tables(
+    graph: LakeGraph, select: Sequence[str] | None = None
+) -> list[tuple[str, TableLocation]]:
+    """(asset name, table location) of the managed Delta tables, or of those `select` names.
 
     Raises:
         PartlakeConfigError: `select` names an asset that is not a managed one.
@@ -98,11 +101,11 @@ def managed_tables(graph: LakeGraph, select: Sequence[str] | None = None) -> lis
                 f"are {', '.join(managed)}."
             )
         managed = [n for n in managed if n in select]
-    return [(name, graph.assets[name].path) for name in managed]
+    return [(name, graph.assets[name].location) for name in managed]
 
 
 def maintain_tables(
-    tables: Sequence[tuple[str, str]],
+    tables: Sequence[tuple[str, str | TableLocation]],
     operation: Operation,
     options: MaintainOptions,
     spark: Callable[[], SparkSession] | None = None,
@@ -146,7 +149,7 @@ def maintain_tables(
 def _run(
     operation: Operation,
     name: str,
-    root: str,
+    root: str | TableLocation,
     options: MaintainOptions,
     spark: Callable[[], SparkSession] | None,
 ) -> CompactResult | VacuumResult | CheckpointResult:

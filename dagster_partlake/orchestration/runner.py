@@ -44,6 +44,7 @@ from dagster_partlake.planning.planner import Key, StalePartition
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession
 from dagster_partlake.spark.resource import SparkResource, running_session
+from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     from dagster import JobDefinition
@@ -401,9 +402,17 @@ def _execute(
 
 def _root_cause(error: SerializableErrorInfo | None) -> str:
     # Dagster wraps the user's exception ("Error occurred while handling output ..."): show the
-    # innermost cause, which names the actual problem.
+    # innermost cause, which names the actual problem, unless a partlake error on the way says
+    # it in words (a `StorageError` names the table and endpoint of the `OSError` it wraps).
+    ours = None
     while error is not None and getattr(error, "cause", None) is not None:
+        if (getattr(error, "message", "") or "").startswith("dagster_partlake."):
+            ours = error
         error = error.cause
+    if ours is not None and not (getattr(error, "message", "") or "").startswith(
+        "dagster_partlake."
+    ):
+        error = ours
     message = (getattr(error, "message", "") or "failed").strip().splitlines()[0]
     # "dagster_partlake.gates.spec.GateFailedError: quality gate failed ...": partlake's own
     # errors say what went wrong in their message; the class path is noise.
@@ -433,7 +442,7 @@ def _steps(
 
 
 def _latest_version(graph: LakeGraph, name: str) -> int:
-    versions = log_versions(graph.assets[name].path)
+    versions = log_versions(graph.assets[name].location)
     return versions[-1] if versions else -1
 
 
@@ -451,7 +460,7 @@ def _written(
     metrics: dict[str, Mapping[str, int]] = {}
     already: dict[str, str] = {}
     for name in assets:
-        path = graph.assets[name].path
+        path = graph.assets[name].location
         if graph.assets[name].stream is not None:
             rows[(name, None)] = _stream_rows(path, before[name] + 1, run_id)
             continue
@@ -469,7 +478,7 @@ def _written(
     return rows, metrics, already
 
 
-def _stream_rows(root: str, since: int, run_id: str) -> int:
+def _stream_rows(root: str | TableLocation, since: int, run_id: str) -> int:
     """Rows the micro-batches of a streaming run committed (one commit per batch)."""
     total = 0
     for version in log_versions(root):

@@ -82,18 +82,18 @@ from dagster_partlake.freshness.report import (
     ReportWriter,
     checked_assets,
 )
-from dagster_partlake.layout import resolve_root
 from dagster_partlake.metadata import (
     PARTITIONS_TAG,
     REASONS_TAG,
     REFRESH_TAG,
     UPSTREAM_FAILED_TAG,
 )
-from dagster_partlake.planning.graph import LakeGraph, repository_root
+from dagster_partlake.planning.graph import LakeGraph, repository_lake
 from dagster_partlake.planning.planner import Key, StalePartition, render_partition
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession, PlanResult
 from dagster_partlake.spec.load import checked_selection
+from dagster_partlake.storage.location import lake_location
 
 if TYPE_CHECKING:
     from dagster import AssetCheckEvaluation, DagsterInstance, DagsterRun
@@ -169,10 +169,14 @@ def _state(
     assert repository is not None, "the sensor needs its code location (repository_def)"
     asset_graph = repository.asset_graph
     # Resolved on every tick: the default root follows $PARTLAKE_HOME.
-    resolved = resolve_root(root or repository_root(repository, io_manager_key))
+    configured = repository_lake(repository, io_manager_key)
+    lake = lake_location(
+        root or configured, configured.storage_options if configured is not None else None
+    )
+    resolved = lake.uri
     state = _states.get((name, resolved))
     if state is None or state.asset_graph is not asset_graph:
-        graph = LakeGraph(asset_graph=asset_graph, root=resolved)
+        graph = LakeGraph(asset_graph=asset_graph, root=lake)
         session = PlanningSession(graph, _caches.setdefault(name, StateCache()))
         reporter = state.reporter if state is not None else FreshnessReporter()
         writer = state.writer if state is not None else None

@@ -25,8 +25,8 @@ from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, 
 from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
 from dagster_partlake.partitions.keys import dimension_columns
 from dagster_partlake.planning.convert import read_state, to_partition_states
-from dagster_partlake.planning.graph import LakeAsset, io_manager_root
-from dagster_partlake.storage.location import table_path
+from dagster_partlake.planning.graph import LakeAsset, io_manager_lake
+from dagster_partlake.storage.location import TableLocation, table_location
 
 _cache = StateCache()
 
@@ -86,14 +86,16 @@ def partlake_source(
         required_resource_keys={io_manager_key},
     )
     def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
-        io_manager = getattr(context.resources, io_manager_key)
-        location = table_path(root or io_manager_root([io_manager]), asset_key, path)
+        location = _source_location(
+            getattr(context.resources, io_manager_key), root, asset_key, path
+        )
         asset = LakeAsset(
             key=asset_key,
             name=name,
             partitions_def=partitions_def,
             columns=columns,
-            path=location,
+            path=location.uri,
+            location=location,
             is_source=True,
             is_folder=folder,
             code_version=None,
@@ -108,3 +110,13 @@ def partlake_source(
         )
 
     return _observe
+
+
+def _source_location(
+    io_manager: object, root: str | None, asset_key: AssetKey, path: str | None
+) -> TableLocation:
+    """Where a source lives: under `root`, else the IO manager's lake, with the lake's storage
+    options."""
+    lake = io_manager_lake([io_manager])
+    options = lake.storage_options if lake is not None else None
+    return table_location(root or lake, asset_key, path, options)

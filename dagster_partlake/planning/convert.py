@@ -117,8 +117,8 @@ def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
         TableUnreadableError: the table's Delta log cannot be read.
     """
     if asset.is_folder:
-        return folder_state(asset.path, [c.column for c in asset.columns])
-    return cache.sync(asset.path, with_commits=not asset.is_source, name=asset.name)
+        return folder_state(asset.location, [c.column for c in asset.columns])
+    return cache.sync(asset.location, with_commits=not asset.is_source, name=asset.name)
 
 
 class KeyIds:

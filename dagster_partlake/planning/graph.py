@@ -1,8 +1,9 @@
 """A code location's assets as partlake sees them: `LakeGraph`.
 
 Read once from the `Definitions` (or a repository's asset graph): per asset its partitions, table
-columns, code version, parents, pools, backfill policy and where its table lives (the lake root
-comes from the code location's IO manager's `lake_location()`, else `$PARTLAKE_HOME`), and the
+columns, code version, parents, pools, backfill policy and where its table lives (its
+`TableLocation`: the lake root and its storage options come from the code location's IO
+manager's `lake_location()`, else `$PARTLAKE_HOME`), and the
 planner's view of the graph with each edge's partition mapping as functions
 (`dagster_partlake.partitions.mappings`). A long-lived process (the sensor's code server) keeps
 one graph, so what is derived from it is computed once: every asset's settings (its `ModelSpec`,
@@ -15,7 +16,7 @@ keeps between plans is the `PlanningSession`'s, not the graph's.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -39,7 +40,12 @@ from dagster_partlake.planning.batches import RunRules
 from dagster_partlake.planning.definition import Dependency, Key, PlanAsset
 from dagster_partlake.spec.load import graph_specs
 from dagster_partlake.spec.model import ModelSpec
-from dagster_partlake.storage.location import TableLocation, lake_location, table_path
+from dagster_partlake.storage.location import (
+    TableLocation,
+    as_location,
+    lake_location,
+    table_location,
+)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, RepositoryDefinition
@@ -67,6 +73,12 @@ class LakeAsset:
     # A streaming asset's mode (`incremental.streams`): "available_now" runs are planned as one
     # unit, "continuous" ones never (their table is planned as a source); None: no stream.
     stream: str | None = None
+    # Where its table (or folder) lives, with the lake's storage options; `path` is its URI.
+    location: TableLocation = field(default=None, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.location is None:
+            object.__setattr__(self, "location", as_location(self.path))
 
     @property
     def is_root(self) -> bool:
@@ -82,7 +94,7 @@ class LakeGraph:
         self,
         defs: Definitions | None = None,
         *,
-        root: str | None = None,
+        root: str | TableLocation | None = None,
         asset_graph: AssetGraph | None = None,
         resources: Mapping[str, object] | None = None,
     ) -> None:
@@ -94,7 +106,17 @@ class LakeGraph:
             asset_graph = defs.resolve_asset_graph()
         self.asset_graph = asset_graph
         resources = resources if resources is not None else (defs.resources if defs else None)
-        self.root = lake_location(root or io_manager_root((resources or {}).values())).uri
+        configured = io_manager_lake((resources or {}).values())
+        # The lake: `root` (a location keeps its options; a path or URI gets the IO manager's
+        # storage options), else the IO manager's, else the default.
+        self.lake = (
+            root
+            if isinstance(root, TableLocation)
+            else lake_location(
+                root or configured, configured.storage_options if configured else None
+            )
+        )
+        self.root = self.lake.uri
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
@@ -111,12 +133,14 @@ class LakeGraph:
     def _lake_asset(self, spec: ModelSpec) -> LakeAsset:
         node = self.asset_graph.get(spec.key)
         managed = spec.managed
+        location = table_location(self.lake, spec.key, spec.path)
         return LakeAsset(
             key=spec.key,
             name=spec.name,
             partitions_def=spec.partitions_def,
             columns=spec.columns,
-            path=table_path(self.root, spec.key, spec.path),
+            path=location.uri,
+            location=location,
             is_source=not managed,
             is_folder=spec.is_folder,
             code_version=node.code_version,
@@ -274,20 +298,33 @@ def repository_root(repository: RepositoryDefinition, io_manager_key: str) -> st
     """The lake root configured on the code location's IO manager under `io_manager_key`, read
     from its resource definition (what a sensor sees of it without initializing the resource on
     every tick)."""
-    lake = _configured_lake(repository.get_top_level_resources().get(io_manager_key))
+    lake = repository_lake(repository, io_manager_key)
     return lake.uri if lake is not None else None
+
+
+def repository_lake(repository: RepositoryDefinition, io_manager_key: str) -> TableLocation | None:
+    """`repository_root` as a location, with the IO manager's storage options."""
+    return _configured_lake(repository.get_top_level_resources().get(io_manager_key))
 
 
 def assets_root(asset_graph: AssetGraph, io_manager_key: str = "io_manager") -> str | None:
     """The lake root of the IO manager bound to the graph's assets under `io_manager_key`
     (what an automation condition sees of the code location)."""
+    lake = assets_lake(asset_graph, io_manager_key)
+    return lake.uri if lake is not None else None
+
+
+def assets_lake(
+    asset_graph: AssetGraph, io_manager_key: str = "io_manager"
+) -> TableLocation | None:
+    """`assets_root` as a location, with the IO manager's storage options."""
     for key in asset_graph.get_all_asset_keys():
         node = asset_graph.get(key)
         if not node.is_materializable:
             continue
         lake = _configured_lake(node.assets_def.resource_defs.get(io_manager_key))
         if lake is not None:
-            return lake.uri
+            return lake
     return None
 
 
@@ -306,8 +343,15 @@ def _configured_lake(definition: object) -> TableLocation | None:
 def io_manager_root(resources: Iterable[object]) -> str | None:
     """The lake root of the first resource among a code location's resources that stores a
     lake (`lake_location()`), if it names one."""
+    lake = io_manager_lake(resources)
+    return lake.uri if lake is not None else None
+
+
+def io_manager_lake(resources: Iterable[object]) -> TableLocation | None:
+    """`io_manager_root` as a location, with that resource's storage options."""
     for resource in resources:
         located = getattr(resource, "lake_location", None)
         if callable(located) and getattr(resource, "root", None) is not None:
-            return located().uri
+            lake = located()
+            return lake if isinstance(lake, TableLocation) else None
     return None

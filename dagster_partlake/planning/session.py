@@ -32,7 +32,6 @@ from dagster_partlake.delta.state import StateCache, TableState, folder_state
 from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
 from dagster_partlake.incremental.spec import Incremental
-from dagster_partlake.layout import log_dir
 from dagster_partlake.planning import cache as plan_cache
 from dagster_partlake.planning.convert import (
     Conversion,
@@ -55,6 +54,7 @@ from dagster_partlake.planning.replan import (
     replan,
 )
 from dagster_partlake.planning.runs import RunPlan, runs_of
+from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -282,7 +282,7 @@ class PlanningSession:
             return
         raw: dict[str, TableState | None] = {}
         for name, asset in graph.assets.items():
-            state = self.cache.persisted(asset.path, with_commits=not asset.is_source)
+            state = self.cache.persisted(asset.location, with_commits=not asset.is_source)
             if (state.version if state is not None else None) != saved.versions[name]:
                 return
             raw[name] = state
@@ -383,7 +383,7 @@ def _ranges(
     incremental: Mapping[str, Incremental],
     states: Mapping[str, TableState | None],
 ) -> dict[str, str]:
-    root = graph.assets[asset].path
+    root = graph.assets[asset].location
     previous = newest_record(root) if table_exists(root) else None
     described = {}
     for upstream, how in incremental.items():
@@ -405,19 +405,25 @@ def runs_for(
     return runs_of(result.plan, graph.run_rules(result.inputs.assets), blocked=blocked)
 
 
+def _may_exist(location: TableLocation) -> bool:
+    from dagster_partlake.delta.log_files import LogFiles
+
+    return LogFiles(location).table_may_exist()
+
+
 def moved(graph: LakeGraph, cache: StateCache, versions: Mapping[str, int]) -> bool:
     """Whether any table may differ from `versions` (a `PlanResult.versions` of an earlier plan
     with the same cache): a cheap check, a couple of `stat`s per table."""
     for name, asset in graph.assets.items():
         if asset.is_folder:
-            state = folder_state(asset.path, [c.column for c in asset.columns])
+            state = folder_state(asset.location, [c.column for c in asset.columns])
             if (state.version if state else None) != versions.get(name):
                 return True
             continue
         version = versions.get(name)
         if version is None:
-            if os.path.isdir(log_dir(asset.path)):
+            if _may_exist(asset.location):
                 return True
-        elif cache.moved(asset.path, version):
+        elif cache.moved(asset.location, version):
             return True
     return False

@@ -55,10 +55,12 @@ _CAUSES = (
 
 
 def cause_of(error: BaseException) -> str | None:
-    """What to check for an object store error, None when it names no known cause."""
+    """What to check for an object store error, None when it names no known cause (Arrow
+    spells causes like SIGNATURE_DOES_NOT_MATCH, the servers like SignatureDoesNotMatch)."""
     text = str(error).lower()
+    squeezed = text.replace("_", "")
     for words, advice in _CAUSES:
-        if any(word in text for word in words):
+        if any(word in text or word in squeezed for word in words):
             return advice
     return None
 

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 # Requests by kind (list, get, head, delete, put) made through any store in this process.
 REQUESTS: Counter[str] = Counter()
+# Buckets (or containers) seen to exist, by (scheme, endpoint, bucket): an empty listing in one
+# is a folder with nothing in it, not a missing bucket (asked once per process).
+_BUCKETS: set[tuple[str, str | None, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,16 @@ class Store(Protocol):
         """Copy a file within the location (an object store has no atomic rename)."""
         ...
 
+    def move(self, source: str, target: str) -> None:
+        """Move a file within the location: a rename on disk, a copy and a delete on an
+        object store."""
+        ...
+
+
+def _ms(stat: os.stat_result) -> int:
+    """A file's modification time in whole ms, as partlake's state has always counted it."""
+    return stat.st_mtime_ns // 1_000_000
+
 
 class LocalStore:
     """A `Store` on the local disk, through the operating system."""
@@ -96,7 +109,7 @@ class LocalStore:
             with contextlib.suppress(FileNotFoundError):
                 if entry.is_file():
                     stat = entry.stat()
-                    found.append(Entry(entry.name, stat.st_size, int(stat.st_mtime * 1000)))
+                    found.append(Entry(entry.name, stat.st_size, _ms(stat)))
         return found
 
     def walk(self, folder: str = "", *, skip_hidden: bool = True) -> list[Entry]:
@@ -111,7 +124,7 @@ class LocalStore:
                 with contextlib.suppress(FileNotFoundError):
                     stat = os.stat(full)
                     relative = os.path.relpath(full, base).replace(os.sep, "/")
-                    found.append(Entry(relative, stat.st_size, int(stat.st_mtime * 1000)))
+                    found.append(Entry(relative, stat.st_size, _ms(stat)))
         return found
 
     def read(self, name: str) -> bytes:
@@ -129,7 +142,7 @@ class LocalStore:
             stat = os.stat(self._full(name))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return Entry(posixpath.basename(name), stat.st_size, int(stat.st_mtime * 1000))
+        return Entry(posixpath.basename(name), stat.st_size, _ms(stat))
 
     def delete(self, names: Iterable[str]) -> int:
         deleted = 0
@@ -157,6 +170,12 @@ class LocalStore:
         os.makedirs(os.path.dirname(full), exist_ok=True)
         shutil.copyfile(self._full(source), full)
 
+    def move(self, source: str, target: str) -> None:
+        REQUESTS["put"] += 1
+        full = self._full(target)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        shutil.move(self._full(source), full)
+
 
 class ArrowStore:
     """A `Store` on an object store, through a pyarrow filesystem."""
@@ -176,6 +195,8 @@ class ArrowStore:
         selector = pafs.FileSelector(base, allow_not_found=True, recursive=recursive)
         with self._errors(folder or "."):
             infos = self.fs.get_file_info(selector)
+        if not infos:
+            self._check_bucket(folder)
         for info in infos:
             if info.type != pafs.FileType.File:
                 continue
@@ -239,6 +260,32 @@ class ArrowStore:
         REQUESTS["put"] += 1
         with self._errors(source):
             self.fs.copy_file(self._full(source), self._full(target))
+
+    def move(self, source: str, target: str) -> None:
+        self.copy(source, target)
+        self.delete([source])
+
+    def _check_bucket(self, name: str) -> None:
+        """Raise the clear error when the location's bucket does not exist (an object store
+        lists a missing bucket as an empty folder)."""
+        import pyarrow.fs as pafs
+
+        from dagster_partlake.storage.options import endpoint
+
+        bucket = self.root.split("/", 1)[0]
+        key = (self.location.scheme, endpoint(self.location.options), bucket)
+        if key in _BUCKETS:
+            return
+        REQUESTS["head"] += 1
+        with self._errors(name or "."):
+            info = self.fs.get_file_info(bucket)
+        if info.type == pafs.FileType.NotFound:
+            from dagster_partlake.storage.errors import storage_error
+
+            raise storage_error(
+                self.location, name, OSError(f"NoSuchBucket: the bucket {bucket} does not exist")
+            )
+        _BUCKETS.add(key)
 
     @contextlib.contextmanager
     def _errors(self, name: str) -> Iterator[None]:
