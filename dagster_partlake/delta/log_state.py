@@ -315,7 +315,7 @@ def _sidecar_path(name: str) -> str:
     URI."""
     relative = unquote(name)
     if relative.startswith("file:"):
-        return relative.removeprefix("file://")
+        return TableLocation.parse(relative).uri  # the one place that reads `file://`
     if "/" in relative:
         return relative
     return f"{SIDECARS}/{relative}"
