@@ -172,27 +172,50 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     # Spark, delta-rs and the readers and writers are imported where a step needs them: loading
     # the code location (as a no-op `partlake run` does) must not.
 
-    def handle_output(self, context: OutputContext, obj: DataFrame | None) -> None:
+    def handle_output(
+        self, context: OutputContext, obj: DataFrame | Mapping[str, DataFrame] | None
+    ) -> None:
+        """Write the output: a DataFrame, or for an in-order kind (`merge`, `scd2`) over several
+        partitions `{partition key: DataFrame}`, applied one partition after the other
+        (`dagster_partlake.kinds.units`)."""
         from pyspark.sql import DataFrame
 
-        from dagster_partlake.kinds.write import write_output
+        from dagster_partlake.kinds.units import in_order, units_of
+        from dagster_partlake.kinds.write import write_in_order, write_output
 
         entered = time.perf_counter()
         if obj is None and context.dagster_type.is_nothing:
             return
-        if not isinstance(obj, DataFrame):
+        first = next(iter(obj.values()), None) if isinstance(obj, Mapping) else obj
+        if not isinstance(first, DataFrame):
             raise PartlakeError(
-                f"asset {context.asset_key.to_user_string()} returned {type(obj).__name__}; "
-                "DeltaPartitionIOManager stores Spark DataFrames, so return one "
-                "(spark.createDataFrame(...) for local data)."
+                f"asset {context.asset_key.to_user_string()} returned "
+                f"{type(first if isinstance(obj, Mapping) else obj).__name__}"
+                f"{' in a mapping' if isinstance(obj, Mapping) else ''}; DeltaPartitionIOManager "
+                "stores Spark DataFrames, so return one (spark.createDataFrame(...) for local "
+                "data), or for a merge or scd2 run of several partitions one per partition key."
             )
-        if obj.isStreaming:
+        if isinstance(obj, DataFrame) and obj.isStreaming:
             self._handle_stream(context, obj)
             return
-        target = self._target(context, obj)
+        target = self._target(context, first)
+        ordered = in_order(target, obj)
+        if isinstance(obj, Mapping) and not ordered:
+            raise PartlakeConfigError(
+                f"asset {target.asset_name} ({target.kind.kind}) returned a mapping of "
+                "DataFrames; only a merge or scd2 asset with a time dimension applies its "
+                "partitions one by one. Return one DataFrame."
+            )
         reads = self._inputs_of(context)
         incremental = any(r.incremental or r.landing is not None for r in reads.values())
         target = replace(target, incremental_inputs=incremental)
+        if ordered and incremental and len(target.keys) > 1:
+            raise PartlakeConfigError(
+                f"{target.kind.kind} asset {target.asset_name} got {len(target.keys)} partitions "
+                "in one run and reads an input only once (incrementally, or a landing folder): "
+                "each partition's commit would record what the whole run read. Remove its "
+                "backfill policy so that each run applies one partition. Nothing was committed."
+            )
         upstream_versions = {name: read.version for name, read in reads.items()}
         record = CommitRecord(
             asset_key=target.asset_name,
@@ -206,10 +229,21 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             consumed_files={n: r.landing[2] for n, r in reads.items() if r.landing},
         )
         metadata = context.definition_metadata or {}
-        skip = self._skip(context, obj, metadata, list(target.keys), reads)
+        skip = self._skip(context, first, metadata, list(target.keys), reads)
         started = time.perf_counter()
         with self.spark.server_errors():
-            written = write_output(obj, target, record, skip=skip)
+            if ordered:
+                gates = gates_of(metadata, asset_name=target.asset_name, kind=target.kind.kind)
+                written = write_in_order(
+                    units_of(obj, target),
+                    replace(target, check=None),
+                    record,
+                    skip=skip,
+                    check_for=lambda unit: _gate_check(context, unit, gates) if gates else None,
+                )
+            else:
+                assert isinstance(obj, DataFrame)
+                written = write_output(obj, target, record, skip=skip)
         write_seconds = time.perf_counter() - started
         for name, read in reads.items():
             if read.landing is not None:

@@ -26,6 +26,7 @@ from dagster import (
 
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gates.spec import gates_of
+from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY
 from dagster_partlake.incremental.spec import Incremental, incremental_of
 from dagster_partlake.incremental.streams import stream_of
 from dagster_partlake.kinds.spec import ORDERED_KINDS, model_kind
@@ -158,8 +159,29 @@ class LakeGraph:
         """How this code location's stale partitions become runs, for the planner's `assets`
         (from `plan_assets`)."""
         return RunRules(
-            assets, self.partitions_defs(), self.policies(), self.units(), self.cutoff()
+            assets,
+            self.partitions_defs(),
+            self.policies(),
+            self.units(),
+            self.cutoff(),
+            reads_once=self.reads_once(),
         )
+
+    def reads_once(self) -> set[str]:
+        """Managed assets reading an input only once: incrementally, or a landing folder."""
+        return {
+            name
+            for name, a in self.assets.items()
+            if not a.is_source
+            and (
+                self.incremental_inputs(name)
+                or any(self._is_landing(p) for p in a.parents if p in self.assets)
+            )
+        }
+
+    def _is_landing(self, name: str) -> bool:
+        metadata = self.asset_graph.get(self.assets[name].key).metadata or {}
+        return metadata.get(AFTER_COMMIT_KEY) is not None
 
     def cutoff(self) -> set[str]:
         """Assets whose recomputed partitions may come out unchanged (kind `tracked`)."""
