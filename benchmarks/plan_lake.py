@@ -26,7 +26,6 @@ ASSETS = ("src", "a1", "a2", "a3")
 MANAGED = ("a1", "a2", "a3")
 UPSTREAM = {"a1": "src", "a2": "a1", "a3": "a2"}
 PARTITION_BY = ["date", "region"]
-RESULT_MARK = "@@PLAN_SCALE_RESULT@@"
 CONDITIONS = ("eager", "any_deps_updated")
 
 

@@ -60,6 +60,7 @@ from dagster_partlake.errors import SqlModelError
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY
 from dagster_partlake.incremental.spec import INCREMENTAL_KEY
 from dagster_partlake.kinds.spec import ORDERED_KINDS, model_kind
+from dagster_partlake.metadata import SQL_PATH_KEY
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
 from dagster_partlake.partitions.mappings import key_maps
 from dagster_partlake.sql.lineage import ColumnLineage, Key, column_lineage
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Upstream = AssetsDefinition | SourceAsset | AssetSpec
-SQL_PATH_KEY = "partlake/sql_path"
 COLUMN_LINEAGE_KEY = "dagster/column_lineage"
 COLUMN_SCHEMA_KEY = "dagster/column_schema"
 _BUILTIN: dict[str, PartitionMapping] = {
