@@ -173,8 +173,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         (`dagster_partlake.kinds.units`)."""
         from pyspark.sql import DataFrame
 
-        from dagster_partlake.kinds.units import in_order, units_of
-        from dagster_partlake.kinds.write import write_in_order, write_output
+        from dagster_partlake.kinds.units import in_order
 
         entered = time.perf_counter()
         if obj is None and context.dagster_type.is_nothing:
@@ -223,39 +222,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         )
         skip = self._skip(context, first, list(target.keys), reads)
         started = time.perf_counter()
-        with self.spark.server_errors():
-            if ordered:
-                gates = _output_spec(context).gates
-                written = write_in_order(
-                    units_of(obj, target),
-                    replace(target, check=None),
-                    record,
-                    skip=skip,
-                    check_for=lambda unit: _gate_check(context, unit, gates) if gates else None,
-                )
-            else:
-                assert isinstance(obj, DataFrame)
-                written = write_output(obj, target, record, skip=skip)
+        written = self._write(
+            context, obj if obj is not None else first, target, record, skip=skip, ordered=ordered
+        )
         write_seconds = time.perf_counter() - started
-        for name, read in reads.items():
-            if read.landing is not None:
-                # Only now that the commit naming them landed (`incremental.landing`).
-                folder, mode, files = read.landing
-                moved = finish(folder, files, mode)
-                context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
-        if written.already_written_by is not None:
-            context.log.info(
-                f"{target.asset_name}: run {written.already_written_by} already committed "
-                f"{', '.join(target.keys) or 'the table'} from the same upstream versions and "
-                "code version; nothing committed again."
-            )
-        elif written.commit is None:
-            context.log.info(
-                f"{target.asset_name}: this run's append already landed in version "
-                f"{written.record.table_version}; nothing added again."
-            )
-        if written.note is not None:
-            (context.log.warning if written.warning else context.log.info)(written.note)
+        _after_write(context, target, written, reads)
         timings = _Timings(
             write=write_seconds,
             spark_start=take_session_starts(),
@@ -263,6 +234,35 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             output=time.perf_counter() - entered,
         )
         context.add_output_metadata(_output_metadata(context, target, written, record, timings))
+
+    def _write(
+        self,
+        context: OutputContext,
+        obj: DataFrame | Mapping[str, DataFrame],
+        target: WriteTarget,
+        record: CommitRecord,
+        *,
+        skip: str | None,
+        ordered: bool,
+    ) -> KindWrite:
+        """The output's commit(s): one write, or an in-order kind's partitions one by one."""
+        from pyspark.sql import DataFrame
+
+        from dagster_partlake.kinds.units import units_of
+        from dagster_partlake.kinds.write import write_in_order, write_output
+
+        with self.spark.server_errors():
+            if not ordered:
+                assert isinstance(obj, DataFrame)
+                return write_output(obj, target, record, skip=skip)
+            gates = _output_spec(context).gates
+            return write_in_order(
+                units_of(obj, target),
+                replace(target, check=None),
+                record,
+                skip=skip,
+                check_for=lambda unit: _gate_check(context, unit, gates) if gates else None,
+            )
 
     def _target(self, context: OutputContext, obj: DataFrame) -> WriteTarget:
         """Where and how the output is written, its partition keys validated first.
@@ -732,6 +732,32 @@ def _consumer(context: InputContext) -> ModelSpec | None:
         if any(dep.asset_key == context.asset_key for dep in spec.deps):
             return spec_of(assets_def, key)
     return None
+
+
+def _after_write(
+    context: OutputContext, target: WriteTarget, written: KindWrite, reads: Mapping[str, _Read]
+) -> None:
+    """Once the commit landed: the landing folders' consumed files moved, and what the write
+    did not do said on the step's log."""
+    for name, read in reads.items():
+        if read.landing is not None:
+            # Only now that the commit naming them landed (`incremental.landing`).
+            folder, mode, files = read.landing
+            moved = finish(folder, files, mode)
+            context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
+    if written.already_written_by is not None:
+        context.log.info(
+            f"{target.asset_name}: run {written.already_written_by} already committed "
+            f"{', '.join(target.keys) or 'the table'} from the same upstream versions and "
+            "code version; nothing committed again."
+        )
+    elif written.commit is None:
+        context.log.info(
+            f"{target.asset_name}: this run's append already landed in version "
+            f"{written.record.table_version}; nothing added again."
+        )
+    if written.note is not None:
+        (context.log.warning if written.warning else context.log.info)(written.note)
 
 
 def _output_spec(context: OutputContext) -> ModelSpec:
