@@ -14,8 +14,11 @@ two set-ups, each measured `--repeats` times:
 The lake holds the daemon tests' data (2 days x eu, us), filled by `partlake run` first. Each
 repeat rewrites one source partition of raw_events (a new day-region pair each time, so every
 repeat refreshes a closure of the same shape) and waits until the planner, polled in this
-process every 0.25 s, finds nothing stale. Then it reads back from the Dagster instance what the
-daemon did, run by run:
+process every 0.25 s, finds nothing stale. With `--later-days N` the lake holds N + 1 days x eu,
+us, apac and each repeat rewrites the first day of another region: the merge model
+`marts/user_activity` then has N later days of that region to apply again, in order (issue 35
+point 4: 124 s for N = 3 when each later day was its own run). Then it reads back from the
+Dagster instance what the daemon did, run by run:
 
 - tick wait: from the moment a run could have been requested (the rewrite's commit, or the end
   of the run before it) to its creation (by a sensor tick, or by the backfill daemon);
@@ -63,6 +66,7 @@ SENSOR = "partlake_invalidation"
 TARGETS = {"local": 40.0, "shared": 15.0}  # seconds, median of the repeats
 DATES = ["2024-01-01", "2024-01-02"]
 REGIONS = ["eu", "us"]
+ALL_REGIONS = ["eu", "us", "apac"]
 PHASES = ("tick_wait", "launch", "jvm_start", "handoff", "compute", "commit", "other")
 ENDED = ("SUCCESS", "FAILURE", "CANCELED")
 
@@ -221,20 +225,29 @@ def _newest_commit_time(lake: Path) -> float:
     return max(p.stat().st_mtime for p in log_dir.glob("*.json"))
 
 
-def measure(mode: str, repeats: int, rows: int, refresh: str = "runs") -> dict[str, Any]:
+def rewrites(later_days: int) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """The lake's days and regions, and the (day, region) each repeat rewrites, in turn."""
+    if later_days <= 0:
+        pairs = [(DATES[n % 2], REGIONS[(n // 2) % 2]) for n in range(4)]
+        return DATES, REGIONS, pairs
+    days = [f"2024-01-{d:02d}" for d in range(1, later_days + 2)]
+    return days, ALL_REGIONS, [(days[0], region) for region in ALL_REGIONS]
+
+
+def measure(
+    mode: str, repeats: int, rows: int, refresh: str = "runs", later_days: int = 0
+) -> dict[str, Any]:
     from dagster import DagsterInstance
 
+    dates, regions, pairs = rewrites(later_days)
     work = Path(tempfile.mkdtemp(prefix=f"partlake-refresh-{mode}-"))
     log(f"{mode}: working in {work}")
     with setting(mode, work, refresh) as env:
         ingest(
             env,
             rows,
-            *(a for d in DATES for a in ("--date", d)),
-            "--region",
-            "eu",
-            "--region",
-            "us",
+            *(a for d in dates for a in ("--date", d)),
+            *(a for r in regions for a in ("--region", r)),
         )
         filled = run_partlake("run", "-m", "definitions", env=env, timeout=900)
         assert filled.returncode == 0, filled.stdout[-3000:] + filled.stderr[-3000:]
@@ -248,7 +261,7 @@ def measure(mode: str, repeats: int, rows: int, refresh: str = "runs") -> dict[s
             time.sleep(2 * interval)  # its first ticks: the lake is fresh, nothing requested
             repeats_out = []
             for number in range(repeats):
-                date, region = DATES[number % 2], REGIONS[(number // 2) % 2]
+                date, region = pairs[number % len(pairs)]
                 ingest(env, rows, "--date", date, "--region", region, "--seed", str(100 + number))
                 # The rewrite's commit, not the end of the ingest process: a watching sensor
                 # tick may act on it while that process still exits.
@@ -306,6 +319,7 @@ def measure(mode: str, repeats: int, rows: int, refresh: str = "runs") -> dict[s
     return {
         "mode": mode,
         "refresh": refresh,
+        "later_days": later_days,
         "sensor_interval_s": interval,
         "repeats": repeats_out,
         "median_s": median,
@@ -349,13 +363,24 @@ def main(argv: list[str] | None = None) -> int:
         choices=["runs", "backfill"],
         help="the sensor's refresh: runs level by level, or one Dagster asset backfill",
     )
+    parser.add_argument(
+        "--later-days",
+        type=int,
+        default=0,
+        help="N > 0: N + 1 days x 3 regions, each repeat rewriting a region's first day (the "
+        "merge model marts/user_activity then applies N later days again)",
+    )
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "refresh.json"))
     args = parser.parse_args(argv)
     results = {
         "benchmark": "refresh",
         "cores": os.cpu_count(),
         "refresh": args.refresh,
-        "modes": [measure(m, args.repeats, args.rows, args.refresh) for m in args.modes.split(",")],
+        "later_days": args.later_days,
+        "modes": [
+            measure(m, args.repeats, args.rows, args.refresh, args.later_days)
+            for m in args.modes.split(",")
+        ],
     }
     for mode in results["modes"]:
         log(

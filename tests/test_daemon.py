@@ -374,6 +374,40 @@ class TestSqliteInstance:
             page.screenshot(path=out / "ui-refresh-runs.png")
             browser.close()
 
+    def test_a_merge_models_later_days_refresh_in_one_run_under_the_daemon(
+        self, refreshed: Refreshed
+    ) -> None:
+        """Two more days for us, then its first of them rewritten: the merge model
+        marts/user_activity's later days (applied each on top of the one before) are requested
+        as one range run once the day they follow is committed, and applied in it in order,
+        each its own commit (issue 35: no chain of one run per later day)."""
+        dev = refreshed.dev
+        ingest(dev.env, "--date", "2024-01-03", "--date", "2024-01-04", "--region", "us")
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the daemon to fill two days")
+        rewritten_at = time.time()
+        ingest(dev.env, "--date", "2024-01-02", "--region", "us", "--seed", "12")
+        later = {("marts/user_activity", f"2024-01-0{d}|us") for d in (3, 4)}
+        assert later <= {(i["asset"], i["partition"]) for i in dev.stale()}
+        wait_until(lambda: dev.stale() == [], timeout=900, what="the daemon to refresh them")
+        runs = ended_runs(
+            lambda: [r for r in sensor_runs(dev) if r["creationTime"] >= rewritten_at],
+            what="the refresh's runs to end",
+        )
+        assert all(r["status"] == "SUCCESS" for r in runs), runs
+        [ranged] = [r for r in runs if covered(r) & later]
+        assert ranged["assets"] == ["marts/user_activity"] and covered(ranged) == later, runs
+        assert ranged["tags"]["dagster/asset_partition_range_start"] == "2024-01-03|us"
+        assert ranged["tags"]["dagster/asset_partition_range_end"] == "2024-01-04|us"
+        [first] = [r for r in runs if ("marts/user_activity", "2024-01-02|us") in covered(r)]
+        assert ranged["creationTime"] >= committed(dev, first["runId"])["marts/user_activity"]
+        assert len({r["tags"]["partlake/refresh"] for r in runs}) == 1, runs
+        from dagster_partlake.delta.table import log_versions, read_record
+
+        path = refreshed.lake / "warehouse" / "marts" / "user_activity"
+        records = [read_record(str(path), v) for v in log_versions(str(path))]
+        mine = [r for r in records if r is not None and r.run_id == ranged["runId"]]
+        assert [r.partition_keys for r in mine] == [("2024-01-03|us",), ("2024-01-04|us",)]
+
     def test_damaged_table_fails_ticks_with_its_message_and_holds_back_its_closure(
         self, refreshed: Refreshed
     ) -> None:

@@ -41,6 +41,23 @@ def check_rows(lake: Path, *, rewritten: tuple[str, str] | None = None) -> None:
     assert delta_rows(table_path(str(lake), ["marts", "monthly_region_summary"]), columns) == (
         delta_rows(table_path(str(lake), ["monthly_region_stats"]), columns)
     )
+    expected = latest_activity(events)
+    rows = delta_rows(table_path(str(lake), ["marts", "user_activity"]), ACTIVITY)
+    if rewritten is None:
+        assert rows == expected
+        return
+    date, region = dt.date.fromisoformat(rewritten[0]), rewritten[1]
+    again = [e for e in expected if e[1] == region and e[2] == date]
+    assert again and set(again) <= set(rows)
+    assert {(r[0], r[1]) for r in rows} >= {(e[0], e[1]) for e in expected}
+
+
+ACTIVITY = ["user_id", "region", "last_date", "events", "last_seen"]
+
+
+def latest_activity(events: list[tuple]) -> list[tuple]:
+    """marts/user_activity from scratch: each user's latest day per region, with its events
+    and last event time (ACTIVITY's columns but revenue)."""
     latest: dict[tuple[int, str], dict] = {}
     for event in (dict(zip(EVENTS, row, strict=True)) for row in events):
         key = (event["user_id"], event["region"])
@@ -49,19 +66,10 @@ def check_rows(lake: Path, *, rewritten: tuple[str, str] | None = None) -> None:
             latest[key] = day = {"date": event["date"], "rows": []}
         if event["date"] == day["date"]:
             day["rows"].append(event)
-    expected = sorted(
+    return sorted(
         (user, region, day["date"], len(day["rows"]), max(e["event_ts"] for e in day["rows"]))
         for (user, region), day in latest.items()
     )
-    activity = ["user_id", "region", "last_date", "events", "last_seen"]
-    rows = delta_rows(table_path(str(lake), ["marts", "user_activity"]), activity)
-    if rewritten is None:
-        assert rows == expected
-        return
-    date, region = dt.date.fromisoformat(rewritten[0]), rewritten[1]
-    again = [e for e in expected if e[1] == region and e[2] == date]
-    assert again and set(again) <= set(rows)
-    assert {(r[0], r[1]) for r in rows} >= {(e[0], e[1]) for e in expected}
 
 
 def outcome_lines(stdout: str) -> set[tuple[str, str]]:
@@ -169,3 +177,70 @@ def test_example_sql_models(tmp_path: Path, lake: Path, monkeypatch) -> None:
         assert ran == f"```sql\n{query.strip()}\n```"
     plan = run_partlake("plan", "-m", "definitions", "--json", env=env)
     assert json.loads(plan.stdout) == []
+
+
+def test_a_merge_models_later_days_refresh_in_one_run(tmp_path: Path, lake: Path) -> None:
+    """marts/user_activity (a merge, each day on top of the one before) over four days: an old
+    day rewritten makes its three later days stale, and `partlake plan` and `partlake run` apply
+    them in one run after the day itself, each day its own commit, in order; the table is then
+    exactly what applying every day from scratch gives."""
+    env = cli_env(tmp_path, lake)
+    days = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
+    for day in days:
+        write_partition(dt.date.fromisoformat(day), "eu", 200, root=str(lake))
+    select = ("--select", "staging/events,marts/user_activity")
+    activity = table_path(str(lake), ["marts", "user_activity"])
+
+    def runs() -> list[tuple[list[str], str | None, list[str] | None, list[int]]]:
+        plan = run_partlake("plan", "-m", "definitions", *select, "--runs-json", env=env)
+        assert plan.returncode == 0, plan.stderr
+        return [
+            (r["assets"], r["partition_key"], r["partition_range"], r["waits_for"])
+            for r in json.loads(plan.stdout)
+        ]
+
+    def check() -> None:
+        events = delta_rows(table_path(str(lake), ["staging", "events"]), EVENTS)
+        assert delta_rows(activity, ACTIVITY) == latest_activity(events)
+
+    # The first fill: the staging range, then all four days of the merge in one range run.
+    assert runs() == [
+        (["staging/events"], None, ["2024-01-01|eu", "2024-01-04|eu"], []),
+        (["marts/user_activity"], None, ["2024-01-01|eu", "2024-01-04|eu"], [1]),
+    ]
+    proc = run_partlake("run", "-m", "definitions", *select, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {("marts/user_activity", f"{d}|eu") for d in days} <= outcome_lines(proc.stdout)
+    check()
+
+    write_partition(dt.date(2024, 1, 1), "eu", 200, seed=3, root=str(lake))
+    assert runs() == [
+        (["staging/events", "marts/user_activity"], "2024-01-01|eu", None, []),
+        (["marts/user_activity"], None, ["2024-01-02|eu", "2024-01-04|eu"], [1]),
+    ]
+    plan = run_partlake("plan", "-m", "definitions", *select, env=env)
+    assert re.search(
+        r"run 2: marts/user_activity +2024-01-02\|eu\.\.\.2024-01-04\|eu \(3 partitions\) +"
+        r"after run 1",
+        plan.stdout,
+    ), plan.stdout
+    refreshed = run_partlake("run", "-m", "definitions", *select, env=env, timeout=900)
+    assert refreshed.returncode == 0, refreshed.stdout + refreshed.stderr
+    assert outcome_lines(refreshed.stdout) == {("staging/events", "2024-01-01|eu")} | {
+        ("marts/user_activity", f"{d}|eu") for d in days
+    }
+    # Each later day its own line with its own counts, and its own commit, in order, all of
+    # one run.
+    later = re.findall(
+        r"^\[OK\] marts/user_activity (2024-01-0[234])\|eu \(upstream_changed, (\d+) inserted",
+        refreshed.stdout,
+        re.MULTILINE,
+    )
+    assert [d for d, _ in later] == days[1:], refreshed.stdout
+    from dagster_partlake.delta.table import log_versions, read_record
+
+    records = [r for v in log_versions(activity) if (r := read_record(activity, v)) is not None]
+    last = [r for r in records if r.run_id == records[-1].run_id]
+    assert [r.partition_keys for r in last] == [(f"{d}|eu",) for d in days[1:]]
+    check()
+    assert runs() == []

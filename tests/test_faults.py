@@ -37,7 +37,7 @@ from tests.servers import (
     postgres_server,
     wait_until,
 )
-from tests.test_daemon import SENSOR, ingest, ticks
+from tests.test_daemon import SENSOR, committed, ingest, ticks
 
 pytestmark = [pytest.mark.faults, pytest.mark.daemon, pytest.mark.dagster_cli]
 
@@ -268,11 +268,13 @@ class TestRunWorkerKilled:
         assert clean[2]["tags"]["partlake/attempt"] == "3"
         # What reads the killed runs' partitions was requested only once they had landed: the
         # monthly rollups (reading daily_region_stats, in clean_events' run) once the third
-        # attempt had ended; no run waited in its run for another.
+        # attempt had committed it (its check steps may still run); no run waited in its run
+        # for another.
         others = [r for r in runs if r not in clean]
         assert others and all(r["status"] == "SUCCESS" for r in others), others
         monthly = [r for r in others if "monthly_region_stats" in r["assets"]]
-        assert monthly and all(r["creationTime"] >= clean[2]["endTime"] for r in monthly), runs
+        landed = committed(drill.dev, clean[2]["runId"])["daily_region_stats"]
+        assert monthly and all(r["creationTime"] >= landed for r in monthly), runs
         assert all("partlake/waits_for" not in r["tags"] for r in runs), runs
 
     def test_killed_right_after_its_commit_twice(self, drill: Drill) -> None:

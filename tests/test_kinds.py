@@ -10,6 +10,7 @@ import pytest
 from dagster import (
     AssetIn,
     AssetKey,
+    BackfillPolicy,
     DailyPartitionsDefinition,
     Definitions,
     TimeWindowPartitionMapping,
@@ -30,7 +31,7 @@ from dagster_partlake.kinds.spec import model_kind, model_kind_metadata
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
 from dagster_partlake.planning.graph import LakeGraph
-from dagster_partlake.planning.session import make_plan
+from dagster_partlake.planning.session import PlanningSession, make_plan
 from dagster_partlake.storage.location import table_path
 from tests.conftest import delta_files, delta_rows
 
@@ -557,3 +558,186 @@ def test_scd2_history_partitioned_by_a_snapshot_column(spark, lake: Path, instan
         (2, "big", "2024-01-01", "2024-01-02", False),  # gone from the second snapshot
         (3, "small", "2024-01-02", None, True),
     ]
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    backfill_policy=BackfillPolicy.single_run(),
+    metadata=model_kind_metadata("merge", unique_key=["id"], partition_by=[]),
+)
+def users_in_order(context, changes: DataFrame) -> dict[str, DataFrame]:
+    """users, over a range of days in one run: one DataFrame per day, applied in order (its
+    table is not partitioned by day, so its rows cannot say their day)."""
+    return {
+        key: changes.where(F.col("date") == F.lit(dt.date.fromisoformat(key))).select(
+            "id", "name", "score"
+        )
+        for key in context.partition_keys
+    }
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    backfill_policy=BackfillPolicy.single_run(),
+    metadata=model_kind_metadata("merge", unique_key=["id"]),
+)
+def scores_in_order(changes: DataFrame) -> DataFrame:
+    """A merge partitioned by day: one DataFrame for the range, split by its date column."""
+    return changes.select("date", "id", "score")
+
+
+@asset(
+    partitions_def=daily,
+    code_version="1",
+    backfill_policy=BackfillPolicy.single_run(),
+    metadata=model_kind_metadata("scd2", unique_key=["id"]),
+)
+def history_in_order(context, changes: DataFrame) -> dict[str, DataFrame]:
+    """users_history over a range: each day's snapshot applied at that day's time."""
+    return {
+        key: changes.where(F.col("date") == F.lit(dt.date.fromisoformat(key))).select("id", "name")
+        for key in context.partition_keys
+    }
+
+
+def run_records_of(lake: Path, name: str) -> list:
+    path = table_path(str(lake), [name])
+    return [r for v in log_versions(path) if (r := read_record(path, v)) is not None]
+
+
+def test_in_order_kinds_apply_a_range_day_by_day_in_one_run(spark, lake: Path, instance) -> None:
+    """merge and scd2 assets whose policy allows ranges: the days an old one made stale run in
+    one run, each applied on top of the one before in its own commit with its own record, and
+    the table is the one consecutive one-day runs leave."""
+    feeds = {
+        DAYS[0]: [(1, "ann", 1), (2, "bob", 2)],
+        DAYS[1]: [(2, "bobby", 5), (3, "cy", 3)],
+        DAYS[2]: [(3, "cyd", 4), (4, "dee", 6)],
+    }
+    for day, rows in feeds.items():
+        write_changes(spark, lake, day, rows)
+    graph = LakeGraph(defs_for(lake, users_in_order, scores_in_order, history_in_order))
+    session = PlanningSession(graph, StateCache())
+    runs = session.runs(session.plan()).runs
+    # One run for the three days of all three (siblings over the same keys and policy).
+    assert [(sorted(r.assets), r.describe_partitions()) for r in runs] == [
+        (
+            ["history_in_order", "scores_in_order", "users_in_order"],
+            "2024-01-01...2024-01-03 (3 partitions)",
+        )
+    ]
+    outcomes = refresh(graph, instance)
+    assert all(o.ok for o in outcomes) and len({o.run_id for o in outcomes}) == 1
+    users_path = table_path(str(lake), ["users_in_order"])
+    assert sorted(delta_rows(users_path, ["id", "name", "score"])) == [
+        (1, "ann", 1),
+        (2, "bobby", 5),
+        (3, "cyd", 4),
+        (4, "dee", 6),
+    ]
+    # Each day its own commit and record, in order, all of the one run; each day's rows.
+    for name in ("users_in_order", "scores_in_order", "history_in_order"):
+        records = run_records_of(lake, name)
+        assert [r.partition_keys for r in records] == [(d,) for d in DAYS], name
+        assert len({r.run_id for r in records}) == 1
+    by_day = {r.partition_keys[0]: r for r in run_records_of(lake, "scores_in_order")}
+    assert {d: by_day[d].rows_by_partition for d in DAYS} == {d: {d: 2} for d in DAYS}
+    snapshots = [r.snapshot_ms for r in run_records_of(lake, "history_in_order")]
+    assert snapshots == [
+        int(dt.datetime.fromisoformat(f"{d}T00:00:00+00:00").timestamp() * 1000) for d in DAYS
+    ]
+    outcome = {(o.asset, o.partition): o for o in outcomes}
+    assert outcome[("users_in_order", DAYS[1])].metrics == {
+        "rows_inserted": 1,
+        "rows_updated": 1,
+        "rows_deleted": 0,
+        "rows_unchanged": 1,
+    }
+    assert stale(graph) == []
+
+    # Day 1's feed loses ann: days 1-3 are stale; one run applies them again, in order (day 1
+    # rolls back days 1-3 first), and the table is as if built from scratch.
+    write_changes(spark, lake, DAYS[0], [(2, "bo", 7)])
+    plan = session.plan()
+    assert sorted(
+        (i.asset, i.partition) for i in plan.plan.items if i.asset == "users_in_order"
+    ) == [("users_in_order", d) for d in DAYS]
+    assert len(session.runs(plan).runs) == 1
+    assert all(o.ok for o in refresh(graph, instance))
+    assert sorted(delta_rows(users_path, ["id", "name", "score"])) == [
+        (2, "bobby", 5),
+        (3, "cyd", 4),
+        (4, "dee", 6),
+    ]
+    assert sorted(delta_rows(table_path(str(lake), ["scores_in_order"]), ["id", "score"])) == [
+        (2, 5),
+        (2, 7),
+        (3, 3),
+        (3, 4),
+        (4, 6),
+    ]
+    assert stale(graph) == []
+
+
+@asset(
+    name="users_in_order",
+    partitions_def=daily,
+    code_version="1",
+    backfill_policy=BackfillPolicy.single_run(),
+    metadata=model_kind_metadata("merge", unique_key=["id"], partition_by=[]),
+)
+def users_missing_a_day(context, changes: DataFrame) -> dict[str, DataFrame]:
+    return {context.partition_keys[0]: changes.select("id", "name", "score")}
+
+
+@asset(
+    name="users_in_order",
+    partitions_def=daily,
+    code_version="1",
+    backfill_policy=BackfillPolicy.single_run(),
+    metadata=model_kind_metadata("merge", unique_key=["id"], partition_by=[]),
+)
+def users_in_one_frame(changes: DataFrame) -> DataFrame:
+    return changes.select("id", "name", "score")
+
+
+@asset(
+    name="scores_in_order",
+    partitions_def=daily,
+    code_version="1",
+    backfill_policy=BackfillPolicy.single_run(),
+    metadata=model_kind_metadata("merge", unique_key=["id"]),
+)
+def scores_outside_the_run(changes: DataFrame) -> DataFrame:
+    return changes.select(F.lit(dt.date(2024, 1, 3)).alias("date"), "id", "score")
+
+
+def test_an_in_order_range_that_cannot_say_its_days_is_refused_before_any_commit(
+    spark, lake: Path, instance
+) -> None:
+    for day in DAYS:
+        write_changes(spark, lake, day, [(1, "ann", 1)])
+    tags = {
+        "dagster/asset_partition_range_start": DAYS[0],
+        "dagster/asset_partition_range_end": DAYS[1],
+    }
+    for bad, message in (
+        (users_missing_a_day, "returned DataFrames for the partitions 2024-01-01, but this run"),
+        (users_in_one_frame, "its table is not partitioned by every dimension"),
+        (scores_outside_the_run, "fall outside the partitions of this run: date=2024-01-03"),
+    ):
+        defs = defs_for(lake, bad)
+        result = materialize(
+            [changes, bad],
+            resources=defs.resources,
+            instance=instance,
+            selection=[bad.key],
+            tags=tags,
+            raise_on_error=False,
+        )
+        assert not result.success
+        error = str(result.get_step_failure_events()[0].step_failure_data.error)
+        assert message in error, error
+        assert not (lake / "warehouse" / bad.key.path[0]).exists()

@@ -17,9 +17,16 @@ from dagster import (
 )
 
 from dagster_partlake.partitions.keys import all_keys
-from dagster_partlake.partitions.mappings import key_maps
+from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
 from dagster_partlake.planning.batches import partition_boxes
-from dagster_partlake.planning.planner import Dependency, PartitionState, PlanAsset, PlanInput, plan
+from dagster_partlake.planning.planner import (
+    Dependency,
+    PartitionState,
+    PlanAsset,
+    PlanInput,
+    Record,
+    plan,
+)
 from dagster_partlake.planning.runs import plan_runs
 
 REGIONS = StaticPartitionsDefinition(["eu", "us", "apac"])
@@ -254,4 +261,97 @@ def test_siblings_dagster_can_run_together_share_one_run() -> None:
         (("merged",), "2024-01-02|eu", (1,)),
         (("merged",), "2024-01-03|eu", (1,)),
         (("monthly", "summary"), "2024-01|eu", (1,)),
+    ]
+
+
+def applied_in_order(regions: tuple[str, ...]) -> tuple[list[PlanAsset], PlanInput]:
+    """clean -> acts, a merge of each day on top of the day before (an order-only dependency on
+    its own previous partition), days 1-4 written; day 1 of `regions` rewritten at the source,
+    so acts' days 1-4 of those regions are stale, days 2-4 because of the day before."""
+    prev, following = previous_partition_maps(DAILY_REGION)  # type: ignore[misc]
+    assets = [
+        *ASSETS[:2],
+        PlanAsset(
+            "acts",
+            (
+                dep("clean", DAILY_REGION, DAILY_REGION),
+                Dependency("acts", prev, following, order_only=True),
+            ),
+            "1",
+        ),
+    ]
+    keys = [f"2024-01-0{d}|{r}" for d in (1, 2, 3, 4) for r in regions]
+    states = {
+        "src": {k: PartitionState(10 if k.startswith("2024-01-01") else 1) for k in keys},
+        "clean": {k: PartitionState(2) for k in keys},
+        "acts": {k: PartitionState(2 + int(k[8:10])) for k in keys},
+    }
+    records = {
+        "clean": {k: Record("1", 2, {"src": {k: 1}}) for k in keys},
+        "acts": {k: Record("1", 2 + int(k[8:10]), {"clean": {k: 2}}) for k in keys},
+    }
+    return assets, PlanInput(assets, states, records)
+
+
+def test_an_in_order_asset_applies_its_later_days_of_a_series_in_one_run() -> None:
+    """A merge whose policy allows ranges takes the later days made stale by an old one in one
+    run after the day that reads the rewrite (the chain no longer grows with the days); without
+    a policy each day is its own run, one after the other; a limit cuts each series."""
+    assets, inputs = applied_in_order(("eu",))
+    stale = plan(inputs)
+    assert [(i.asset, i.partition) for i in stale.items if i.asset == "acts"] == [
+        ("acts", f"2024-01-0{d}|eu") for d in (1, 2, 3, 4)
+    ]
+    defs = DEFS | {"acts": DAILY_REGION}
+    runs = plan_runs(stale, assets, defs, {"clean": SINGLE, "acts": SINGLE})
+    assert [(r.assets, r.describe_partitions(), r.waits_for) for r in runs.runs] == [
+        (("clean", "acts"), "2024-01-01|eu", ()),
+        (("acts",), "2024-01-02|eu...2024-01-04|eu (3 partitions)", (1,)),
+    ]
+    assert runs.runs[1].run_tags()["dagster/asset_partition_range_end"] == "2024-01-04|eu"
+    # Without a policy (one partition per run): a chain of runs, one day after the other.
+    runs = plan_runs(stale, assets, defs, {"clean": SINGLE})
+    assert [(r.partition_key, r.waits_for) for r in runs.runs[1:]] == [
+        ("2024-01-02|eu", (1,)),
+        ("2024-01-03|eu", (2,)),
+        ("2024-01-04|eu", (3,)),
+    ]
+    # At most two partitions per run: the series is cut, the second part after the first.
+    runs = plan_runs(stale, assets, defs, {"clean": SINGLE, "acts": BackfillPolicy.multi_run(2)})
+    assert [(r.describe_partitions(), r.waits_for) for r in runs.runs[1:]] == [
+        ("2024-01-02|eu...2024-01-03|eu (2 partitions)", (1,)),
+        ("2024-01-04|eu", (2,)),
+    ]
+
+
+def test_in_order_series_share_a_range_or_run_apart_under_a_limit() -> None:
+    """Two regions rewritten: one range over both series (each applied in its own order); with
+    a limit per run, one run per series, never one series in two runs at once."""
+    assets, inputs = applied_in_order(("eu", "us"))
+    stale = plan(inputs)
+    defs = DEFS | {"acts": DAILY_REGION}
+    runs = plan_runs(stale, assets, defs, {"clean": SINGLE, "acts": SINGLE})
+    assert [(r.assets, r.describe_partitions(), r.waits_for) for r in runs.runs] == [
+        (("clean", "acts"), "2024-01-01|eu...2024-01-01|us (2 partitions)", ()),
+        (("acts",), "2024-01-02|eu...2024-01-04|us (6 partitions)", (1,)),
+    ]
+    # Another policy than clean's cannot share clean's range: all four days after it, three
+    # per run and series, the fourth after its series' first three.
+    runs = plan_runs(stale, assets, defs, {"clean": SINGLE, "acts": BackfillPolicy.multi_run(3)})
+    assert [(r.assets, r.describe_partitions(), r.waits_for) for r in runs.runs] == [
+        (("clean",), "2024-01-01|eu...2024-01-01|us (2 partitions)", ()),
+        (("acts",), "2024-01-01|eu...2024-01-03|eu (3 partitions)", (1,)),
+        (("acts",), "2024-01-01|us...2024-01-03|us (3 partitions)", (1,)),
+        (("acts",), "2024-01-04|eu", (2,)),
+        (("acts",), "2024-01-04|us", (3,)),
+    ]
+    # A later day whose own input was rewritten too: every day of acts waits for clean's runs,
+    # then all run in one range.
+    inputs.states["src"]["2024-01-03|eu"] = PartitionState(10)
+    runs = plan_runs(plan(inputs), assets, defs, {"clean": SINGLE, "acts": SINGLE})
+    assert [(r.assets, r.describe_partitions(), r.waits_for) for r in runs.runs] == [
+        (("clean",), "2024-01-01|eu", ()),
+        (("clean",), "2024-01-03|eu", ()),
+        (("clean",), "2024-01-01|us", ()),
+        (("acts",), "2024-01-01|eu...2024-01-04|us (8 partitions)", (1, 2, 3)),
     ]

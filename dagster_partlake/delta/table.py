@@ -462,6 +462,25 @@ def find_record(
     return None
 
 
+def run_records(
+    root: Where, run_id: str, *, since: int = 0, covering: Sequence[str] | None = None
+) -> list[CommitRecord]:
+    """The records of run `run_id`'s commits at version `since` or later, oldest first (a run
+    of an in-order kind commits each of its partitions on its own). Read newest first, back to
+    `since`, or until they name every partition id of `covering`."""
+    found: list[CommitRecord] = []
+    wanted = set(covering) if covering is not None else None
+    for version in reversed(log_versions(root)):
+        if version < since or (wanted is not None and found and not wanted):
+            break
+        record = read_record(root, version)
+        if record is not None and record.run_id == run_id:
+            found.append(record)
+            if wanted is not None:
+                wanted.difference_update(record.partition_ids)
+    return found[::-1]
+
+
 def newest_record(root: Where) -> CommitRecord | None:
     """The newest partlake record in the table's log (None: partlake never wrote it)."""
     for version in reversed(log_versions(root)):

@@ -161,16 +161,23 @@ def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
 
 
 def _evaluations(context: AssetCheckExecutionContext, key: AssetKey) -> list[AssetCheckEvaluation]:
-    """This run's verdicts on the asset's partitions: the ones its commit wrote, else a plan."""
-    from dagster_partlake.delta.table import find_record, table_exists
+    """This run's verdicts on the asset's partitions: the ones its commits wrote (one, or one
+    per partition of an in-order kind's run), else a plan."""
+    from dagster_partlake.delta.record import WHOLE_TABLE_ID
+    from dagster_partlake.delta.table import run_records, table_exists
 
     io_manager = context.resources.io_manager
     root = io_manager.table_location(key)
     partitions = list(context.partition_keys) if context.has_partition_key else []
     run_id = context.op_execution_context.run_id
-    record = find_record(root, run_id=run_id) if table_exists(root) else None
-    if record is not None:
-        return written_evaluations(key, record, partitions or None)
+    covering = partitions or [WHOLE_TABLE_ID]
+    records = run_records(root, run_id, covering=covering) if table_exists(root) else []
+    if records:
+        newest: dict[str | None, AssetCheckEvaluation] = {}
+        for record in records:  # oldest first: a partition's newest verdict wins
+            for evaluation in written_evaluations(key, record, partitions or None):
+                newest[evaluation.partition] = evaluation
+        return list(newest.values())
     return _planned(context, key, partitions)
 
 

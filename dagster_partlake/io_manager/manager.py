@@ -171,27 +171,49 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     # Spark, delta-rs and the readers and writers are imported where a step needs them: loading
     # the code location (as a no-op `partlake run` does) must not.
 
-    def handle_output(self, context: OutputContext, obj: DataFrame | None) -> None:
+    def handle_output(
+        self, context: OutputContext, obj: DataFrame | Mapping[str, DataFrame] | None
+    ) -> None:
+        """Write the output: a DataFrame, or for an in-order kind (`merge`, `scd2`) over several
+        partitions `{partition key: DataFrame}`, applied one partition after the other
+        (`dagster_partlake.kinds.units`)."""
         from pyspark.sql import DataFrame
 
-        from dagster_partlake.kinds.write import write_output
+        from dagster_partlake.kinds.units import in_order
 
         entered = time.perf_counter()
         if obj is None and context.dagster_type.is_nothing:
             return
-        if not isinstance(obj, DataFrame):
+        first = next(iter(obj.values()), None) if isinstance(obj, Mapping) else obj
+        if not isinstance(first, DataFrame):
             raise PartlakeError(
-                f"asset {context.asset_key.to_user_string()} returned {type(obj).__name__}; "
-                "DeltaPartitionIOManager stores Spark DataFrames, so return one "
-                "(spark.createDataFrame(...) for local data)."
+                f"asset {context.asset_key.to_user_string()} returned "
+                f"{type(first if isinstance(obj, Mapping) else obj).__name__}"
+                f"{' in a mapping' if isinstance(obj, Mapping) else ''}; DeltaPartitionIOManager "
+                "stores Spark DataFrames, so return one (spark.createDataFrame(...) for local "
+                "data), or for a merge or scd2 run of several partitions one per partition key."
             )
-        if obj.isStreaming:
+        if isinstance(obj, DataFrame) and obj.isStreaming:
             self._handle_stream(context, obj)
             return
-        target = self._target(context, obj)
+        target = self._target(context, first)
+        ordered = in_order(target, obj)
+        if isinstance(obj, Mapping) and not ordered:
+            raise PartlakeConfigError(
+                f"asset {target.asset_name} ({target.kind.kind}) returned a mapping of "
+                "DataFrames; only a merge or scd2 asset with a time dimension applies its "
+                "partitions one by one. Return one DataFrame."
+            )
         reads = self._inputs_of(context)
         incremental = any(r.incremental or r.landing is not None for r in reads.values())
         target = replace(target, incremental_inputs=incremental)
+        if ordered and incremental and len(target.keys) > 1:
+            raise PartlakeConfigError(
+                f"{target.kind.kind} asset {target.asset_name} got {len(target.keys)} partitions "
+                "in one run and reads an input only once (incrementally, or a landing folder): "
+                "each partition's commit would record what the whole run read. Remove its "
+                "backfill policy so that each run applies one partition. Nothing was committed."
+            )
         upstream_versions = {name: read.version for name, read in reads.items()}
         record = CommitRecord(
             asset_key=target.asset_name,
@@ -204,30 +226,13 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             watermarks={n: r.watermark for n, r in reads.items() if r.watermark is not None},
             consumed_files={n: r.landing[2] for n, r in reads.items() if r.landing},
         )
-        skip = self._skip(context, obj, list(target.keys), reads)
+        skip = self._skip(context, first, list(target.keys), reads)
         started = time.perf_counter()
-        with self.spark.server_errors():
-            written = write_output(obj, target, record, skip=skip)
+        written = self._write(
+            context, obj if obj is not None else first, target, record, skip=skip, ordered=ordered
+        )
         write_seconds = time.perf_counter() - started
-        for name, read in reads.items():
-            if read.landing is not None:
-                # Only now that the commit naming them landed (`incremental.landing`).
-                folder, mode, files = read.landing
-                moved = finish(folder, files, mode)
-                context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
-        if written.already_written_by is not None:
-            context.log.info(
-                f"{target.asset_name}: run {written.already_written_by} already committed "
-                f"{', '.join(target.keys) or 'the table'} from the same upstream versions and "
-                "code version; nothing committed again."
-            )
-        elif written.commit is None:
-            context.log.info(
-                f"{target.asset_name}: this run's append already landed in version "
-                f"{written.record.table_version}; nothing added again."
-            )
-        if written.note is not None:
-            (context.log.warning if written.warning else context.log.info)(written.note)
+        _after_write(context, target, written, reads)
         timings = _Timings(
             write=write_seconds,
             spark_start=take_session_starts(),
@@ -235,6 +240,35 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             output=time.perf_counter() - entered,
         )
         context.add_output_metadata(_output_metadata(context, target, written, record, timings))
+
+    def _write(
+        self,
+        context: OutputContext,
+        obj: DataFrame | Mapping[str, DataFrame],
+        target: WriteTarget,
+        record: CommitRecord,
+        *,
+        skip: str | None,
+        ordered: bool,
+    ) -> KindWrite:
+        """The output's commit(s): one write, or an in-order kind's partitions one by one."""
+        from pyspark.sql import DataFrame
+
+        from dagster_partlake.kinds.units import units_of
+        from dagster_partlake.kinds.write import write_in_order, write_output
+
+        with self.spark.server_errors():
+            if not ordered:
+                assert isinstance(obj, DataFrame)
+                return write_output(obj, target, record, skip=skip)
+            gates = _output_spec(context).gates
+            return write_in_order(
+                units_of(obj, target),
+                replace(target, check=None),
+                record,
+                skip=skip,
+                check_for=lambda unit: _gate_check(context, unit, gates) if gates else None,
+            )
 
     def _target(self, context: OutputContext, obj: DataFrame) -> WriteTarget:
         """Where and how the output is written, its partition keys validated first.
@@ -703,6 +737,32 @@ def _consumer(context: InputContext) -> ModelSpec | None:
         if any(dep.asset_key == context.asset_key for dep in spec.deps):
             return spec_of(assets_def, key)
     return None
+
+
+def _after_write(
+    context: OutputContext, target: WriteTarget, written: KindWrite, reads: Mapping[str, _Read]
+) -> None:
+    """Once the commit landed: the landing folders' consumed files moved, and what the write
+    did not do said on the step's log."""
+    for name, read in reads.items():
+        if read.landing is not None:
+            # Only now that the commit naming them landed (`incremental.landing`).
+            folder, mode, files = read.landing
+            moved = finish(folder, files, mode)
+            context.log.info(f"{name}: {mode}d {moved} consumed file(s) of {folder}")
+    if written.already_written_by is not None:
+        context.log.info(
+            f"{target.asset_name}: run {written.already_written_by} already committed "
+            f"{', '.join(target.keys) or 'the table'} from the same upstream versions and "
+            "code version; nothing committed again."
+        )
+    elif written.commit is None:
+        context.log.info(
+            f"{target.asset_name}: this run's append already landed in version "
+            f"{written.record.table_version}; nothing added again."
+        )
+    if written.note is not None:
+        (context.log.warning if written.warning else context.log.info)(written.note)
 
 
 def _output_spec(context: OutputContext) -> ModelSpec:

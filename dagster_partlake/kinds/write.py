@@ -42,7 +42,7 @@ from dagster import TimeWindowPartitionsDefinition
 
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.writer import AlreadyWritten
+from dagster_partlake.delta.writer import AlreadyWritten, CommitResult, StageSeconds
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.faults import fault_point
 from dagster_partlake.kinds.append import unit_fields, write_append
@@ -52,12 +52,13 @@ from dagster_partlake.kinds.outcome import KindWrite
 from dagster_partlake.kinds.replace import record_only, write_replace
 from dagster_partlake.kinds.scd2 import apply_snapshot
 from dagster_partlake.kinds.session import Batch, BatchCheck, WriteSession, WriteTarget
+from dagster_partlake.kinds.units import unit_time
 from dagster_partlake.partitions.keys import key_values
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["Batch", "BatchCheck", "KindWrite", "WriteTarget", "write_output"]
+__all__ = ["Batch", "BatchCheck", "KindWrite", "WriteTarget", "write_in_order", "write_output"]
 
 
 def write_output(
@@ -72,6 +73,78 @@ def write_output(
         return _write(df, session, record, skip)
     except AlreadyWritten as already:
         return KindWrite(None, already.record, {}, already_written_by=already.record.run_id)
+
+
+def write_in_order(
+    units: Sequence[tuple[str, DataFrame]],
+    target: WriteTarget,
+    record: CommitRecord,
+    *,
+    skip: str | None = None,
+    check_for: Callable[[WriteTarget], BatchCheck | None] | None = None,
+) -> KindWrite:
+    """Write an in-order kind's partitions one after the other (`kinds.units`), each as a run
+    of that partition alone would: its own session on the table as the unit before left it,
+    its own gates (`check_for`: the check of a one-partition target), its own commit and record.
+    A unit that fails stops the rest; the units before it stay committed, each a whole unit of
+    work the planner sees as written.
+
+    Returns:
+        The units' writes as one: their commits' totals, the last one's version and record.
+    """
+    writes: list[KindWrite] = []
+    for key, df in units:
+        unit = replace(
+            target,
+            keys=[key],
+            snapshot_time=unit_time(target, key) if target.kind.kind == "scd2" else None,
+        )
+        unit = replace(unit, check=check_for(unit) if check_for is not None else None)
+        writes.append(write_output(df, unit, replace(record, partition_keys=(key,)), skip=skip))
+    return combined(writes)
+
+
+def combined(writes: Sequence[KindWrite]) -> KindWrite:
+    """Several units' writes as one run's: counts summed (rows_unchanged: the last unit's, the
+    rest of the table after it), the last commit's version and record."""
+    last = writes[-1]
+    metrics: dict[str, int] = {}
+    for write in writes:
+        for name, value in write.metrics.items():
+            metrics[name] = metrics.get(name, 0) + value
+    if "rows_unchanged" in last.metrics:
+        metrics["rows_unchanged"] = last.metrics["rows_unchanged"]
+    commits = [w.commit for w in writes if w.commit is not None]
+    notes = [w.note for w in writes if w.note is not None]
+    return KindWrite(
+        _commits(commits) if commits else None,
+        last.record,
+        metrics,
+        unchanged_partitions=tuple(p for w in writes for p in w.unchanged_partitions),
+        files_rewritten=sum(w.files_rewritten for w in writes),
+        already_written_by=last.already_written_by if not commits else None,
+        note="\n".join(notes) if notes else None,
+        warning=any(w.warning for w in writes),
+        gates_seconds=sum(w.gates_seconds for w in writes),
+    )
+
+
+def _commits(commits: Sequence[CommitResult]) -> CommitResult:
+    last = commits[-1]
+    return replace(
+        last,
+        num_records=sum(c.num_records for c in commits),
+        files_added=sum(c.files_added for c in commits),
+        files_removed=sum(c.files_removed for c in commits),
+        attempts=sum(c.attempts for c in commits),
+        rows_removed=sum(c.rows_removed for c in commits),
+        commit_seconds=sum(c.commit_seconds for c in commits),
+        publish_seconds=sum(c.publish_seconds for c in commits),
+        staged=StageSeconds(
+            spark=sum(c.staged.spark for c in commits),
+            listing=sum(c.staged.listing for c in commits),
+        ),
+    )
 
 
 def _write(

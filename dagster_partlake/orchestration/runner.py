@@ -25,7 +25,7 @@ from dagster import DagsterError, DagsterInstance
 from dagster_partlake.compat import threadsafe_in_process_runs
 from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import find_record, latest_records, log_versions, read_record
+from dagster_partlake.delta.table import latest_records, log_versions, read_record, run_records
 from dagster_partlake.orchestration.pools import PoolWait, parallelism, pool_waits
 from dagster_partlake.orchestration.workers import (
     UNFINISHED,
@@ -383,7 +383,7 @@ def _execute(
                 replace(
                     base,
                     rows=rows.get((item.asset, item.partition)),
-                    metrics=metrics.get(item.asset),
+                    metrics=metrics.get((item.asset, item.partition)),
                 )
             )
         elif (item.asset, item.partition) in failed:
@@ -452,29 +452,33 @@ def _written(
     run_id: str,
     before: dict[str, int],
     assets: Sequence[str],
-) -> tuple[dict[tuple[str, Key], int], dict[str, Mapping[str, int]], dict[str, str]]:
-    """Rows per asset partition the run wrote of `assets`, per asset the row counts of kinds
-    that report them (not `partition` / `table`: their rows say it all), and the assets the run
-    committed nothing to because another run had, from the same inputs (-> that run's id)."""
+) -> tuple[dict[tuple[str, Key], int], dict[tuple[str, Key], Mapping[str, int]], dict[str, str]]:
+    """Rows per asset partition the run wrote of `assets`, per asset partition the row counts of
+    the commit that wrote it for kinds that report them (not `partition` / `table`: their rows
+    say it all), and the assets the run committed nothing to because another run had, from the
+    same inputs (-> that run's id)."""
     rows: dict[tuple[str, Key], int] = {}
-    metrics: dict[str, Mapping[str, int]] = {}
+    metrics: dict[tuple[str, Key], Mapping[str, int]] = {}
     already: dict[str, str] = {}
     for name in assets:
         path = graph.assets[name].location
         if graph.assets[name].stream is not None:
             rows[(name, None)] = _stream_rows(path, before[name] + 1, run_id)
             continue
-        record = find_record(path, since=before[name] + 1, run_id=run_id)
-        if record is None:
+        # One commit, or one per partition of an in-order kind's run (`kinds.units`).
+        records = run_records(path, run_id, since=before[name] + 1)
+        if not records:
             keys = [k if k is not None else WHOLE_TABLE_ID for k in run.keys]
             other = latest_records(path, keys[:1]).get(keys[0]) if keys else None
             if other is not None and other.run_id not in (None, run_id):
                 already[name] = other.run_id
             continue
-        for key, n in (record.rows_by_partition or {}).items():
-            rows[(name, None if key == WHOLE_TABLE_ID else key)] = n
-        if record.metrics and record.kind not in (None, "partition", "table"):
-            metrics[name] = record.metrics
+        for record in records:
+            for key, n in (record.rows_by_partition or {}).items():
+                rows[(name, None if key == WHOLE_TABLE_ID else key)] = n
+            if record.metrics and record.kind not in (None, "partition", "table"):
+                for key in record.partition_ids:
+                    metrics[(name, None if key == WHOLE_TABLE_ID else key)] = record.metrics
     return rows, metrics, already
 
 

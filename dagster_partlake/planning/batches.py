@@ -18,6 +18,15 @@ definition and exactly the same keys (and the same policy unless that is one key
 reads another (all are ready now), and one run starts one process, one Spark and one Dagster run
 where several would each start their own: under the daemon, that start-up is most of a small
 refresh.
+
+An asset that applies its time partitions in order (`merge`, `scd2`: an order-only dependency on
+its own previous partition, `RunRules.in_order`) and whose backfill policy allows ranges takes
+its later partitions of one series (the same values of the other dimensions) in the run of the
+earliest one that runs alone this round, up to the policy's limit: rewriting an old day makes
+every later day stale, and the run applies them one after the other (each its own commit), as a
+backfill of one asset applies a range, instead of one run per day in a chain. A later partition
+joins only when everything else it reads is fresh; one that reads a partition written this round
+by another run waits for the next round, as before.
 """
 
 from __future__ import annotations
@@ -66,10 +75,55 @@ class RunRules:
     # Assets whose stale partitions may come out unchanged (`tracked`): a partition reading one
     # of them never joins its run, it waits for a later round (and may then be left out).
     cutoff: Collection[str] = ()
+    # Assets reading an input only once (incrementally, a landing folder): never several
+    # partitions of a series in one run (each commit records what its whole run read).
+    reads_once: Collection[str] = ()
+    # Partition key coordinates per in-order asset (`series_of`), made on first use.
+    _grids: dict[str, _Grid] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @cached_property
     def by_name(self) -> dict[str, PlanAsset]:
         return {a.name: a for a in self.assets}
+
+    @cached_property
+    def _in_order(self) -> dict[str, int | None]:
+        """Per asset that takes its later partitions of a series in one run: the most keys a run
+        of it may hold (None: any number)."""
+        found: dict[str, int | None] = {}
+        for asset in self.assets:
+            policy = self.policies.get(asset.name)
+            ordered = any(d.order_only and d.upstream == asset.name for d in asset.deps)
+            limit = policy.max_partitions_per_run if policy is not None else 1
+            if (
+                ordered
+                and limit != 1
+                and self.partitions_defs.get(asset.name) is not None
+                and asset.name not in self.reads_once
+            ):
+                found[asset.name] = limit
+        return found
+
+    def in_order(self, name: str) -> bool:
+        """Whether `name` applies its time partitions in order (an order-only dependency on its
+        own previous partition), its backfill policy allows ranges and it reads no input only
+        once: its later partitions of one series then run in one range run, applied one after
+        the other."""
+        return name in self._in_order
+
+    def series_limit(self, name: str) -> int | None:
+        """The most partitions of one series a run of in-order asset `name` holds (None: all)."""
+        return self._in_order[name]
+
+    def series_of(self, name: str, key: Key) -> tuple[int, ...]:
+        """The series of one of `name`'s partitions: its position in every dimension but time."""
+        partitions_def = self.partitions_defs.get(name)
+        if key is None or partitions_def is None:
+            return ()
+        grid = self._grids.get(name)
+        if grid is None:
+            grid = self._grids[name] = _Grid(partitions_def)
+        coords = grid.coords(key)
+        return tuple(c for i, c in enumerate(coords) if i != grid.time_axis)
 
     def reads(self, item: StalePartition) -> list[tuple[str, Key]]:
         """Every upstream partition `item` reads, through its partition mappings."""
@@ -162,9 +216,44 @@ class _Round:
                 alone.append(item)
         if joining and not _join(self.groups, name, joining, self.rules, self.group_of):
             later.extend(joining)
+        if alone and self.rules.in_order(name):
+            later = self.chain(name, alone, later)
         if alone:
             self.group([name], alone)
         self.defer(later)
+
+    def chain(
+        self, name: str, alone: list[StalePartition], later: list[StalePartition]
+    ) -> list[StalePartition]:
+        """Move into `alone` (one run, applied in order) the later partitions of an in-order
+        asset whose stale upstream partitions are all its own, in `alone` already, and of the
+        same series, within the policy's limit per series; return the partitions still waiting.
+        """
+        limit = self.rules.series_limit(name)
+        taken = {i.partition for i in alone}
+        per_series: dict[tuple[int, ...], int] = {}
+        for item in alone:
+            series = self.rules.series_of(name, item.partition)
+            per_series[series] = per_series.get(series, 0) + 1
+        waiting = list(later)
+        moved = True
+        while moved:  # each pass takes the next partition of every series
+            moved = False
+            for item in list(waiting):
+                ups = self.ups_of(item)
+                if not ups or any(up[0] != name or up[1] not in taken for up in ups):
+                    continue
+                series = self.rules.series_of(name, item.partition)
+                if any(self.rules.series_of(name, up[1]) != series for up in ups):
+                    continue
+                if limit is not None and per_series.get(series, 0) >= limit:
+                    continue
+                waiting.remove(item)
+                alone.append(item)
+                taken.add(item.partition)
+                per_series[series] = per_series.get(series, 0) + 1
+                moved = True
+        return waiting
 
     def batches(self) -> list[Batch]:
         """Each group as runs: one per key or range its leader's backfill policy allows."""
@@ -177,10 +266,26 @@ class _Round:
             for item in items:
                 by_key.setdefault(item.partition, []).append(item)
             policy = self.rules.policies.get(leader)
-            for chunk in _chunks(keys, self.rules.partitions_defs.get(leader), policy):
-                chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
-                ready.append(Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items))
+            for part in self.split_series(leader, keys, policy):
+                for chunk in _chunks(part, self.rules.partitions_defs.get(leader), policy):
+                    chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
+                    ready.append(
+                        Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items)
+                    )
         return ready
+
+    def split_series(
+        self, leader: str, keys: list[Key], policy: BackfillPolicy | None
+    ) -> list[list[Key]]:
+        """The keys chunked apart per series for an in-order asset with a limit per run: a
+        chunk of several series would cut them by time, and two chunks of one series in one
+        round would run side by side (`chain` keeps each series within the limit)."""
+        if not self.rules.in_order(leader) or policy is None or not policy.max_partitions_per_run:
+            return [keys]
+        parts: dict[tuple[int, ...], list[Key]] = {}
+        for key in keys:
+            parts.setdefault(self.rules.series_of(leader, key), []).append(key)
+        return list(parts.values())
 
 
 def _join(

@@ -172,8 +172,28 @@ class LakeGraph:
         """How this code location's stale partitions become runs, for the planner's `assets`
         (from `plan_assets`)."""
         return RunRules(
-            assets, self.partitions_defs(), self.policies(), self.units(), self.cutoff()
+            assets,
+            self.partitions_defs(),
+            self.policies(),
+            self.units(),
+            self.cutoff(),
+            reads_once=self.reads_once(),
         )
+
+    def reads_once(self) -> set[str]:
+        """Managed assets reading an input only once: incrementally, or a landing folder."""
+        return {
+            name
+            for name, a in self.assets.items()
+            if not a.is_source
+            and (
+                self.incremental_inputs(name)
+                or any(self._is_landing(p) for p in a.parents if p in self.assets)
+            )
+        }
+
+    def _is_landing(self, name: str) -> bool:
+        return self.specs[name].after_commit is not None
 
     def cutoff(self) -> set[str]:
         """Assets whose recomputed partitions may come out unchanged (kind `tracked`)."""

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,7 +100,16 @@ def _spawn(
             "--port."
         )
     log = server_dir(root) / f"{name}.log"
-    env = {**os.environ, **(env or {}), "SPARK_LOCAL_IP": HOST, "SPARK_HOME": str(spark_home())}
+    # The server's Python workers write the tables' Parquet files with pyarrow
+    # (`delta.file_writer`): they run this interpreter, with its packages, unless told otherwise,
+    # not the first `python3` on the PATH (as `SparkResource` does for a local session).
+    env = {
+        "PYSPARK_PYTHON": sys.executable,
+        **os.environ,
+        **(env or {}),
+        "SPARK_LOCAL_IP": HOST,
+        "SPARK_HOME": str(spark_home()),
+    }
     with open(log, "w") as out:
         proc = subprocess.Popen(
             list(command),

@@ -12,12 +12,20 @@ Partition mappings need no directive in the common cases: the same partitions (i
 windows of another size (daily -> monthly, per time dimension of a multi-partition whose other
 dimensions are equal), and an unpartitioned side (the whole upstream table). Anything else is
 `-- @depends_on: table (name)` with `name` from `mappings=`, or the built-in `all` / `identity`.
+
+A `merge` or `scd2` model with a time dimension applies its partitions in order and takes a range
+in one run (`BackfillPolicy.single_run()`: the later days an old one made stale run together,
+`planning.batches`). Such a run executes the query once per partition, in order, each time on
+exactly the upstream partitions that partition maps to (its inputs' rows filtered by their
+partition columns; a whole-table input as it is), and returns `{partition key: DataFrame}`: the
+IO manager applies them one after the other, each its own commit (`kinds.units`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -49,8 +57,12 @@ from dagster import (
 )
 
 from dagster_partlake.errors import SqlModelError
-from dagster_partlake.kinds.spec import model_kind
+from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY
+from dagster_partlake.incremental.spec import INCREMENTAL_KEY
+from dagster_partlake.kinds.spec import ORDERED_KINDS, model_kind
 from dagster_partlake.metadata import SQL_PATH_KEY
+from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
+from dagster_partlake.partitions.mappings import key_maps
 from dagster_partlake.sql.lineage import ColumnLineage, Key, column_lineage
 from dagster_partlake.sql.project import SqlModel, load_models
 from dagster_partlake.sql.views import run_sql, view_names
@@ -125,6 +137,7 @@ def sql_assets(
     partitions_of: dict[Key, PartitionsDefinition | None] = {
         k: s.partitions_def for k, s in others.items()
     }
+    metadata_of: dict[Key, Mapping[str, Any]] = {k: dict(s.metadata) for k, s in others.items()}
     columns_of: dict[Key, list[str]] = {
         k: cols for k, s in others.items() if (cols := _schema_columns(s.metadata)) is not None
     }
@@ -132,6 +145,7 @@ def sql_assets(
     for model in models:
         own = partitions[model.spec.partitions] if model.spec.partitions else None
         partitions_of[model.key] = own
+        metadata_of[model.key] = dict(model.spec.metadata)
         lineage, outputs = column_lineage(model, columns_of)
         if outputs is not None:
             columns_of[model.key] = outputs
@@ -148,7 +162,11 @@ def sql_assets(
             io_manager_key=io_manager_key,
             automation_condition=automation_condition,
         )
-        assets_def = _asset(model, own, ins, lineage, options)
+        inputs = {
+            target: _Input(partitions_of.get(target), metadata_of.get(target, {}))
+            for _ref, target in model.upstream
+        }
+        assets_def = _asset(model, own, ins, lineage, options, inputs)
         _BUILT[assets_def.key] = model
         built.append(assets_def)
     return built
@@ -192,12 +210,21 @@ def _schema_columns(metadata: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Input:
+    """A table a model reads, as a run needs it to take one partition's rows of it."""
+
+    partitions_def: PartitionsDefinition | None
+    metadata: Mapping[str, Any]  # the upstream asset's (its partition columns, its kind)
+
+
 def _asset(
     model: SqlModel,
     partitions_def: PartitionsDefinition | None,
     ins: dict[str, AssetIn],
     lineage: ColumnLineage,
     options: _Options,
+    inputs: Mapping[Key, _Input],
 ) -> AssetsDefinition:
     spec = model.spec
     metadata: dict[str, Any] = {
@@ -229,36 +256,121 @@ def _asset(
         pool=options["pool"],
         io_manager_key=options["io_manager_key"],
         automation_condition=options["automation_condition"],
-        # Kinds that replace partitions take a range in one run; merge, scd2 and append apply
-        # their units of work one at a time, in order.
+        # Kinds that replace partitions take a range in one run, and so do merge and scd2 over
+        # a time dimension, applying its partitions one after the other; append, merge and scd2
+        # without a time dimension or reading an input once (incrementally, a landing folder:
+        # each commit records what its whole run read), one partition per run.
         backfill_policy=BackfillPolicy.single_run()
-        if kind.kind in ("partition", "tracked") and partitions_def is not None
+        if partitions_def is not None
+        and (
+            kind.kind in ("partition", "tracked")
+            or (_in_order(kind.kind, partitions_def) and not _reads_once(model, inputs))
+        )
         else None,
         required_resource_keys=None if model.upstream else {"spark"},
     )
-    return decorator(_compute(model, names))
+    return decorator(_compute(model, names, inputs))
 
 
-def _compute(model: SqlModel, names: Mapping[str, Key]) -> Callable[..., DataFrame]:
+def _in_order(kind: str, partitions_def: PartitionsDefinition | None) -> bool:
+    """A kind that applies its partitions in order, over exactly one time dimension."""
+    if kind not in ORDERED_KINDS or partitions_def is None:
+        return False
+    dims = (
+        [d.partitions_def for d in partitions_def.partitions_defs]
+        if isinstance(partitions_def, MultiPartitionsDefinition)
+        else [partitions_def]
+    )
+    return sum(isinstance(d, TimeWindowPartitionsDefinition) for d in dims) == 1
+
+
+def _reads_once(model: SqlModel, inputs: Mapping[Key, _Input]) -> bool:
+    """Whether the model reads an input only once: incrementally, or a landing folder."""
+    return INCREMENTAL_KEY in model.spec.metadata or any(
+        AFTER_COMMIT_KEY in i.metadata for i in inputs.values()
+    )
+
+
+def _compute(
+    model: SqlModel, names: Mapping[str, Key], upstream: Mapping[Key, _Input]
+) -> Callable[..., DataFrame | dict[str, DataFrame]]:
     # Dagster reads these annotations at definition time: no string (TYPE_CHECKING) types here,
     # and no pyspark import while the code location loads.
     def compute(context, **inputs: Any) -> Any:  # noqa: ANN001 - Dagster checks it
         frames = {names[name]: df for name, df in inputs.items()}
-        return execute(context, model, frames)
+        return execute(context, model, frames, upstream)
 
     compute.__name__ = "__".join(model.key)
     return compute
 
 
 def execute(
-    context: AssetExecutionContext, model: SqlModel, frames: Mapping[Key, DataFrame]
-) -> DataFrame:
-    """Register the inputs as views, run the rewritten query, and describe the result."""
+    context: AssetExecutionContext,
+    model: SqlModel,
+    frames: Mapping[Key, DataFrame],
+    upstream: Mapping[Key, _Input] | None = None,
+) -> DataFrame | dict[str, DataFrame]:
+    """Register the inputs as views, run the rewritten query, and describe the result; for an
+    in-order model over several partitions, once per partition on its own rows of the inputs
+    (`upstream`: what each input is), as `{partition key: DataFrame}`."""
     keys = (
         list(context.partition_keys)
         if context.has_partition_key_range or (context.has_partition_key)
         else []
     )
+    partitions_def = context.assets_def.partitions_def
+    kind = model_kind(
+        model.spec.metadata, partitioned=partitions_def is not None, asset_name=model.name
+    )
+    if upstream is None or len(keys) < 2 or not _in_order(kind.kind, partitions_def):
+        result, sql = _query(context, model, frames, keys)
+        _add_metadata(context, model, frames, result, sql)
+        return result
+    results: dict[str, DataFrame] = {}
+    queries: list[str] = []
+    for key in keys:
+        unit = {t: _unit_rows(context, t, df, upstream[t], key) for t, df in frames.items()}
+        results[key], sql = _query(context, model, unit, [key])
+        queries.append(sql)
+    note = f"-- run once per partition ({len(keys)}), applied in order; for {keys[0]}:\n"
+    _add_metadata(context, model, frames, results[keys[0]], note + queries[0])
+    return results
+
+
+def _unit_rows(
+    context: AssetExecutionContext, target: Key, df: DataFrame, upstream: _Input, key: str
+) -> DataFrame:
+    """What the run's partition `key` reads of input `target`: its rows in the upstream
+    partitions `key` maps to (all of them for an unpartitioned input, or one whose table is not
+    partitioned by its partitions: a partition of one run reads it whole too)."""
+    from dagster_partlake.delta.schema import delta_types, spark_to_arrow
+    from dagster_partlake.kinds.units import selection_filter
+
+    own = context.assets_def.partitions_def
+    if upstream.partitions_def is None or own is None:
+        return df
+    name = ".".join(target)
+    columns = dimension_columns(upstream.partitions_def, upstream.metadata, asset_name=name)
+    kind = model_kind(upstream.metadata, partitioned=True, asset_name=name)
+    if kind.decoupled([c.column for c in columns]):
+        return df
+    upstream_key = AssetKey(list(target))
+    mapping = context.assets_def.infer_partition_mapping(
+        context.assets_def.key, upstream_key, upstream.partitions_def
+    )
+    up, _ = key_maps(upstream.partitions_def, own, mapping, context.instance)
+    keys = [k for k in up(key) if k is not None]
+    types = delta_types(spark_to_arrow(df.schema))
+    return df.where(selection_filter(selection_for_keys(columns, keys, types, asset_name=name)))
+
+
+def _query(
+    context: AssetExecutionContext,
+    model: SqlModel,
+    frames: Mapping[Key, DataFrame],
+    keys: list[str],
+) -> tuple[DataFrame, str]:
+    """The model's query on `frames` (registered as the views of `keys`), and its SQL."""
     views = view_names(model, keys)
     spark = _session(context, frames)
     for target, df in frames.items():
@@ -285,6 +397,17 @@ def execute(
             # session resolves them only when the plan runs, so there they stay until it ends.
             for view in views.values():
                 spark.catalog.dropTempView(view)
+    return result, sql
+
+
+def _add_metadata(
+    context: AssetExecutionContext,
+    model: SqlModel,
+    frames: Mapping[Key, DataFrame],
+    result: DataFrame,
+    sql: str,
+) -> None:
+    """The output's metadata: the SQL run, the result's schema, the column lineage."""
     lineage, _ = column_lineage(model, {k: df.columns for k, df in frames.items()})
     metadata: dict[str, Any] = {
         "partlake/sql": MetadataValue.md(f"```sql\n{sql}\n```"),
@@ -297,7 +420,6 @@ def execute(
     if lineage:
         metadata[COLUMN_LINEAGE_KEY] = lineage_value(lineage)
     context.add_output_metadata(metadata)
-    return result
 
 
 def _session(context: AssetExecutionContext, frames: Mapping[Key, DataFrame]) -> SparkSession:
