@@ -93,6 +93,13 @@ lint: install
 test-faults: check-java install
 	$(BIN)/python -m pytest -m faults tests/test_faults.py tests/test_s3_lake.py
 
+# Long end-to-end variants of paths `make test` covers once (about 20 minutes): a merge model's
+# later days refreshed in one range run under the daemon (CI checks the same runs through
+# `partlake plan` / `partlake run`).
+.PHONY: test-extended
+test-extended: check-java install
+	$(BIN)/python -m pytest -m extended tests/test_daemon.py
+
 # The soak (benchmarks/soak.py): the example under dagster dev with the sensor on while source
 # partitions are rewritten at random for MINUTES; JSON in benchmarks/out/soak.json.
 MINUTES ?= 20

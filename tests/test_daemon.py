@@ -374,6 +374,7 @@ class TestSqliteInstance:
             page.screenshot(path=out / "ui-refresh-runs.png")
             browser.close()
 
+    @pytest.mark.extended
     def test_a_merge_models_later_days_refresh_in_one_run_under_the_daemon(
         self, refreshed: Refreshed
     ) -> None:
