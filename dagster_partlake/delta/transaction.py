@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
+from dagster_partlake.delta.record import commit_metadata
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot, partition_txn_id
 from dagster_partlake.delta.table import LiveFile, note_read, read_commit_lines, unreadable
 from dagster_partlake.errors import CommitConflictError, PartlakeError
@@ -188,7 +189,7 @@ def commit(
             # Jitter spreads the retries of writers that collided at the same moment.
             time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
             continue
-        version = _landed_version(location, before, commit_id, name)
+        version = landed_version(location, before, commit_id, name)
         fault_point("after_commit", name)
         if todo.count > _LARGE_COMMIT_ACTIONS:
             checkpoint_when_due(location)
@@ -348,7 +349,7 @@ def _add_new_columns(snapshot: Snapshot, schema: pa.Schema) -> None:
         snapshot.refresh()
 
 
-def _landed_version(location: TableLocation, before: int, commit_id: str, name: str) -> int:
+def landed_version(location: TableLocation, before: int, commit_id: str, name: str) -> int:
     """The version our commit landed at: the first commit after `before` carrying its id
     (read forward from there, only the commits made since the snapshot)."""
     version = before + 1
@@ -362,7 +363,8 @@ def _landed_version(location: TableLocation, before: int, commit_id: str, name: 
             ) from None
         for line in lines:
             if line.startswith('{"commitInfo"') and commit_id in line:
-                if json.loads(line)["commitInfo"].get(COMMIT_ID_KEY) == commit_id:
+                info = commit_metadata(json.loads(line)["commitInfo"])
+                if info.get(COMMIT_ID_KEY) == commit_id:
                     return version
         version += 1
 
