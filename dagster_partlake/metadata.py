@@ -13,6 +13,7 @@
 | `partlake/version` | inputs (`AssetIn`) | read the upstream table at this Delta version |
 | `partlake/timestamp` | inputs (`AssetIn`) | read the upstream table as of this time (ISO 8601) |
 | `partlake/stream` | managed assets | a streaming asset: its input is read as a stream |
+| `partlake/writer` | managed assets | `"partlake"` or `"delta-spark"`: who commits the writes |
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PATH_KEY = "partlake/path"
 VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
 STREAM_KEY = "partlake/stream"  # `dagster_partlake.incremental.streams`
+WRITER_KEY = "partlake/writer"  # `dagster_partlake.kinds.native`
 
 
 def plain(value: object) -> object:

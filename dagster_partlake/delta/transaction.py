@@ -159,7 +159,7 @@ def commit(
     started = time.perf_counter()
     commit_id = commit_id or uuid.uuid4().hex
     if snapshot is None:
-        snapshot = _created(location, name, schema, partition_by)
+        snapshot = created(location, name, schema, partition_by)
     snapshot.check_writable()
     if schema is not None:
         _add_new_columns(snapshot, schema)
@@ -308,10 +308,10 @@ def files_txn_ids(files: Iterable[LiveFile]) -> list[str]:
     return sorted({files_txn_id(f.partition_values) for f in files})
 
 
-def _created(
+def created(
     location: TableLocation, name: str, schema: pa.Schema | None, partition_by: Sequence[str]
 ) -> Snapshot:
-    """The table's snapshot, creating it empty first if there is none."""
+    """The table's snapshot, creating it empty first (version 0) if there is none."""
     from deltalake import DeltaTable
     from deltalake import Schema as DeltaSchema
     from deltalake.exceptions import DeltaError
@@ -352,15 +352,24 @@ def _add_new_columns(snapshot: Snapshot, schema: pa.Schema) -> None:
 def landed_version(location: TableLocation, before: int, commit_id: str, name: str) -> int:
     """The version our commit landed at: the first commit after `before` carrying its id
     (read forward from there, only the commits made since the snapshot)."""
+    version = find_commit(location, before, commit_id)
+    if version is None:
+        raise PartlakeError(
+            f"the commit to table {name} succeeded but its id {commit_id} is not in "
+            f"{location}'s log after version {before}; the table was replaced meanwhile."
+        )
+    return version
+
+
+def find_commit(location: TableLocation, before: int, commit_id: str) -> int | None:
+    """The first commit after version `before` carrying `commit_id` (`COMMIT_ID_KEY`, in its
+    commitInfo or its userMetadata), None if there is none."""
     version = before + 1
     while True:
         try:
             lines = read_commit_lines(location, version)
         except FileNotFoundError:
-            raise PartlakeError(
-                f"the commit to table {name} succeeded but its id {commit_id} is not in "
-                f"{location}'s log after version {before}; the table was replaced meanwhile."
-            ) from None
+            return None
         for line in lines:
             if line.startswith('{"commitInfo"') and commit_id in line:
                 info = commit_metadata(json.loads(line)["commitInfo"])

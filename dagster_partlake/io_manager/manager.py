@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import (
     AssetKey,
@@ -60,6 +60,7 @@ from dagster_partlake.incremental.landing import (
 )
 from dagster_partlake.incremental.spec import Incremental, incremental_of
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec, stream_of
+from dagster_partlake.kinds.native import writer_of
 from dagster_partlake.kinds.spec import model_kind
 from dagster_partlake.metadata import (
     FORMAT_KEY,
@@ -141,6 +142,15 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     max_commit_attempts: int = Field(
         default=DEFAULT_MAX_ATTEMPTS,
         description="Commit attempts when concurrent writers conflict, before failing the step.",
+    )
+    writer: Literal["partlake", "delta-spark"] = Field(
+        default="partlake",
+        description=(
+            "Who commits each write: 'partlake' (Spark's Python workers write the files, "
+            "delta-rs commits; no Delta JARs needed) or 'delta-spark' (Spark's own Delta "
+            "writes and commits, for the kinds partition and table, on local tables; needs the "
+            "Delta JARs on the Spark session). An asset's metadata 'partlake/writer' overrides it."
+        ),
     )
     # Per (run id, step key): upstream asset -> what load_input read. Kept until teardown, so
     # every output of a step can record its inputs.
@@ -268,6 +278,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # A run partlake planned writes only what no other run wrote from the same inputs
             # (two `partlake run`s on one stale plan); a run a user starts always writes.
             once_per_inputs=REASONS_TAG in _run_tags(context),
+            writer=writer_of(metadata, self.writer, kind=kind.kind, asset_name=asset_name),
         )
         gates = gates_of(metadata, asset_name=asset_name, kind=kind.kind)
         return replace(target, check=_gate_check(context, target, gates)) if gates else target
@@ -286,6 +297,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 f"'{STREAM_KEY}'; add metadata {{'{STREAM_KEY}': {{'mode': 'available_now'}}}} "
                 "(its input is then read as a stream), or return a batch DataFrame."
             )
+        writer_of(metadata, self.writer, kind="append", asset_name=asset_name)  # a stream appends
         target = self._stream_target(context, obj, asset_name, metadata)
         reads = self._inputs_of(context)
         record = CommitRecord(
@@ -919,6 +931,7 @@ def _output_metadata(
             "partlake/code_version": MetadataValue.text(record.code_version or ""),
             "partlake/upstream_versions": MetadataValue.json(dict(record.upstream_versions)),
             "partlake/kind": MetadataValue.text(target.kind.kind),
+            "partlake/writer": MetadataValue.text(target.writer),
         }
     )
     seconds = {"partlake/output_seconds": timings.output, "partlake/write_seconds": timings.write}

@@ -52,7 +52,13 @@ def test_the_user_metadata_form_reads_as_the_record_with_the_commits_time() -> N
 def test_the_commit_clock_tells_a_native_commit_by_its_user_metadata() -> None:
     record = CommitRecord("t", ("a",), "1", "run")
     line = json.dumps(
-        {"commitInfo": {"timestamp": 42, "operation": "WRITE", "userMetadata": native_payload(record)}},
+        {
+            "commitInfo": {
+                "timestamp": 42,
+                "operation": "WRITE",
+                "userMetadata": native_payload(record),
+            }
+        },
         separators=(",", ":"),
     ).encode()
     clock = commit_clock(line, partlake=False)
