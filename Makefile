@@ -87,6 +87,11 @@ lint: install
 test-faults: check-java install
 	$(BIN)/python -m pytest -m faults tests/test_faults.py
 
+# delta-spark's feature matrix beyond CI's case (tests/delta/test_delta_spark_tables.py).
+.PHONY: test-delta-matrix
+test-delta-matrix: check-java install
+	$(BIN)/python -m pytest -m delta_matrix tests/delta/test_delta_spark_tables.py
+
 # The soak (benchmarks/soak.py): the example under dagster dev with the sensor on while source
 # partitions are rewritten at random for MINUTES; JSON in benchmarks/out/soak.json.
 MINUTES ?= 20

@@ -61,7 +61,10 @@ def build(writer: str, lake: Path) -> Definitions:
         partitions_def=daily,
         code_version="1",
         backfill_policy=BackfillPolicy.single_run(),
-        metadata={**chosen, "partlake/constraints": [{"expression": "amount >= 0", "name": "amount"}]},
+        metadata={
+            **chosen,
+            "partlake/constraints": [{"expression": "amount >= 0", "name": "amount"}],
+        },
     )
     def clean(events: DataFrame) -> DataFrame:
         return events.where("user_id is not null").select("user_id", "amount", "date")
@@ -226,7 +229,10 @@ def test_gates_and_partitions_are_checked_before_delta_spark_commits(
 ) -> None:
     @asset(
         partitions_def=daily,
-        metadata={"partlake/writer": "delta-spark", "partlake/constraints": [{"expression": "n >= 0", "name": "pos"}]},
+        metadata={
+            "partlake/writer": "delta-spark",
+            "partlake/constraints": [{"expression": "n >= 0", "name": "pos"}],
+        },
     )
     def checked(context) -> DataFrame:
         n = -1 if context.partition_key == DAYS[1] else 1
