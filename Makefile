@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install jars demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop screenshots
+.PHONY: install jars demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -138,7 +138,14 @@ bench-noop: install
 	@test -d $(PARTLAKE_HOME)/warehouse/raw_events || $(MAKE) demo
 	$(BIN)/python -m benchmarks.noop_run $(BENCH_ARGS)
 
-# Incremental planning vs the full plan and the oracle over 10,000 random worlds (no Spark).
+# What one write reads of its table's log, per model kind (BENCH_ARGS='--checkout PATH' to add an
+# older checkout measured the same way).
+bench-log-reads: check-java install
+	$(BIN)/python -m benchmarks.log_reads $(BENCH_ARGS)
+
+# Incremental planning vs the full plan and the oracle, on both planner paths, over 100,000
+# random worlds of every model kind, with self-dependencies and up to 3 dimensions (no Spark;
+# about 40 CPU minutes: BENCH_ARGS='--jobs 2' splits it over two processes on a quiet machine).
 bench-exactness: install
 	$(BIN)/python -m benchmarks.exactness $(BENCH_ARGS)
 

@@ -5,7 +5,7 @@ tiny Parquet file per partition (one file written once and hard-linked everywher
 plain Delta table written "by another system" (its log: JSON commits only); a1..a3 carry partlake
 `CommitRecord`s exactly like `DeltaPartitionIOManager` writes them, so that everything starts
 fresh, and the checkpoint partlake's writer asks for after a commit of more than 64 MB of JSON
-(`dagster_partlake.delta.writer.checkpoint_when_due`). No Spark: delta-rs commits.
+(`dagster_partlake.delta.transaction.checkpoint_when_due`). No Spark: delta-rs commits.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ ASSETS = ("src", "a1", "a2", "a3")
 MANAGED = ("a1", "a2", "a3")
 UPSTREAM = {"a1": "src", "a2": "a1", "a3": "a2"}
 PARTITION_BY = ["date", "region"]
-RESULT_MARK = "@@PLAN_SCALE_RESULT@@"
 CONDITIONS = ("eager", "any_deps_updated")
 
 
@@ -200,7 +199,7 @@ def build_lake(layout: Layout, root: str) -> dict[str, Any]:
     from deltalake import Schema as DeltaSchema
     from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
 
-    from dagster_partlake.delta.writer import checkpoint_when_due
+    from dagster_partlake.delta.transaction import checkpoint_when_due
 
     os.makedirs(os.path.join(root, "warehouse"), exist_ok=True)
     seed, size = _seed(root)

@@ -10,99 +10,66 @@ from typing import TYPE_CHECKING
 
 from dagster_partlake.lazy import lazy_names
 
-if TYPE_CHECKING:
-    from dagster_partlake.delta.record import CommitRecord
-    from dagster_partlake.errors import (
-        CommitConflictError,
-        InvalidPredicateError,
-        PartitionMismatchError,
-        PartlakeConfigError,
-        PartlakeError,
-        SchemaMismatchError,
-        SparkUnavailableError,
-        SqlModelError,
-        TableFeatureError,
-        TableUnreadableError,
-        UnreadableTableFeatureError,
+if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X as X`)
+    from dagster_partlake.delta.record import CommitRecord as CommitRecord
+    from dagster_partlake.errors import CommitConflictError as CommitConflictError
+    from dagster_partlake.errors import InvalidPredicateError as InvalidPredicateError
+    from dagster_partlake.errors import PartitionMismatchError as PartitionMismatchError
+    from dagster_partlake.errors import PartlakeConfigError as PartlakeConfigError
+    from dagster_partlake.errors import PartlakeError as PartlakeError
+    from dagster_partlake.errors import SchemaMismatchError as SchemaMismatchError
+    from dagster_partlake.errors import SparkUnavailableError as SparkUnavailableError
+    from dagster_partlake.errors import SqlModelError as SqlModelError
+    from dagster_partlake.errors import TableFeatureError as TableFeatureError
+    from dagster_partlake.errors import TableUnreadableError as TableUnreadableError
+    from dagster_partlake.errors import UnreadableTableFeatureError as UnreadableTableFeatureError
+    from dagster_partlake.freshness.automation import partlake_stale as partlake_stale
+    from dagster_partlake.freshness.check import partlake_asset_checks as partlake_asset_checks
+    from dagster_partlake.gates.spec import GateFailedError as GateFailedError
+    from dagster_partlake.io_manager.manager import (
+        DeltaPartitionIOManager as DeltaPartitionIOManager,
     )
-    from dagster_partlake.freshness.automation import partlake_stale
-    from dagster_partlake.freshness.check import partlake_asset_checks
-    from dagster_partlake.gates.spec import GateFailedError
-    from dagster_partlake.io_manager.manager import DeltaPartitionIOManager
-    from dagster_partlake.kinds.spec import ModelKind, model_kind_metadata
-    from dagster_partlake.maintenance.job import MaintenanceConfig, build_maintenance_job
-    from dagster_partlake.orchestration.launcher import MonitoredRunLauncher
-    from dagster_partlake.orchestration.pools import POOL
-    from dagster_partlake.orchestration.sensor import build_invalidation_sensor
-    from dagster_partlake.orchestration.sources import partlake_source
-    from dagster_partlake.partitions.dimensions import partlake_mapping, partlake_partitions
-    from dagster_partlake.planning.planner import Plan, StalePartition, plan
-    from dagster_partlake.planning.runs import PlannedRun, RunPlan, plan_runs
-    from dagster_partlake.spark.resource import SparkResource
-    from dagster_partlake.sql.component import SqlModels
-    from dagster_partlake.sql.definition import sql_assets
-    from dagster_partlake.storage.location import table_path
+    from dagster_partlake.kinds.spec import ModelKind as ModelKind
+    from dagster_partlake.kinds.spec import model_kind_metadata as model_kind_metadata
+    from dagster_partlake.maintenance.job import MaintenanceConfig as MaintenanceConfig
+    from dagster_partlake.maintenance.job import build_maintenance_job as build_maintenance_job
+    from dagster_partlake.orchestration.launcher import MonitoredRunLauncher as MonitoredRunLauncher
+    from dagster_partlake.orchestration.pools import POOL as POOL
+    from dagster_partlake.orchestration.sensor import (
+        build_invalidation_sensor as build_invalidation_sensor,
+    )
+    from dagster_partlake.orchestration.sources import partlake_source as partlake_source
+    from dagster_partlake.partitions.dimensions import partlake_mapping as partlake_mapping
+    from dagster_partlake.partitions.dimensions import partlake_partitions as partlake_partitions
+    from dagster_partlake.planning.definition import Plan as Plan
+    from dagster_partlake.planning.definition import StalePartition as StalePartition
+    from dagster_partlake.planning.planner import plan as plan
+    from dagster_partlake.planning.runs import PlannedRun as PlannedRun
+    from dagster_partlake.planning.runs import RunPlan as RunPlan
+    from dagster_partlake.planning.runs import plan_runs as plan_runs
+    from dagster_partlake.spark.resource import SparkResource as SparkResource
+    from dagster_partlake.sql.component import SqlModels as SqlModels
+    from dagster_partlake.sql.definition import sql_assets as sql_assets
+    from dagster_partlake.storage.location import table_path as table_path
 
-__all__ = [
-    "POOL",
-    "CommitConflictError",
-    "CommitRecord",
-    "DeltaPartitionIOManager",
-    "GateFailedError",
-    "MaintenanceConfig",
-    "ModelKind",
-    "MonitoredRunLauncher",
-    "PartitionMismatchError",
-    "PartlakeConfigError",
-    "PartlakeError",
-    "Plan",
-    "PlannedRun",
-    "RunPlan",
-    "SchemaMismatchError",
-    "SparkResource",
-    "SparkUnavailableError",
-    "SqlModelError",
-    "SqlModels",
-    "StalePartition",
-    "InvalidPredicateError",
-    "TableFeatureError",
-    "TableUnreadableError",
-    "UnreadableTableFeatureError",
-    "build_invalidation_sensor",
-    "build_maintenance_job",
-    "model_kind_metadata",
-    "partlake_asset_checks",
-    "partlake_mapping",
-    "partlake_partitions",
-    "partlake_source",
-    "partlake_stale",
-    "plan",
-    "plan_runs",
-    "sql_assets",
-    "table_path",
-]
-
-# Public name -> the module defining it, imported on first use: a process (a no-op
-# `partlake run`) imports only the modules its path needs.
+# The public names: name -> the module defining it, imported on first use (a process such as a
+# no-op `partlake run` imports only the modules its path needs). `__all__` is its keys; a test
+# ties it to the TYPE_CHECKING imports above and to the API reference page.
 _LAZY = {
-    "partlake_asset_checks": "dagster_partlake.freshness.check",
-    "partlake_stale": "dagster_partlake.freshness.automation",
     "CommitRecord": "dagster_partlake.delta.record",
     "CommitConflictError": "dagster_partlake.errors",
+    "InvalidPredicateError": "dagster_partlake.errors",
     "PartitionMismatchError": "dagster_partlake.errors",
     "PartlakeConfigError": "dagster_partlake.errors",
     "PartlakeError": "dagster_partlake.errors",
     "SchemaMismatchError": "dagster_partlake.errors",
+    "SparkUnavailableError": "dagster_partlake.errors",
+    "SqlModelError": "dagster_partlake.errors",
     "TableFeatureError": "dagster_partlake.errors",
     "TableUnreadableError": "dagster_partlake.errors",
     "UnreadableTableFeatureError": "dagster_partlake.errors",
-    "SparkUnavailableError": "dagster_partlake.errors",
-    "SqlModelError": "dagster_partlake.errors",
-    "SqlModels": "dagster_partlake.sql.component",
-    "sql_assets": "dagster_partlake.sql.definition",
-    "InvalidPredicateError": "dagster_partlake.errors",
-    "partlake_mapping": "dagster_partlake.partitions.dimensions",
-    "partlake_partitions": "dagster_partlake.partitions.dimensions",
+    "partlake_stale": "dagster_partlake.freshness.automation",
+    "partlake_asset_checks": "dagster_partlake.freshness.check",
     "GateFailedError": "dagster_partlake.gates.spec",
     "DeltaPartitionIOManager": "dagster_partlake.io_manager.manager",
     "ModelKind": "dagster_partlake.kinds.spec",
@@ -110,18 +77,23 @@ _LAZY = {
     "table_path": "dagster_partlake.storage.location",
     "MaintenanceConfig": "dagster_partlake.maintenance.job",
     "build_maintenance_job": "dagster_partlake.maintenance.job",
-    "POOL": "dagster_partlake.orchestration.pools",
     "MonitoredRunLauncher": "dagster_partlake.orchestration.launcher",
-    "Plan": "dagster_partlake.planning.planner",
-    "StalePartition": "dagster_partlake.planning.planner",
+    "POOL": "dagster_partlake.orchestration.pools",
+    "build_invalidation_sensor": "dagster_partlake.orchestration.sensor",
+    "partlake_source": "dagster_partlake.orchestration.sources",
+    "partlake_mapping": "dagster_partlake.partitions.dimensions",
+    "partlake_partitions": "dagster_partlake.partitions.dimensions",
+    "Plan": "dagster_partlake.planning.definition",
+    "StalePartition": "dagster_partlake.planning.definition",
     "plan": "dagster_partlake.planning.planner",
-    "SparkResource": "dagster_partlake.spark.resource",
     "PlannedRun": "dagster_partlake.planning.runs",
     "RunPlan": "dagster_partlake.planning.runs",
     "plan_runs": "dagster_partlake.planning.runs",
-    "build_invalidation_sensor": "dagster_partlake.orchestration.sensor",
-    "partlake_source": "dagster_partlake.orchestration.sources",
+    "SparkResource": "dagster_partlake.spark.resource",
+    "SqlModels": "dagster_partlake.sql.component",
+    "sql_assets": "dagster_partlake.sql.definition",
 }
+__all__ = list(_LAZY)
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -9,7 +9,7 @@ naming it, rather than somewhere deep in a run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         AssetCheckEvaluation,
         AssetCheckExecutionContext,
         AssetKey,
+        AssetSelection,
         DagsterInstance,
         RunRequest,
     )
@@ -73,6 +74,7 @@ __all__ = [
     "PARTITION_NAME_TAG",
     "CheckRunHealthResult",
     "WorkerStatus",
+    "all_assets_checked_at_load",
     "backfill_request",
     "backfills_in_progress",
     "log_check_evaluation",
@@ -229,6 +231,27 @@ def threadsafe_in_process_runs(instance: DagsterInstance, workers: int) -> Itera
     finally:
         vars(instance).pop("get_yaml_python_handlers", None)
         instance._compute_log_manager = capture  # noqa: SLF001
+
+
+def all_assets_checked_at_load(check: Callable[[AssetGraph], object]) -> AssetSelection:
+    """`AssetSelection.all()` that calls `check` with the code location's asset graph when
+    Dagster snapshots the code location.
+
+    Dagster turns a sensor's asset selection into a serializable one with
+    `to_serializable_asset_selection(asset_graph)` while it builds the code location's snapshot
+    (`RepositorySnap.from_def`: `dagster dev`'s code server at load, `dagster definitions
+    validate`): the one point at which the whole asset graph of a loading code location reaches
+    an integration's object. An error raised by `check` is then the code location's load error.
+    The snapshot holds a plain `AllSelection`, as for `AssetSelection.all()`.
+    """
+    from dagster._core.definitions.asset_selection import AllSelection
+
+    class _CheckedAtLoad(AllSelection):
+        def to_serializable_asset_selection(self, asset_graph: Any) -> AssetSelection:
+            check(asset_graph)
+            return AllSelection(include_sources=self.include_sources)
+
+    return _CheckedAtLoad(include_sources=False)  # as AssetSelection.all()
 
 
 def backfill_request(

@@ -1,19 +1,11 @@
-"""The asset definition metadata dagster_partlake reads, in one place.
+"""The metadata keys partlake reads and the tags and metadata it writes, as constants.
 
-| key | on | meaning |
-| --- | --- | --- |
-| `partition_expr` | partitioned assets | table column(s) holding the partition dimensions |
-| `schema_mode` | managed assets | `"add_columns"` lets a write add new columns |
-| `partlake/format` | sources | `"delta"` (default) or `"folder"` (Parquet in `col=value/`) |
-| `partlake/path` | sources | where the source lives, relative to the lake root |
-| `partlake/after_commit` | folder sources | archive or delete consumed files after the commit |
-| `partlake/incremental` | inputs, assets | read only new rows: `"log"` or `{"column": ...}` |
-| `partlake/fail_if_no_input`, `partlake/conditions` | managed assets | run guards |
-| `partlake/constraints`, `partlake/audits` | managed assets | quality gates |
-| `partlake/version` | inputs (`AssetIn`) | read the upstream table at this Delta version |
-| `partlake/timestamp` | inputs (`AssetIn`) | read the upstream table as of this time (ISO 8601) |
-| `partlake/stream` | managed assets | a streaming asset: its input is read as a stream |
-| `partlake/writer` | managed assets | `"partlake"` or `"delta-spark"`: who commits the writes |
+Every key an asset or input may set is listed, with where it goes, its type and how it is
+checked, in `dagster_partlake.spec.settings` (`SETTINGS`, the source of the reference page
+docs/reference/settings.md); `dagster_partlake.spec.model` parses them all into one `ModelSpec`
+per asset when the code location loads. The keys of the model kinds, gates, incremental inputs
+and run guards are defined beside their parsers (`kinds.spec`, `gates.spec`,
+`incremental.spec`, `incremental.guards`, `incremental.landing`).
 """
 
 from __future__ import annotations
@@ -26,6 +18,7 @@ VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
 STREAM_KEY = "partlake/stream"  # `dagster_partlake.incremental.streams`
 WRITER_KEY = "partlake/writer"  # `dagster_partlake.kinds.native`
+SQL_PATH_KEY = "partlake/sql_path"  # set by `sql_assets`: the model's file
 
 
 def plain(value: object) -> object:

@@ -60,7 +60,8 @@ defs = Definitions(
     # The lakehouse group, the model kinds over a daily user export (group `models`), the
     # incremental inputs (group `feeds`) and the SQL models (group `sql`).
     assets=ASSETS,
-    # The quality gates declared in the assets' metadata, as asset checks the UI lists.
+    # The quality gates declared in the assets' metadata, as asset checks the UI lists; every
+    # asset's partlake settings are checked first, so a bad one fails this code location's load.
     asset_checks=partlake_asset_checks(ASSETS),
     # The intervals are environment knobs so a demo or a test can tick faster than production;
     # PARTLAKE_SENSOR_REFRESH=backfill makes each refresh one Dagster asset backfill instead of

@@ -258,6 +258,31 @@ def test_asset_graph_of_step_inside_and_outside_a_code_location(instance: Dagste
     assert all({"upstream", "checked"} <= keys for keys in seen) and len(seen) == 2
 
 
+def test_a_sensor_selection_sees_the_asset_graph_when_the_code_location_is_snapshotted() -> None:
+    from dagster import AssetSelection, sensor
+    from dagster._core.remote_representation.external_data import RepositorySnap
+
+    seen = []
+    selection = compat.all_assets_checked_at_load(seen.append)
+
+    @asset
+    def one() -> None: ...
+
+    @sensor(asset_selection=selection)
+    def watching(context):  # noqa: ANN001, ANN202 - Dagster reads the signature
+        return None
+
+    defs = Definitions(assets=[one], sensors=[watching])
+    assert not seen  # building the definitions does not snapshot them
+    snap = RepositorySnap.from_def(defs.get_repository_def())
+    assert len(seen) == 1 and isinstance(seen[0], compat.AssetGraph)
+    assert seen[0].get_all_asset_keys() == {one.key}
+    # The snapshot (what the webserver and the daemon see) holds Dagster's own selection, and
+    # the selection selects what AssetSelection.all() does.
+    assert snap.sensors[0].asset_selection == AssetSelection.all()
+    assert selection.resolve(seen[0]) == AssetSelection.all().resolve(seen[0])
+
+
 def test_a_backfill_request_becomes_a_backfill_listed_until_it_ends() -> None:
     """`backfill_request` (`RunRequest.for_asset_graph_subset` over a private AssetGraphSubset)
     and `backfills_in_progress` (private BulkActionsFilter) against the installed Dagster."""

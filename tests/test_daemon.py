@@ -539,7 +539,13 @@ class TestSqliteInstance:
         assert failed, "run after test_failing_partition_is_retried_with_back_off_not_every_tick"
         refresh_id = failed[-1]["tags"]["partlake/refresh"]
         mine = [r for r in sensor_runs(dev) if r["tags"].get("partlake/refresh") == refresh_id]
-        assert not any("monthly_region_stats" in r["assets"] for r in mine), mine
+        # The refresh id lasts until the lake is fresh, so the refresh may hold runs of the
+        # closure the tests before left stale; none of them reads the failed partition.
+        readers = {
+            ("monthly_region_stats", "2024-01|eu"),
+            ("marts/monthly_region_summary", "2024-01|eu"),
+        }
+        assert not any(covered(r) & readers for r in mine), mine
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 900})

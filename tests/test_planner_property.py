@@ -5,13 +5,33 @@ staleness recursively per (asset, key), memoized, instead of the planner's singl
 pass over candidate sets. A simulated world (storage states + write records, logical clock)
 is driven by random events: source edits/deletions, writes, failed writes, code changes and
 out-of-band edits.
+
+Worlds hold assets of every model kind as the planner sees them (`dagster_partlake.kinds.spec`):
+`partition` and `table` replace what they write; `tracked` keeps a partition whose recomputed
+content is unchanged (its lastUpdated stays, the record says so: early cutoff); `append` and
+`merge` keep a partition that got no rows; `merge` and `scd2` apply their time partitions in
+order (an order-only dependency on the previous one, as `planning.graph` gives them); an
+`append`, `merge` or `scd2` table partitioned otherwise than by its Dagster partitions
+(decoupled) has the state its writes recorded, moved for all of them when others changed its
+files after partlake's last write (`planning.convert.decoupled_states`), and its readers consume
+those recorded states (`DeltaPartitionIOManager._load_decoupled`). A merge's roll back of the
+merges of later units (`delta.merge`) is not simulated. Partitions have one to three
+dimensions (`date|region/product`, as `partlake_partitions` combines static dimensions), mapped
+as `partlake_mapping` maps them (a test checks the two agree); any partitioned asset may read
+its own previous time partition.
+
+Every world is checked on both of the planner's paths: one partition at a time over plain dicts
+(`plan_input`) and the bulk pass over column-wise maps (`columnar_input`).
 """
 
 from __future__ import annotations
 
-import copy
+import itertools
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
+from typing import TypeVar, cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,48 +54,95 @@ DAYS = ("2024-01-30", "2024-01-31", "2024-02-01", "2024-02-02", "2024-02-03", "2
 # '2024-03' has no days: an "empty future" month that must never be due.
 MONTHS = ("2024-01", "2024-02", "2024-03")
 REGIONS = ("eu", "us")
-UNIVERSE: dict[str, tuple[Key, ...]] = {
-    "daily": DAYS,
-    "monthly": MONTHS,
-    "daily_region": tuple(f"{d}|{r}" for d in DAYS for r in REGIONS),
-    "monthly_region": tuple(f"{m}|{r}" for m in MONTHS for r in REGIONS),
-    "none": (None,),
+PRODUCTS = ("hats", "shoes")
+# Per partitioned scheme: its time windows and its static dimensions (key: 'window|region/product').
+SCHEMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "daily": (DAYS, ()),
+    "monthly": (MONTHS, ()),
+    "daily_region": (DAYS, ("region",)),
+    "monthly_region": (MONTHS, ("region",)),
+    "daily_region_product": (DAYS, ("region", "product")),
+    "monthly_region_product": (MONTHS, ("region", "product")),
 }
-# Downstream schemes an upstream scheme may feed (only mappings that make sense).
+_VALUES = {"region": REGIONS, "product": PRODUCTS}
+
+
+def _universe(scheme: str) -> tuple[Key, ...]:
+    windows, statics = SCHEMES[scheme]
+    if not statics:
+        return windows
+    combined = ["/".join(v) for v in itertools.product(*(_VALUES[d] for d in statics))]
+    return tuple(f"{w}|{c}" for w in windows for c in combined)
+
+
+UNIVERSE: dict[str, tuple[Key, ...]] = {s: _universe(s) for s in SCHEMES} | {"none": (None,)}
+# Downstream schemes an upstream scheme may feed (those `partlake_mapping` maps): the same, a
+# coarser time, fewer static dimensions (aggregated over), or more (fanned out over).
 FEEDS: dict[str, set[str]] = {
     "daily": {"daily", "monthly", "none"},
     "monthly": {"monthly", "none"},
-    "daily_region": {"daily_region", "monthly_region", "none"},
-    "monthly_region": {"monthly_region", "none"},
+    "daily_region": {
+        "daily_region", "monthly_region", "daily_region_product", "monthly_region_product",
+        "daily", "none",
+    },
+    "monthly_region": {"monthly_region", "monthly_region_product", "none"},
+    "daily_region_product": {
+        "daily_region_product", "monthly_region_product", "daily_region", "monthly_region",
+        "daily", "none",
+    },
+    "monthly_region_product": {"monthly_region_product", "monthly_region", "none"},
     "none": {"none"},
-}
-SOURCE_SCHEMES = ("daily", "daily", "daily_region", "daily_region", "monthly", "none")
+}  # fmt: skip
+SOURCE_SCHEMES = (
+    "daily", "daily", "daily_region", "daily_region", "daily_region_product", "monthly", "none",
+)  # fmt: skip
 CODE_VERSIONS: tuple[str | None, ...] = (None, "v1", "v2")
+# Model kinds (`kinds.spec`) a managed asset may have, partitioned or not ('tracked' and
+# 'partition' need partitions, 'table' refuses them).
+PARTITIONED_KINDS = ("partition", "partition", "tracked", "append", "merge", "scd2")
+UNPARTITIONED_KINDS = ("table", "table", "append", "merge", "scd2")
+ORDERED = ("merge", "scd2")  # `kinds.spec.ORDERED_KINDS`
 Verdict = tuple[str, tuple[str, ...]]  # (reason, sorted because)
+V = TypeVar("V")
+M = TypeVar("M")
 
 
+def _parts(key: Key) -> tuple[str, dict[str, str]]:
+    """A key's time window and its static values by dimension."""
+    assert key is not None
+    window, _, combined = key.partition("|")
+    names = ("region", "product")[: len(combined.split("/"))] if combined else ()
+    return window, dict(zip(names, combined.split("/"), strict=True)) if combined else {}
+
+
+@cache
 def reads(up_scheme: str, down_scheme: str, key: Key) -> tuple[Key, ...]:
-    """The upstream keys a downstream partition reads (the partition mapping)."""
+    """The upstream keys a downstream partition reads (the partition mapping): the same time
+    window (or the days of a month), and equal values of the static dimensions both have."""
     if down_scheme == "none":  # unpartitioned downstream reads everything upstream
         return UNIVERSE[up_scheme]
     if up_scheme == down_scheme:
         return (key,)
-    assert key is not None
-    if (up_scheme, down_scheme) == ("daily", "monthly"):
-        return tuple(d for d in DAYS if d[:7] == key)
-    month, region = key.split("|")
-    return tuple(f"{d}|{region}" for d in DAYS if d[:7] == month)
+    window, values = _parts(key)
+
+    def read(u: Key) -> bool:
+        u_window, u_values = _parts(u)
+        same_time = u_window == window or (len(window) == 7 and u_window[:7] == window)
+        return same_time and all(u_values[d] == v for d, v in values.items() if d in u_values)
+
+    return tuple(u for u in UNIVERSE[up_scheme] if read(u))
 
 
+@cache
 def previous(scheme: str, key: Key) -> tuple[Key, ...]:
-    """The previous time partition of a key (same region), none for the first."""
+    """The previous time partition of a key (same static values), none for the first."""
     assert key is not None
     universe = UNIVERSE[scheme]
     if "|" in key:
-        window, region = key.split("|")
-        windows = [k.split("|")[0] for k in universe if k.endswith("|" + region)]
+        window, rest = key.split("|")
+        windows = [k.split("|")[0] for k in universe if k.endswith("|" + rest)]
         i = windows.index(window)
-        return (f"{windows[i - 1]}|{region}",) if i > 0 else ()
+        return (f"{windows[i - 1]}|{rest}",) if i > 0 else ()
     i = universe.index(key)
     return (universe[i - 1],) if i > 0 else ()
 
@@ -89,16 +156,25 @@ class Spec:
     # A dependency on its own previous time partition: "read" (an input, consumed like any
     # other) or "order" (order-only: merge and scd2 apply their partitions in time order).
     self_dep: str | None = None
+    kind: str = "partition"  # the model kind (`kinds.spec`); "table" when unpartitioned
+    # The table is partitioned otherwise than by the Dagster partitions (append, merge, scd2):
+    # a partition's state is what its last write recorded (`planning.convert`).
+    decoupled: bool = False
 
 
 @dataclass
 class World:
     specs: dict[str, Spec]  # insertion order is a topological order
     code: dict[str, str | None]
+    # lastUpdated of the table partitions of sources and of managed assets not decoupled.
     states: dict[str, dict[Key, PartitionState]] = field(default_factory=dict)
     records: dict[str, dict[Key, Record]] = field(default_factory=dict)
     unreadable: set[str] = field(default_factory=set)  # tables whose log cannot be read
     clock: int = 0
+    seed: int = 0  # whether a `tracked` recomputation comes out unchanged
+    last_commit: dict[str, int] = field(default_factory=dict)  # newest partlake write per table
+    touched: dict[str, int] = field(default_factory=dict)  # newest change by others (decoupled)
+    memo: dict[object, tuple[list[object], object]] = field(default_factory=dict, repr=False)
 
     def tick(self) -> int:
         self.clock += 1
@@ -107,25 +183,73 @@ class World:
     def reads_of(self, name: str, dep: str, key: Key) -> tuple[Key, ...]:
         return reads(self.specs[dep].scheme, self.specs[name].scheme, key)
 
+    def read_value(self, asset: str, key: Key) -> int | None:
+        """The lastUpdated a write records as consumed of an upstream partition: its files'
+        (None: no data), or for a decoupled table what its last write recorded."""
+        if self.specs[asset].decoupled:
+            record = self.records.get(asset, {}).get(key)
+            return None if record is None else record.written_last_updated
+        state = self.states.get(asset, {}).get(key)
+        return None if state is None else state.last_updated
+
+    def visible_states(self) -> dict[str, dict[Key, PartitionState]]:
+        """The partition states the planner is given (`planning.convert`): a decoupled table's
+        from its records, every one moved to the time of a change by others after partlake's
+        last write."""
+        visible = {n: v for n, v in self.states.items() if not self.specs[n].decoupled}
+        for name, spec in self.specs.items():
+            if not spec.decoupled or name not in self.records:
+                continue
+            touched = self.touched.get(name, 0)
+            moved = touched > self.last_commit.get(name, touched)
+            visible[name] = {
+                k: PartitionState(touched if moved else r.written_last_updated)
+                for k, r in self.records[name].items()
+                if r.written_last_updated is not None
+            }
+        return visible
+
     def write(self, name: str, key: Key) -> None:
         """A successful materialization; it has no rows when some dependency has no data."""
         now = self.tick()
+        spec = self.specs[name]
         consumed: dict[str, dict[Key, int]] = {}
-        for d in self.specs[name].deps:  # what was read: mapped upstream partitions with data
-            up = self.states.get(d, {})
-            consumed[d] = {u: up[u].last_updated for u in self.reads_of(name, d, key) if u in up}
+        for d in spec.deps:  # what was read: mapped upstream partitions with data
+            found = {u: self.read_value(d, u) for u in self.reads_of(name, d, key)}
+            consumed[d] = {u: v for u, v in found.items() if v is not None}
         has_rows = all(consumed.values())
-        if self.specs[name].self_dep == "read":  # its previous partition, if it has data
-            own = self.states.get(name, {})
-            prev = previous(self.specs[name].scheme, key)
-            consumed[name] = {u: own[u].last_updated for u in prev if u in own}
-        self.records.setdefault(name, {})[key] = Record(
-            self.code[name], now if has_rows else None, consumed
-        )
-        if has_rows:
-            self.states.setdefault(name, {})[key] = PartitionState(now)
-        else:
-            self.states.get(name, {}).pop(key, None)
+        if spec.self_dep == "read":  # its previous partition, if it has data
+            found = {u: self.read_value(name, u) for u in previous(spec.scheme, key)}
+            consumed[name] = {u: v for u, v in found.items() if v is not None}
+        written = self._land(spec, key, now, has_rows)
+        self.records.setdefault(name, {})[key] = Record(self.code[name], written, consumed)
+        self.last_commit[name] = now
+
+    def _land(self, spec: Spec, key: Key, now: int, has_rows: bool) -> int | None:
+        """What the write does to the partition's files, as its kind says; the lastUpdated it
+        records for the partition (None: the partition has no rows)."""
+        files = self.states.setdefault(spec.name, {})
+        current = files.get(key)
+        if spec.decoupled:  # no file names a Dagster partition: each written key is recorded
+            return now
+        if spec.kind == "tracked" and has_rows and current is not None and self._same(spec, key):
+            return current.last_updated  # kept: the recomputed content equals the stored one
+        if spec.kind in ("append", "merge") and not has_rows:
+            return None if current is None else current.last_updated  # kept: nothing added
+        if has_rows or spec.kind == "scd2":  # an scd2 history never empties: keys close
+            files[key] = PartitionState(now)
+            return now
+        files.pop(key, None)
+        return None
+
+    def _same(self, spec: Spec, key: Key) -> bool:
+        """Whether a `tracked` partition recomputed now comes out as stored (early cutoff):
+        never once someone else rewrote it, else as the world's seed says."""
+        record = self.records.get(spec.name, {}).get(key)
+        state = self.states.get(spec.name, {}).get(key)
+        if record is None or state is None or record.written_last_updated != state.last_updated:
+            return False
+        return random.Random(f"{self.seed}|{spec.name}|{key}|{self.clock}").random() < 0.5
 
     def plan_input(self) -> PlanInput:
         assets = [
@@ -139,7 +263,8 @@ class World:
             for s in self.specs.values()
         ]
         # As the gatherer does: an unreadable table contributes no state and no records.
-        readable = {n: v for n, v in self.states.items() if n not in self.unreadable}
+        visible = self.visible_states()
+        readable = {n: v for n, v in visible.items() if n not in self.unreadable}
         records = {n: v for n, v in self.records.items() if n not in self.unreadable}
         roots = {
             s.name: UNIVERSE[s.scheme]
@@ -148,17 +273,19 @@ class World:
         }  # a self-dependency does not make an asset any less of a root
         return PlanInput(
             assets,
-            copy.deepcopy(readable),
-            copy.deepcopy(records),
+            # Copies of the maps (their values are frozen and never changed in place).
+            {n: dict(v) for n, v in readable.items()},
+            {n: dict(v) for n, v in records.items()},
             partition_keys=roots,
             unreadable={n: f"{n} is unreadable" for n in self.unreadable},
         )
 
-    def columnar_input(self) -> PlanInput:
-        """`plan_input()` as a session builds it from tables: column-wise maps over interned
-        keys (`StateMap`, `RecordMap` with `IntMap` consumption), and the dependencies between
-        assets of one scheme marked identity (so `plan` takes its bulk pass)."""
-        inputs = self.plan_input()
+    def columnar_input(self, inputs: PlanInput | None = None) -> PlanInput:
+        """`plan_input()` (or `inputs`, made by it) as a session builds it from tables:
+        column-wise maps over interned keys (`StateMap`, `RecordMap` with `IntMap`
+        consumption), and the dependencies between assets of one scheme marked identity (so
+        `plan` takes its bulk pass)."""
+        inputs = inputs if inputs is not None else self.plan_input()
         assets = [
             replace(
                 a,
@@ -175,9 +302,17 @@ class World:
         return replace(
             inputs,
             assets=assets,
-            states={n: StateMap.build(v.items()) for n, v in inputs.states.items()},
-            records={n: record_map(v) for n, v in inputs.records.items()},
+            states={n: self._columns(v, state_map) for n, v in inputs.states.items()},
+            records={n: self._columns(v, record_map) for n, v in inputs.records.items()},
         )
+
+    def _columns(self, values: dict[Key, V], build: Callable[[dict[Key, V]], M]) -> M:
+        """`build(values)`, made once per distinct map (as a session keeps a table's
+        conversion until its table moves): maps are equal when they hold the same objects."""
+        key = (build, tuple((k, id(v)) for k, v in values.items()))
+        if key not in self.memo:
+            self.memo[key] = (list(values.values()), build(values))  # the values stay alive
+        return cast(M, self.memo[key][1])
 
     def self_dependency(self, spec: Spec) -> tuple[Dependency, ...]:
         if spec.self_dep is None:
@@ -223,7 +358,7 @@ def held(world: World) -> dict[str, set[str]]:
 def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
     """Every stale (asset, key) of the whole key universe, with (reason, because); assets held
     back by an unreadable table are never judged."""
-    states, records = world.states, world.records
+    states, records = world.visible_states(), world.records
     not_judged = set().union(*held(world).values())
 
     def last_updated(asset: str, key: Key) -> int | None:
@@ -294,7 +429,7 @@ def oracle_order(world: World) -> list[tuple[str, Key]]:
 
 
 Event = tuple[str, int, int]
-KINDS = (
+EVENT_KINDS = (
     "source_edit", "source_edit", "source_delete", "write", "write_stale", "write_stale",
     "write_stale", "write_plan_prefix", "failed_write", "code_change", "code_change", "oob_edit",
     "oob_edit", "oob_delete", "damage", "repair",
@@ -329,6 +464,8 @@ def apply(world: World, event: Event) -> None:
     now = world.tick()
     if kind == "code_change":
         world.code[spec.name] = CODE_VERSIONS[j % len(CODE_VERSIONS)]
+    elif spec.decoupled and kind in ("oob_edit", "oob_delete"):  # others changed its files
+        world.touched[spec.name] = now
     elif kind in ("source_edit", "oob_edit"):  # new data without a record change
         world.states.setdefault(spec.name, {})[key] = PartitionState(now)
     elif kind in ("source_delete", "oob_delete"):
@@ -355,14 +492,34 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[Event]]:
         else:
             partitioned = sorted(set.intersection(*(FEEDS[u.scheme] for u in ups)) - {"none"})
             scheme = draw(st.sampled_from([*partitioned, *partitioned, "none"]))  # partitioned
-        self_dep = None
-        if scheme != "none":
-            self_dep = draw(st.sampled_from([None, None, "read", "order"]))
-        specs.append(Spec(names[i], scheme, tuple(u.name for u in ups), False, self_dep))
+        specs.append(draw(managed_spec(names[i], scheme, tuple(u.name for u in ups))))
     code = {s.name: draw(st.sampled_from(CODE_VERSIONS)) for s in specs}
-    event = st.tuples(st.sampled_from(KINDS), st.integers(0, 15), st.integers(0, 15))
+    event = st.tuples(st.sampled_from(EVENT_KINDS), st.integers(0, 15), st.integers(0, 15))
     events = draw(st.lists(event, min_size=5, max_size=40))
-    return World({s.name: s for s in specs}, code), events
+    seed = draw(st.integers(0, 2**16))
+    return World({s.name: s for s in specs}, code, seed=seed), events
+
+
+@st.composite
+def managed_spec(draw: st.DrawFn, name: str, scheme: str, deps: tuple[str, ...]) -> Spec:
+    """A managed asset of a random model kind, with what its kind gives it as the planner sees
+    it (`planning.graph`): `merge` and `scd2` apply their time partitions in order unless they
+    read their previous partition already; any partitioned asset may read it."""
+    if scheme == "none":  # no time partitions to order or to read back
+        return Spec(name, scheme, deps, False, None, draw(st.sampled_from(UNPARTITIONED_KINDS)))
+    kind = draw(st.sampled_from(PARTITIONED_KINDS))
+    if kind in ORDERED:
+        self_dep = draw(st.sampled_from(["order", "order", "read"]))
+    else:
+        self_dep = draw(st.sampled_from([None, None, "read"]))
+    # scd2 history rows span snapshots: never partitioned by the Dagster partitions.
+    decoupled = kind == "scd2" or (kind in ("append", "merge") and draw(st.booleans()))
+    return Spec(name, scheme, deps, False, self_dep, kind, decoupled)
+
+
+def state_map(states: dict[Key, PartitionState]) -> StateMap:
+    """States as a table's log gives them: column-wise over the interned keys."""
+    return StateMap.build(states.items())
 
 
 def record_map(records: dict[Key, Record]) -> RecordMap:
@@ -410,10 +567,13 @@ def test_plan_equals_oracle_after_every_event(case: tuple[World, list[Event]]) -
     world, events = case
     for event in [("failed_write", 0, 0), *events]:
         apply(world, event)
-        result = plan(world.plan_input())
+        inputs = world.plan_input()
+        result = plan(inputs)  # one partition at a time
         check_shape(result, world)
         compare(result, world)
-        assert plan(world.columnar_input()).items == result.items
+        columns = plan(world.columnar_input(inputs))  # the bulk pass where it applies
+        compare(columns, world)
+        assert columns.items == result.items
 
 
 @settings(max_examples=300, deadline=None)
@@ -454,3 +614,72 @@ def test_oracle_sanity() -> None:
     apply(world, ("oob_edit", 0, 0))  # also edited out of band: code_changed comes first
     assert oracle(world) == {("m", "2024-01"): ("code_changed", ("s[2024-01-31]",))}
     compare(plan(world.plan_input()), world)
+
+
+def test_the_worlds_map_partitions_as_partlake_does() -> None:
+    """The generator's schemes, mappings and previous partitions are those of
+    `partlake_partitions` and `partlake_mapping` through `key_maps` and
+    `previous_partition_maps`, as `planning.graph` gives them to the planner."""
+    from dagster import DailyPartitionsDefinition, MonthlyPartitionsDefinition
+
+    from dagster_partlake.partitions.dimensions import partlake_mapping, partlake_partitions
+    from dagster_partlake.partitions.keys import all_keys
+    from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
+
+    times = {
+        DAYS: DailyPartitionsDefinition(start_date=DAYS[0], end_date="2024-02-05"),
+        MONTHS: MonthlyPartitionsDefinition(start_date="2024-01", end_date="2024-04", fmt="%Y-%m"),
+    }
+    defs = {
+        scheme: partlake_partitions(date=times[windows], **{d: _VALUES[d] for d in statics})
+        for scheme, (windows, statics) in SCHEMES.items()
+    }
+    for scheme, definition in defs.items():
+        assert tuple(all_keys(definition)) == UNIVERSE[scheme], scheme
+        maps = previous_partition_maps(definition)
+        assert maps is not None
+        for key in UNIVERSE[scheme]:
+            assert tuple(maps[0](key)) == previous(scheme, key), (scheme, key)
+    for up, downs in FEEDS.items():
+        for down in downs - {"none"}:
+            mapping = partlake_mapping(defs[up], defs[down])
+            upstream_keys = key_maps(defs[up], defs[down], mapping)[0]
+            for key in UNIVERSE[down]:
+                # Days outside the daily definition (a month's first days) never have data.
+                found = set(upstream_keys(key)) & set(UNIVERSE[up])
+                assert found == set(reads(up, down, key)), (up, down, key)
+
+
+def test_the_rule_decides_alike_on_one_partition_and_on_columns() -> None:
+    """`planning.rule` on every combination of facts: as Python bools one partition at a time
+    (`judge`) and as boolean columns all at once (the bulk pass), the same reasons and citations;
+    and the reasons' order is `REASONS`'."""
+    import numpy as np
+
+    from dagster_partlake.planning.definition import REASONS
+    from dagster_partlake.planning.rule import RULE, Facts, cited, first_reason, reason_column
+
+    assert tuple(reason for reason, _, _ in RULE) == REASONS
+    rows = list(itertools.product((False, True), repeat=7))  # 5 facts, has data, moved
+    column = {i: np.array([row[i] for row in rows]) for i in range(7)}
+    many = Facts(column[0], ~column[0], column[1], column[2], column[3], column[4])
+    reasons = reason_column(np, many, len(rows))
+    citations = cited(many, column[5], column[6])
+    for n, (recorded, present, code, own, inputs, has, moved) in enumerate(rows):
+        one = Facts(recorded, not recorded, present, code, own, inputs)
+        reason = first_reason(one)
+        assert (REASONS[reasons[n]] if reasons[n] >= 0 else None) == reason, rows[n]
+        assert bool(citations[n]) == cited(one, has, moved), rows[n]
+        expected = _in_words(recorded, present, code, own, inputs)
+        assert reason == expected, rows[n]
+
+
+def _in_words(recorded: bool, present: bool, code: bool, own: bool, inputs: bool) -> str | None:
+    """The rule as the planner's docstring says it (the reason = the first that applies)."""
+    if not recorded:
+        return "missing" if present else None
+    if code:
+        return "code_changed"
+    if own:
+        return "out_of_band"
+    return "upstream_changed" if inputs else None

@@ -69,8 +69,7 @@ def _other_assets(module: str, path: str) -> list[tuple[str, ...]]:
     from pathlib import Path
 
     from dagster_partlake.cli.location import load_definitions
-    from dagster_partlake.metadata import plain
-    from dagster_partlake.sql.definition import SQL_PATH_KEY
+    from dagster_partlake.metadata import SQL_PATH_KEY, plain
 
     folder = Path(path).resolve()
     keys = []

@@ -3,7 +3,8 @@
 It keeps the log (`table`, `snapshot`, `state`), the one transaction (`transaction`) and the
 Delta-level operations (`files`, `reader`, `writer`, `history`). The table maintenance it used
 to export (compaction, vacuum, checkpoints, restore) lives in `dagster_partlake.maintenance`;
-its names are still exported here, unchanged.
+its names are still exported here, unchanged (imported for type checkers only: maintenance is
+a higher layer).
 """
 
 from __future__ import annotations
@@ -12,71 +13,43 @@ from typing import TYPE_CHECKING
 
 from dagster_partlake.lazy import lazy_names
 
-if TYPE_CHECKING:
-    from dagster_partlake.delta.history import (
-        MAINTENANCE_KEY,
-        HistoryEntry,
-        load_version,
-        resolve_version,
-        table_history,
-    )
-    from dagster_partlake.delta.reader import (
-        ReadResult,
-        TableSnapshot,
-        open_table,
-        read_partitions,
-        read_snapshot,
-    )
-    from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
-    from dagster_partlake.delta.selection import Box, DateRanges, PartitionSelection
-    from dagster_partlake.delta.state import StateCache, TableState, folder_state
-    from dagster_partlake.delta.writer import (
-        CommitResult,
-        StagedWrite,
-        commit_staged,
-        stage_partitions,
-        write_partitions,
-    )
+if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X as X`)
+    from dagster_partlake.delta.history import MAINTENANCE_KEY as MAINTENANCE_KEY
+    from dagster_partlake.delta.history import HistoryEntry as HistoryEntry
+    from dagster_partlake.delta.history import load_version as load_version
+    from dagster_partlake.delta.history import resolve_version as resolve_version
+    from dagster_partlake.delta.history import table_history as table_history
+    from dagster_partlake.delta.reader import ReadResult as ReadResult
+    from dagster_partlake.delta.reader import TableSnapshot as TableSnapshot
+    from dagster_partlake.delta.reader import open_table as open_table
+    from dagster_partlake.delta.reader import read_partitions as read_partitions
+    from dagster_partlake.delta.reader import read_snapshot as read_snapshot
+    from dagster_partlake.delta.record import WHOLE_TABLE_ID as WHOLE_TABLE_ID
+    from dagster_partlake.delta.record import CommitRecord as CommitRecord
+    from dagster_partlake.delta.selection import Box as Box
+    from dagster_partlake.delta.selection import DateRanges as DateRanges
+    from dagster_partlake.delta.selection import PartitionSelection as PartitionSelection
+    from dagster_partlake.delta.state import StateCache as StateCache
+    from dagster_partlake.delta.state import TableState as TableState
+    from dagster_partlake.delta.state import folder_state as folder_state
+    from dagster_partlake.delta.writer import CommitResult as CommitResult
+    from dagster_partlake.delta.writer import StagedWrite as StagedWrite
+    from dagster_partlake.delta.writer import commit_staged as commit_staged
+    from dagster_partlake.delta.writer import stage_partitions as stage_partitions
+    from dagster_partlake.delta.writer import write_partitions as write_partitions
+    from dagster_partlake.maintenance.checkpoint import CheckpointResult as CheckpointResult
+    from dagster_partlake.maintenance.checkpoint import checkpoint_table as checkpoint_table
+    from dagster_partlake.maintenance.compact import CompactedPartition as CompactedPartition
+    from dagster_partlake.maintenance.compact import CompactResult as CompactResult
+    from dagster_partlake.maintenance.compact import compact_table as compact_table
+    from dagster_partlake.maintenance.restore import RestoreResult as RestoreResult
+    from dagster_partlake.maintenance.restore import restore_partitions as restore_partitions
+    from dagster_partlake.maintenance.vacuum import VacuumResult as VacuumResult
+    from dagster_partlake.maintenance.vacuum import vacuum_table as vacuum_table
 
-__all__ = [
-    "MAINTENANCE_KEY",
-    "WHOLE_TABLE_ID",
-    "Box",
-    "CheckpointResult",
-    "CommitRecord",
-    "CommitResult",
-    "CompactResult",
-    "CompactedPartition",
-    "DateRanges",
-    "HistoryEntry",
-    "PartitionSelection",
-    "ReadResult",
-    "RestoreResult",
-    "StagedWrite",
-    "StateCache",
-    "TableSnapshot",
-    "TableState",
-    "VacuumResult",
-    "checkpoint_table",
-    "commit_staged",
-    "compact_table",
-    "folder_state",
-    "load_version",
-    "open_table",
-    "read_partitions",
-    "read_snapshot",
-    "resolve_version",
-    "restore_partitions",
-    "stage_partitions",
-    "table_history",
-    "vacuum_table",
-    "write_partitions",
-]
-
-# Public name -> the module defining it, imported on first use: a process (a no-op `partlake run`)
-# imports only the modules its path needs. The maintenance names resolve to
-# `dagster_partlake.maintenance` (a higher layer, hence not imported for type checkers above):
-# they kept their place in this package's public names when maintenance moved there.
+# The public names: name -> the module defining it, imported on first use (a process such as a
+# no-op `partlake run` imports only the modules its path needs). `__all__` is its keys; a test
+# ties it to the TYPE_CHECKING imports above and to the API reference page.
 _LAZY = {
     "MAINTENANCE_KEY": "dagster_partlake.delta.history",
     "HistoryEntry": "dagster_partlake.delta.history",
@@ -111,6 +84,7 @@ _LAZY = {
     "stage_partitions": "dagster_partlake.delta.writer",
     "write_partitions": "dagster_partlake.delta.writer",
 }
+__all__ = list(_LAZY)
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -20,17 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
-from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
+from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.table import (
     LiveFile,
+    all_live_files,
     load_table,
     log_versions,
+    newest_per_id,
     note_read,
     table_exists,
     unreadable,
 )
 from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
-from dagster_partlake.layout import LOG_DIR, commit_name
+from dagster_partlake.layout import LOG_DIR
 from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
@@ -82,7 +84,7 @@ class Snapshot:
         statistics of `stats_columns` where the log has them (from the one load)."""
         wanted = tuple(stats_columns)
         if self._files is None or not set(wanted) <= set(self._stats_columns):
-            self._files = _all_live_files(self.table, wanted)
+            self._files = all_live_files(self.table, wanted)
             self._stats_columns = wanted
         return [f for f in self._files if selection.contains(f.partition_values)]
 
@@ -164,28 +166,15 @@ class Snapshot:
         written without reading a commit: an id never named is absent at once, and the search
         stops at the oldest of those times."""
         wanted = set(partition_ids)
-        found: dict[str, CommitRecord] = {}
         floor = None
         if named:
             times = {pid: self.transaction_version(partition_txn_id(pid)) for pid in wanted}
             wanted = {pid for pid, t in times.items() if t is not None}
             floor = min((t for t in times.values() if t is not None), default=None)
-        for _, record in self.newest_first() if wanted else ():
-            if not wanted:
-                break
-            if (
-                floor is not None
-                and record is not None
-                and record.commit_time_ms is not None
-                and record.commit_time_ms < floor
-            ):
-                break
-            if record is None:
-                continue
-            for pid in wanted.intersection(record.partition_ids):
-                found[pid] = record
-            wanted.difference_update(found)
-        return found
+        if not wanted:
+            return {}
+        records = (record for _, record in self.newest_first())
+        return newest_per_id(records, wanted, floor_ms=floor)
 
     def last_updated(self, selection: PartitionSelection, key_of: Any) -> dict[str, int]:
         """lastUpdated per partition id (`key_of` maps a file's partition values to it) of
@@ -253,45 +242,3 @@ def _latest(location: TableLocation, name: str) -> DeltaTable | None:
         if isinstance(error.__cause__, TableNotFoundError):
             return None
         raise
-
-
-def _all_live_files(table: DeltaTable, stats_columns: Sequence[str]) -> list[LiveFile]:
-    """Every live file of the loaded version (one pass over delta-rs' add actions)."""
-    import pyarrow as pa
-
-    partition_by = table.metadata().partition_columns
-    actions = pa.table(table.get_add_actions(flatten=True))
-    columns = {name: actions.column(name).to_pylist() for name in actions.column_names}
-    files = []
-    for i, path in enumerate(columns["path"]):
-        files.append(
-            LiveFile(
-                path=path,
-                size=columns["size_bytes"][i],
-                partition_values={
-                    c: format_partition_value(columns[f"partition.{c}"][i]) for c in partition_by
-                },
-                num_records=columns["num_records"][i],
-                modification_time=columns["modification_time"][i],
-                min_values=_stats(columns, "min", stats_columns, i),
-                max_values=_stats(columns, "max", stats_columns, i),
-                null_count=_stats(columns, "null_count", stats_columns, i),
-            )
-        )
-    return files
-
-
-def _stats(
-    columns: dict[str, list[Any]], prefix: str, wanted: Sequence[str], row: int
-) -> dict[str, Any]:
-    found = {}
-    for column in wanted:
-        values = columns.get(f"{prefix}.{column}")
-        if values is not None and values[row] is not None:
-            found[column] = values[row]
-    return found
-
-
-def commit_file_name(version: int) -> str:
-    """The name of a JSON commit relative to the table (`_delta_log/<version>.json`)."""
-    return f"{LOG_DIR}/{commit_name(version)}"

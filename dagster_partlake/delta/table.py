@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import unquote
@@ -248,30 +248,32 @@ def live_files(
 ) -> list[LiveFile]:
     """The files of the loaded version whose partition values lie in `selection`, with the
     min/max statistics of `stats_columns` where the log has them."""
-    partition_by = table.metadata().partition_columns
+    files = all_live_files(table, stats_columns)
+    return [f for f in files if selection.contains(f.partition_values)]
+
+
+def all_live_files(table: DeltaTable, stats_columns: Sequence[str] = ()) -> list[LiveFile]:
+    """Every live file of the loaded version (one pass over delta-rs' add actions)."""
     import pyarrow as pa
 
+    partition_by = table.metadata().partition_columns
     actions = pa.table(table.get_add_actions(flatten=True))
     columns = {name: actions.column(name).to_pylist() for name in actions.column_names}
-    files = []
-    for i, path in enumerate(columns["path"]):
-        values = {
-            col: format_partition_value(columns[f"partition.{col}"][i]) for col in partition_by
-        }
-        if selection.contains(values):
-            files.append(
-                LiveFile(
-                    path=path,
-                    size=columns["size_bytes"][i],
-                    partition_values=values,
-                    num_records=columns["num_records"][i],
-                    modification_time=columns["modification_time"][i],
-                    min_values=_stats(columns, "min", stats_columns, i),
-                    max_values=_stats(columns, "max", stats_columns, i),
-                    null_count=_stats(columns, "null_count", stats_columns, i),
-                )
-            )
-    return files
+    return [
+        LiveFile(
+            path=path,
+            size=columns["size_bytes"][i],
+            partition_values={
+                c: format_partition_value(columns[f"partition.{c}"][i]) for c in partition_by
+            },
+            num_records=columns["num_records"][i],
+            modification_time=columns["modification_time"][i],
+            min_values=_stats(columns, "min", stats_columns, i),
+            max_values=_stats(columns, "max", stats_columns, i),
+            null_count=_stats(columns, "null_count", stats_columns, i),
+        )
+        for i, path in enumerate(columns["path"])
+    ]
 
 
 def _stats(
@@ -517,14 +519,28 @@ def _changes_data(root: Where, version: int) -> bool:
 def latest_records(root: Where, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
     """The newest partlake record that wrote each of `partition_ids` (absent: none did), read
     from the log newest first until every id is found."""
+    records = (read_record(root, version) for version in reversed(log_versions(root)))
+    return newest_per_id(records, partition_ids)
+
+
+def newest_per_id(
+    records: Iterable[CommitRecord | None],
+    partition_ids: Iterable[str],
+    *,
+    floor_ms: int | None = None,
+) -> dict[str, CommitRecord]:
+    """The first of `records` (newest first; None: not a partlake commit) that wrote each of
+    `partition_ids`, reading no further than needed (nor past a record older than
+    `floor_ms`)."""
     wanted = set(partition_ids)
     found: dict[str, CommitRecord] = {}
-    for version in reversed(log_versions(root)):
+    for record in records:
         if not wanted:
             break
-        record = read_record(root, version)
         if record is None:
             continue
+        if floor_ms is not None and (record.commit_time_ms or floor_ms) < floor_ms:
+            break
         for pid in wanted.intersection(record.partition_ids):
             found[pid] = record
         wanted.difference_update(found)

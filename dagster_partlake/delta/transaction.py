@@ -158,19 +158,12 @@ def commit(
 
     started = time.perf_counter()
     commit_id = commit_id or uuid.uuid4().hex
-    if snapshot is None:
-        snapshot = created(location, name, schema, partition_by)
-    snapshot.check_writable()
-    if schema is not None:
-        _add_new_columns(snapshot, schema)
+    snapshot = _writable(location, snapshot, name, schema, partition_by)
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
         if attempt > 1:
             snapshot.refresh()
-        if app_transaction is not None:
-            done = snapshot.transaction_version(app_transaction[0])
-            if done is not None and done >= app_transaction[1]:
-                raise TransactionDoneError(app_transaction[0], done)
+        _check_not_done(snapshot, app_transaction)
         todo = actions(snapshot)
         if attempt == 1:
             # The work is done (files written), nothing committed yet: where fault drills kill.
@@ -201,6 +194,32 @@ def commit(
         f"writers kept changing it (last error: {last_error}); lower the number of parallel "
         "writers of this table or raise max_attempts. Nothing was committed."
     )
+
+
+def _writable(
+    location: TableLocation,
+    snapshot: Snapshot | None,
+    name: str,
+    schema: pa.Schema | None,
+    partition_by: Sequence[str],
+) -> Snapshot:
+    """The snapshot to commit on: the table created when there is none, checked writable, with
+    the columns `schema` adds."""
+    if snapshot is None:
+        snapshot = created(location, name, schema, partition_by)
+    snapshot.check_writable()
+    if schema is not None:
+        _add_new_columns(snapshot, schema)
+    return snapshot
+
+
+def _check_not_done(snapshot: Snapshot, app_transaction: tuple[str, int] | None) -> None:
+    """Raise `TransactionDoneError` when the table already holds `app_transaction`."""
+    if app_transaction is None:
+        return
+    done = snapshot.transaction_version(app_transaction[0])
+    if done is not None and done >= app_transaction[1]:
+        raise TransactionDoneError(app_transaction[0], done)
 
 
 def _commit_once(

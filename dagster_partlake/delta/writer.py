@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import (
+    Extras,
     WrittenFile,
     WrittenFiles,
     discarded_on_failure,
@@ -226,12 +227,16 @@ def stage_partitions(
     snapshot = open_snapshot(location, table_name=name, must_exist=False)
     if snapshot is not None:
         snapshot.check_writable()  # before any Spark work (the commit checks it again)
-    schema = table_schema(df, snapshot, partition_by, name, allow_new_columns=allow_new_columns)
-    written = write_files(
-        df, location, partition_by=partition_by, schema=schema, stats_columns=stats_columns
+    written = write_inside(
+        df,
+        location,
+        snapshot,
+        name=name,
+        partition_by=partition_by,
+        selection=selection,
+        allow_new_columns=allow_new_columns,
+        stats_columns=stats_columns,
     )
-    with discarded_on_failure(written):
-        check_inside(written, selection, name)
     return StagedWrite(
         location=location,
         table_name=name,
@@ -342,6 +347,35 @@ def table_schema(
     return merge_for_write(
         snapshot.schema, incoming, table_name=name, allow_new_columns=allow_new_columns
     )
+
+
+def write_inside(
+    df: DataFrame,
+    location: TableLocation,
+    snapshot: Snapshot | None,
+    *,
+    name: str,
+    partition_by: Sequence[str],
+    selection: PartitionSelection,
+    allow_new_columns: bool = False,
+    stats_columns: Sequence[str] = (),
+    extras: Extras | None = None,
+) -> WrittenFiles:
+    """Spark writes `df`'s rows as new files of the table (not visible yet): the schema checked
+    against `snapshot` (`table_schema`), every file inside `selection` (`check_inside`; its files
+    are deleted otherwise)."""
+    schema = table_schema(df, snapshot, partition_by, name, allow_new_columns=allow_new_columns)
+    written = write_files(
+        df,
+        location,
+        partition_by=partition_by,
+        schema=schema,
+        stats_columns=stats_columns,
+        extras=extras,
+    )
+    with discarded_on_failure(written):
+        check_inside(written, selection, name)
+    return written
 
 
 def check_inside(written: WrittenFiles, selection: PartitionSelection, name: str) -> None:

@@ -16,7 +16,9 @@ Who reports results:
   run's partitions.
 
 `partlake_asset_checks(assets)` declares it for every managed partitioned asset, together with
-the quality gates' checks (`dagster_partlake.gates.checks`).
+the quality gates' checks (`dagster_partlake.gates.checks`). It first checks every asset's
+partlake settings (`dagster_partlake.spec.load`): a code location calls it at import with all
+its assets, so a bad setting fails the code location's load, naming the asset and the setting.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from dagster_partlake.metadata import (
     REASON_KEY,
     ROWS_KEY,
 )
+from dagster_partlake.spec.load import check_assets
 
 if TYPE_CHECKING:
     from dagster import AssetCheckKey, AssetSpec
@@ -83,11 +86,21 @@ def partlake_asset_checks(assets: Sequence[object]) -> list[AssetChecksDefinitio
     """The asset checks partlake reports to: `partlake_fresh` on every managed partitioned
     asset, and one check per quality gate (`partlake/constraints`, `partlake/audits`).
 
+    Every asset's partlake settings are checked first (`dagster_partlake.spec`): called at
+    import with all the code location's assets, as below, it makes a bad setting fail the code
+    location's load (in `dagster dev`, `dagster definitions validate`, `partlake plan`) rather
+    than the first run that reaches it.
+
     Example:
         .. code-block:: python
 
             defs = Definitions(assets=assets, asset_checks=partlake_asset_checks(assets), ...)
+
+    Raises:
+        PartlakeConfigError: an asset's setting is unknown, malformed or does not fit it; the
+            message names the asset and the setting.
     """
+    check_assets(assets)
     return [*gate_checks(assets), *fresh_checks(assets)]
 
 

@@ -16,7 +16,7 @@ from dagster_partlake.lazy import lazy_names
 if TYPE_CHECKING:
     from dagster_partlake.gates.before_commit import GateCheck
     from dagster_partlake.gates.checks import gate_checks, log_gate_results
-    from dagster_partlake.gates.evaluate import GateInput, evaluate
+    from dagster_partlake.gates.evaluate import GateInput
     from dagster_partlake.gates.failures import last_gate_failures
     from dagster_partlake.gates.spec import (
         Gate,
@@ -39,7 +39,6 @@ __all__ = [
     "GateResult",
     "Gates",
     "accepted_values",
-    "evaluate",
     "expression",
     "gates_of",
     "last_gate_failures",
@@ -63,7 +62,6 @@ _LAZY = {
     "row_count": "dagster_partlake.gates.spec",
     "unique": "dagster_partlake.gates.spec",
     "GateInput": "dagster_partlake.gates.evaluate",
-    "evaluate": "dagster_partlake.gates.evaluate",
     "log_gate_results": "dagster_partlake.gates.checks",
     "gate_checks": "dagster_partlake.gates.checks",
     "last_gate_failures": "dagster_partlake.gates.failures",

@@ -260,7 +260,7 @@ def _columns(value: object, what: str, asset_name: str) -> tuple[str, ...]:
 
 def _constraint(entry: Mapping[str, Any], index: int, asset_name: str) -> Gate:
     kind, value, severity, name = _split(entry, CONSTRAINT_TYPES, CONSTRAINTS_KEY, asset_name)
-    where = f"constraint {kind}"
+    where = f"{CONSTRAINTS_KEY} entry {kind}"
     if kind in ("not_null", "unique"):
         columns = _columns(value, where, asset_name)
         return Gate(
@@ -322,7 +322,7 @@ def _constraint(entry: Mapping[str, Any], index: int, asset_name: str) -> Gate:
 
 def _audit(entry: Mapping[str, Any], index: int, asset_name: str) -> Gate:
     kind, value, severity, name = _split(entry, AUDIT_TYPES, AUDITS_KEY, asset_name)
-    where = f"audit {kind}"
+    where = f"{AUDITS_KEY} entry {kind}"
     if kind == "no_partition_emptied":
         if value is not True:
             raise PartlakeConfigError(

@@ -17,8 +17,11 @@ if TYPE_CHECKING:
         Condition,
         RunFacts,
         RunGuardError,
+        RunGuards,
         conditions_of,
+        guards_of,
         judge,
+        judge_guards,
     )
     from dagster_partlake.incremental.landing import AfterCommit, after_commit_of
     from dagster_partlake.incremental.reads import (
@@ -35,11 +38,14 @@ __all__ = [
     "IncrementalRead",
     "RunFacts",
     "RunGuardError",
+    "RunGuards",
     "UpstreamRewrittenError",
     "after_commit_of",
     "conditions_of",
+    "guards_of",
     "incremental_of",
     "judge",
+    "judge_guards",
     "read_incremental",
 ]
 
@@ -52,6 +58,9 @@ _LAZY = {
     "Condition": "dagster_partlake.incremental.guards",
     "RunFacts": "dagster_partlake.incremental.guards",
     "RunGuardError": "dagster_partlake.incremental.guards",
+    "RunGuards": "dagster_partlake.incremental.guards",
+    "guards_of": "dagster_partlake.incremental.guards",
+    "judge_guards": "dagster_partlake.incremental.guards",
     "conditions_of": "dagster_partlake.incremental.guards",
     "judge": "dagster_partlake.incremental.guards",
     "AfterCommit": "dagster_partlake.incremental.landing",

@@ -36,6 +36,14 @@ class Condition:
     action: Action
 
 
+@dataclass(frozen=True)
+class RunGuards:
+    """An asset's run guards, parsed (`guards_of`)."""
+
+    fail_if_no_input: bool = False
+    conditions: tuple[Condition, ...] = ()
+
+
 class RunGuardError(PartlakeError):
     """A run guard stopped the run: nothing was written."""
 
@@ -122,6 +130,18 @@ def conditions_of(metadata: Mapping[str, Any], *, asset_name: str) -> tuple[Cond
     return tuple(conditions)
 
 
+def guards_of(metadata: Mapping[str, Any], *, asset_name: str) -> RunGuards:
+    """The asset's run guards (`partlake/fail_if_no_input`, `partlake/conditions`).
+
+    Raises:
+        PartlakeConfigError: either is malformed.
+    """
+    return RunGuards(
+        fail_if_no_input(metadata, asset_name=asset_name),
+        conditions_of(metadata, asset_name=asset_name),
+    )
+
+
 def fact_name(input_name: str, fact: str) -> str:
     """The column of a per-input fact: `<input>_rows`, `<input>_watermark`."""
     return re.sub(r"[^A-Za-z0-9_]", "_", f"{input_name}_{fact}")
@@ -130,26 +150,40 @@ def fact_name(input_name: str, fact: str) -> str:
 def judge(
     spark: SparkSession, metadata: Mapping[str, Any], facts: RunFacts, *, asset_name: str
 ) -> Condition | None:
-    """The skip condition that stops this run (None: write as usual).
+    """The skip condition that stops this run (None: write as usual), from the asset's
+    definition metadata; `judge_guards` with the guards already parsed.
+
+    Raises:
+        RunGuardError: `fail_if_no_input` and every input was empty, or a `fail` condition
+            does not hold.
+        PartlakeConfigError: a guard is malformed, or a condition is not a valid boolean over
+            the facts.
+    """
+    return judge_guards(spark, guards_of(metadata, asset_name=asset_name), facts, asset_name)
+
+
+def judge_guards(
+    spark: SparkSession, guards: RunGuards, facts: RunFacts, asset_name: str
+) -> Condition | None:
+    """The skip condition of `guards` that stops this run (None: write as usual).
 
     Raises:
         RunGuardError: `fail_if_no_input` and every input was empty, or a `fail` condition
             does not hold.
         PartlakeConfigError: a condition is not a valid boolean over the facts.
     """
-    if fail_if_no_input(metadata, asset_name=asset_name) and facts.input_rows:
+    if guards.fail_if_no_input and facts.input_rows:
         if not any(facts.input_rows.values()):
             raise RunGuardError(
                 f"{asset_name} read no rows ({', '.join(f'{n}: 0' for n in facts.input_rows)}) "
                 f"and declares {FAIL_IF_NO_INPUT_KEY}; nothing was written. Write the upstream "
                 "data first, or drop the flag to let such a run write nothing."
             )
-    conditions = conditions_of(metadata, asset_name=asset_name)
-    if not conditions:
+    if not guards.conditions:
         return None
     schema, values = facts.row()
     row = spark.createDataFrame([values], schema)
-    for condition in conditions:
+    for condition in guards.conditions:
         holds = _holds(row, condition, asset_name)
         if holds:
             continue

@@ -34,8 +34,8 @@ def after_commit_of(value: object, *, asset_name: str) -> AfterCommit | None:
     if value is None or value in ("archive", "delete"):
         return value
     raise PartlakeConfigError(
-        f"after_commit of source {asset_name} is {value!r}; use 'archive' (move consumed files "
-        "to <folder>/_archive/), 'delete', or None (keep them)."
+        f"{AFTER_COMMIT_KEY} of source {asset_name} is {value!r}; use 'archive' (move consumed "
+        "files to <folder>/_archive/), 'delete', or None (keep them)."
     )
 
 

@@ -6,7 +6,9 @@ The Dagster side of storage: turns the run's partition keys into table partition
 remembers, per step, which table version and partition states it read, so `handle_output` of the
 same step can record, in the Delta commit (`CommitRecord`) and in the materialization metadata,
 what each new partition was computed from: every output records the inputs of its own upstream
-assets (in a multi-asset step, not the other outputs' inputs).
+assets (in a multi-asset step, not the other outputs' inputs). An asset's settings (kind, gates,
+partition columns, run guards, its inputs' pins and incremental modes) come from its `ModelSpec`
+(`dagster_partlake.spec`), parsed once per asset and process, the one the planner reads.
 """
 
 from __future__ import annotations
@@ -48,38 +50,29 @@ from dagster_partlake.delta.state import StateCache, folder_state
 from dagster_partlake.delta.table import newest_record, table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates.checks import log_gate_results
-from dagster_partlake.gates.spec import Gates, gates_of
-from dagster_partlake.incremental.guards import RunFacts, judge
-from dagster_partlake.incremental.landing import (
-    AFTER_COMMIT_KEY,
-    ARCHIVE_DIR,
-    AfterCommit,
-    after_commit_of,
-    data_files,
-    finish,
-)
-from dagster_partlake.incremental.spec import Incremental, incremental_of
-from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec, stream_of
+from dagster_partlake.gates.spec import Gates
+from dagster_partlake.incremental.guards import RunFacts, judge_guards
+from dagster_partlake.incremental.landing import ARCHIVE_DIR, AfterCommit, data_files, finish
+from dagster_partlake.incremental.spec import Incremental
+from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec
 from dagster_partlake.kinds.native import writer_of
-from dagster_partlake.kinds.spec import model_kind
-from dagster_partlake.metadata import (
-    FORMAT_KEY,
-    PATH_KEY,
-    REASONS_TAG,
-    SCHEMA_MODE_KEY,
-    TIMESTAMP_KEY,
-    VERSION_KEY,
-    plain,
-)
+from dagster_partlake.metadata import REASONS_TAG, WRITER_KEY
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
     KeyCodec,
-    dimension_columns,
     selection_for_keys,
     validate_keys,
 )
 from dagster_partlake.processes import record_worker
 from dagster_partlake.spark.resource import SparkResource, take_session_starts
+from dagster_partlake.spec.model import (
+    InputSpec,
+    ModelSpec,
+    check_input,
+    model_spec,
+    pin_of,
+    spec_of,
+)
 from dagster_partlake.storage.location import TableLocation, lake_location, table_location
 
 
@@ -215,8 +208,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             watermarks={n: r.watermark for n, r in reads.items() if r.watermark is not None},
             consumed_files={n: r.landing[2] for n, r in reads.items() if r.landing},
         )
-        metadata = context.definition_metadata or {}
-        skip = self._skip(context, obj, metadata, list(target.keys), reads)
+        skip = self._skip(context, obj, list(target.keys), reads)
         started = time.perf_counter()
         with self.spark.server_errors():
             written = write_output(obj, target, record, skip=skip)
@@ -263,24 +255,26 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         validate_keys(
             partitions_def, keys, asset_name=asset_name, dynamic_partitions_store=_instance(context)
         )
-        metadata = context.definition_metadata or {}
-        kind = model_kind(metadata, partitioned=partitions_def is not None, asset_name=asset_name)
+        spec = _output_spec(context)
+        kind = spec.kind
         target = WriteTarget(
             root=self.table_location(context.asset_key),
             asset_name=asset_name,
             kind=kind,
-            columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
+            columns=list(spec.columns) if partitions_def is not None else [],
             column_types=delta_types(spark_to_arrow(obj.schema)),
             keys=keys,
-            allow_new_columns=metadata.get(SCHEMA_MODE_KEY) == "add_columns",
+            allow_new_columns=spec.allow_new_columns,
             max_attempts=self.max_commit_attempts,
             snapshot_time=_snapshot_time(context) if kind.kind == "scd2" else None,
             # A run partlake planned writes only what no other run wrote from the same inputs
             # (two `partlake run`s on one stale plan); a run a user starts always writes.
             once_per_inputs=REASONS_TAG in _run_tags(context),
-            writer=writer_of(metadata, self.writer, kind=kind.kind, asset_name=asset_name),
+            writer=writer_of(
+                _writer_setting(spec), self.writer, kind=kind.kind, asset_name=asset_name
+            ),
         )
-        gates = gates_of(metadata, asset_name=asset_name, kind=kind.kind)
+        gates = spec.gates
         return replace(target, check=_gate_check(context, target, gates)) if gates else target
 
     def _handle_stream(self, context: OutputContext, obj: DataFrame) -> None:
@@ -289,16 +283,17 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         from dagster_partlake.io_manager.streaming import run_stream
 
         asset_name = context.asset_key.to_user_string()
-        metadata = context.definition_metadata or {}
-        spec = stream_of(metadata, asset_name=asset_name)
+        model = _output_spec(context)
+        spec = model.stream
         if spec is None:
             raise PartlakeConfigError(
                 f"asset {asset_name} returned a streaming DataFrame but does not declare "
                 f"'{STREAM_KEY}'; add metadata {{'{STREAM_KEY}': {{'mode': 'available_now'}}}} "
                 "(its input is then read as a stream), or return a batch DataFrame."
             )
-        writer_of(metadata, self.writer, kind="append", asset_name=asset_name)  # a stream appends
-        target = self._stream_target(context, obj, asset_name, metadata)
+        # A stream appends: the delta-spark writer (the asset's or the IO manager's) is refused.
+        writer_of(_writer_setting(model), self.writer, kind="append", asset_name=asset_name)
+        target = self._stream_target(context, obj, model)
         reads = self._inputs_of(context)
         record = CommitRecord(
             asset_key=asset_name,
@@ -315,54 +310,38 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         context.add_output_metadata(_stream_metadata(context, target, spec, run))
 
     def _stream_target(
-        self, context: OutputContext, obj: DataFrame, asset_name: str, metadata: Mapping[str, Any]
+        self, context: OutputContext, obj: DataFrame, spec: ModelSpec
     ) -> WriteTarget:
+        """A streaming asset's table; its spec says it appends, without gates."""
         from dagster_partlake.kinds.write import WriteTarget
 
-        partitions_def = _partitions_def_of(context)
-        kind = model_kind(metadata, partitioned=partitions_def is not None, asset_name=asset_name)
-        if kind.kind != "append" or gates_of(metadata, asset_name=asset_name, kind="append"):
-            raise PartlakeConfigError(
-                f"streaming asset {asset_name} is of kind {kind.kind!r}"
-                f"{' with quality gates' if kind.kind == 'append' else ''}; a stream appends "
-                "each micro-batch, so remove 'partlake/kind' (or set 'append') and its "
-                "'partlake/constraints' / 'partlake/audits'."
-            )
         return WriteTarget(
             root=self.table_location(context.asset_key),
-            asset_name=asset_name,
-            kind=kind,
-            columns=dimension_columns(partitions_def, metadata, asset_name=asset_name),
+            asset_name=spec.name,
+            kind=spec.kind,
+            columns=list(spec.columns),
             column_types=delta_types(spark_to_arrow(obj.schema)),
             keys=[],
-            allow_new_columns=metadata.get(SCHEMA_MODE_KEY) == "add_columns",
+            allow_new_columns=spec.allow_new_columns,
             max_attempts=self.max_commit_attempts,
         )
 
     def _load_stream(
-        self, context: InputContext, asset_name: str, spec: StreamSpec, metadata: Mapping[str, Any]
+        self, context: InputContext, consumer: ModelSpec, upstream: ModelSpec
     ) -> DataFrame:
         """A streaming asset's input as a streaming DataFrame; what the source holds now is
         what the run consumes (its closing commit records it for the planner)."""
         from dagster_partlake.delta.reader import open_table
         from dagster_partlake.io_manager.streaming import stream_input
 
-        partitions_def = _partitions_def_of(context)
-        columns = dimension_columns(partitions_def, metadata, asset_name=asset_name)
-        is_folder = metadata.get(FORMAT_KEY) == "folder"
-        location = self.table_location(context.asset_key, metadata.get(PATH_KEY))
+        spec = consumer.stream
+        assert spec is not None
+        check_input(consumer, upstream)
+        asset_name = upstream.name
+        columns = list(upstream.columns)
+        is_folder = upstream.is_folder
+        location = self.table_location(context.asset_key, upstream.path)
         root = location.uri
-        if is_folder != (spec.format is not None):
-            raise PartlakeConfigError(
-                f"the stream input {asset_name} is a "
-                f"{'folder of files' if is_folder else 'Delta table'}, but partlake/stream "
-                f"{'gives no' if is_folder else 'gives a'} format; "
-                + (
-                    "set 'format' to json, csv or parquet."
-                    if is_folder
-                    else "remove 'format' (a table's new commits are read from its log)."
-                )
-            )
         spark = self.spark.spark_session
         if is_folder:
             os.makedirs(root, exist_ok=True)
@@ -400,20 +379,14 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         asset_key = context.asset_key
         asset_name = asset_key.to_user_string()
         consumer = _consumer(context)
-        spec = stream_of(consumer[1], asset_name=consumer[0].to_user_string()) if consumer else None
-        if spec is not None:
-            upstream = (
-                context.upstream_output.definition_metadata if context.upstream_output else {}
-            )
-            return self._load_stream(context, asset_name, spec, upstream or {})
+        upstream = _upstream_spec(context)
+        if consumer is not None and consumer.stream is not None:
+            return self._load_stream(context, consumer, upstream)
         partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
         keys = list(context.asset_partition_keys) if partitions_def is not None else []
-        upstream_metadata = (
-            context.upstream_output.definition_metadata if context.upstream_output else {}
-        )
-        columns = dimension_columns(partitions_def, upstream_metadata, asset_name=asset_name)
-        if upstream_metadata.get(FORMAT_KEY) == "folder":
-            return self._load_folder(context, asset_name, columns, keys, upstream_metadata)
+        columns = list(upstream.columns) if partitions_def is not None else []
+        if upstream.is_folder:
+            return self._load_folder(context, upstream, columns, keys)
         if _reads_itself(context) and (
             (partitions_def is not None and not keys)
             or not table_exists(self.table_location(asset_key))
@@ -421,32 +394,22 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # A self-dependency's first partition: there is no earlier partition to read.
             context.log.info(f"no earlier partition of {asset_name} to read: the input is None")
             return None
-        version, timestamp = _pinned(context, asset_name)
+        read = _input_spec(context, consumer, asset_name)
         snapshot = open_table(
             self.table_location(asset_key),
             table_name=asset_name,
-            version=version,
-            timestamp=timestamp,
+            version=read.version,
+            timestamp=read.timestamp,
         )
-        if context.upstream_output is not None and model_kind(
-            upstream_metadata, partitioned=partitions_def is not None, asset_name=asset_name
-        ).decoupled([c.column for c in columns]):
+        if context.upstream_output is not None and upstream.kind.decoupled(
+            [c.column for c in columns]
+        ):
             return self._load_decoupled(context, asset_name, snapshot, keys)
         selection = selection_for_keys(columns, keys, snapshot.column_types, asset_name=asset_name)
-        consumer = _consumer(context)
-        incremental = (
-            incremental_of(
-                context.definition_metadata,
-                consumer[1],
-                input_name=asset_name,
-                asset_name=consumer[0].to_user_string(),
-            )
-            if consumer is not None and version is None and timestamp is None
-            else None
-        )
+        incremental = read.incremental if consumer is not None and not read.pinned else None
         if incremental is not None and consumer is not None:
             return self._load_incremental(
-                context, snapshot, selection, columns, incremental, consumer[0]
+                context, snapshot, selection, columns, incremental, consumer.key
             )
         with self.spark.server_errors():
             result = read_snapshot(self.spark.spark_session, snapshot, selection)
@@ -519,12 +482,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         return read.df
 
     def _skip(
-        self,
-        context: OutputContext,
-        obj: DataFrame,
-        metadata: Mapping[str, Any],
-        keys: list[str],
-        reads: dict[str, _Read],
+        self, context: OutputContext, obj: DataFrame, keys: list[str], reads: dict[str, _Read]
     ) -> str | None:
         """Why the run guards say this run writes nothing (None: write)."""
         facts = RunFacts(
@@ -535,9 +493,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             },
             run_tags=_run_tags(context),
         )
-        condition = judge(
-            obj.sparkSession, metadata, facts, asset_name=context.asset_key.to_user_string()
-        )
+        spec = _output_spec(context)
+        condition = judge_guards(obj.sparkSession, spec.guards, facts, spec.name)
         if condition is None:
             return None
         context.log.info(f"run condition '{condition.description}' does not hold: skipped")
@@ -558,19 +515,21 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     def _load_folder(
         self,
         context: InputContext,
-        asset_name: str,
+        upstream: ModelSpec,
         columns: list[DimensionColumn],
         keys: list[str],
-        metadata: Mapping[str, Any],
     ) -> DataFrame:
-        root = self.table_location(context.asset_key, metadata.get(PATH_KEY)).path
+        asset_name = upstream.name
+        root = self.table_location(context.asset_key, upstream.path).path
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
-        mode = after_commit_of(metadata.get(AFTER_COMMIT_KEY), asset_name=asset_name)
+        mode = upstream.after_commit
         consumer = _consumer(context)
         if mode is not None and consumer is not None:
-            return self._load_landing(context, asset_name, root, columns, selection, mode, consumer)
+            return self._load_landing(
+                context, asset_name, root, columns, selection, mode, consumer.key
+            )
         dirs, chosen = _folder_partitions(root, columns, selection)
         if not dirs:
             raise PartlakeError(
@@ -592,10 +551,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns: list[DimensionColumn],
         selection: PartitionSelection,
         mode: AfterCommit,
-        consumer: tuple[AssetKey, Mapping[str, Any]],
+        consumer: AssetKey,
     ) -> DataFrame:
         """The files of a landing folder no commit of the consumer has read yet."""
-        consumer_root = self.table_location(consumer[0])
+        consumer_root = self.table_location(consumer)
         previous = newest_record(consumer_root) if table_exists(consumer_root) else None
         # Files a run that died after its commit left behind: read by that run, never again.
         pending = set(previous.consumed_files.get(asset_name, ())) if previous else set()
@@ -655,40 +614,6 @@ def _folder_partitions(
         for values in chosen
     ]
     return dirs, chosen
-
-
-def _pinned(context: InputContext, asset_name: str) -> tuple[int | None, str | dt.datetime | None]:
-    """The (version, timestamp) an input pins its upstream table to with its `AssetIn`
-    metadata `partlake/version` or `partlake/timestamp` (neither: (None, None), the latest)."""
-    metadata = context.definition_metadata or {}
-    version = metadata.get(VERSION_KEY)
-    timestamp = metadata.get(TIMESTAMP_KEY)
-    version, timestamp = plain(version), plain(timestamp)
-    if version is not None and timestamp is not None:
-        raise PartlakeConfigError(
-            f"the input {asset_name} pins both {VERSION_KEY} and {TIMESTAMP_KEY}; keep one."
-        )
-    if version is not None and (
-        isinstance(version, bool) or not isinstance(version, int) or version < 0
-    ):
-        raise PartlakeConfigError(
-            f"input metadata {VERSION_KEY} of {asset_name} is {version!r}; it must be a Delta "
-            "table version, an integer >= 0."
-        )
-    if timestamp is not None and not isinstance(timestamp, (str, dt.datetime)):
-        raise PartlakeConfigError(
-            f"input metadata {TIMESTAMP_KEY} of {asset_name} is {timestamp!r}; it must be an "
-            "ISO 8601 string such as '2024-01-02T00:00:00Z' or a datetime."
-        )
-    if isinstance(timestamp, str):
-        try:
-            dt.datetime.fromisoformat(timestamp)
-        except ValueError as error:
-            raise PartlakeConfigError(
-                f"input metadata {TIMESTAMP_KEY} of {asset_name} is {timestamp!r}, not ISO "
-                "8601; write it like '2024-01-02T00:00:00Z'."
-            ) from error
-    return version, timestamp
 
 
 def _lastupdated(
@@ -779,15 +704,64 @@ def _step_assets(context: InputContext) -> AssetsDefinition | None:
     return job.asset_layer.get_assets_def_for_node(handle)
 
 
-def _consumer(context: InputContext) -> tuple[AssetKey, Mapping[str, Any]] | None:
-    """The asset the step writes from this input, with its definition metadata."""
+def _consumer(context: InputContext) -> ModelSpec | None:
+    """The spec of the asset the step writes from this input (None outside a run)."""
     assets_def = _step_assets(context)
     if assets_def is None:
         return None
     for key, spec in assets_def.specs_by_key.items():
         if any(dep.asset_key == context.asset_key for dep in spec.deps):
-            return key, dict(spec.metadata or {})
+            return spec_of(assets_def, key)
     return None
+
+
+def _writer_setting(spec: ModelSpec) -> dict[str, str]:
+    """The asset's own `partlake/writer`, as metadata for `kinds.native.writer_of`."""
+    return {WRITER_KEY: spec.writer} if spec.writer is not None else {}
+
+
+def _output_spec(context: OutputContext) -> ModelSpec:
+    """The spec of the output's asset: the one the code location parsed (`spec_of`), else,
+    outside a run, parsed from the context."""
+    try:
+        assets_def = context.step_context.job_def.asset_layer.get(context.asset_key).assets_def
+    except DagsterInvariantViolationError:
+        return model_spec(
+            context.asset_key,
+            metadata=context.definition_metadata,
+            partitions_def=_partitions_def_of(context),
+            managed=True,
+        )
+    return spec_of(assets_def, context.asset_key)
+
+
+def _upstream_spec(context: InputContext) -> ModelSpec:
+    """The spec of the asset an input reads: the code location's, else parsed from what the
+    context says of the upstream output."""
+    try:
+        layer = context.step_context.job_def.asset_layer
+        if layer.has(context.asset_key):
+            return spec_of(layer.get(context.asset_key).assets_def, context.asset_key)
+    except DagsterInvariantViolationError:
+        pass
+    upstream = context.upstream_output
+    return model_spec(
+        context.asset_key,
+        metadata=upstream.definition_metadata if upstream is not None else {},
+        partitions_def=_partitions_def_of(context),
+        managed=False,
+    )
+
+
+def _input_spec(context: InputContext, consumer: ModelSpec | None, asset_name: str) -> InputSpec:
+    """How the step reads this input: its consumer's spec of it, else its own metadata."""
+    found = consumer.input(asset_name) if consumer is not None else None
+    if found is not None:
+        return found
+    version, timestamp = pin_of(
+        context.definition_metadata or {}, input_name=asset_name, asset_name="this step"
+    )
+    return InputSpec(asset_name, None, version=version, timestamp=timestamp)
 
 
 def _run_tags(context: OutputContext) -> dict[str, str]:

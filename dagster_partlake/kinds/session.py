@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
-from dagster_partlake.delta.files import Extras, WrittenFiles, discarded_on_failure, write_files
+from dagster_partlake.delta.files import Extras, WrittenFiles
 from dagster_partlake.delta.native import PARTLAKE_WRITER, Writer
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
@@ -26,7 +26,7 @@ from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import LiveFile
 from dagster_partlake.delta.transaction import Actions, Committed, commit
-from dagster_partlake.delta.writer import check_inside, table_schema
+from dagster_partlake.delta.writer import table_schema, write_inside
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
 from dagster_partlake.storage.location import TableLocation, as_location
@@ -234,23 +234,23 @@ class WriteSession:
         extras: Extras | None = None,
     ) -> WrittenFiles:
         """Spark writes `df`'s rows as the table's new files (not visible yet); every file must
-        lie inside `selection`.
+        lie inside `selection` (`delta.writer.write_inside`).
 
         Raises:
-            SchemaMismatchError: the rows do not fit the table (`delta.writer.table_schema`).
+            SchemaMismatchError: the rows do not fit the table.
             PartitionMismatchError: a row falls outside `selection` (its files are deleted).
         """
-        written = write_files(
+        return write_inside(
             df,
             self.location,
+            self.snapshot,
+            name=self.name,
             partition_by=self.target.partition_by,
-            schema=self.schema_of(df),
+            selection=selection,
+            allow_new_columns=self.target.allow_new_columns,
             stats_columns=stats_columns,
-            extras=extras or Extras(),
+            extras=extras,
         )
-        with discarded_on_failure(written):
-            check_inside(written, selection, self.name)
-        return written
 
     def rows_by_key(self, written: WrittenFiles) -> dict[str, int]:
         """Rows per run partition key (0 for a key that got none), from the files' facts."""

@@ -52,7 +52,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import (
-    AssetSelection,
     DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -94,6 +93,7 @@ from dagster_partlake.planning.graph import LakeGraph, repository_root
 from dagster_partlake.planning.planner import Key, StalePartition, render_partition
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession, PlanResult
+from dagster_partlake.spec.load import checked_selection
 
 if TYPE_CHECKING:
     from dagster import AssetCheckEvaluation, DagsterInstance, DagsterRun
@@ -239,12 +239,13 @@ def build_invalidation_sensor(
     )
 
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
-    # Dagster run each request's assets in the code location's asset job.
+    # Dagster run each request's assets in the code location's asset job. It is all assets, and
+    # checks their partlake settings when the code location loads (`spec.load`).
     @sensor(
         name=name,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
-        asset_selection=AssetSelection.all(),
+        asset_selection=checked_selection(),
         description="Requests runs for the asset partitions that are out of date (partlake).",
     )
     def _invalidation(context: SensorEvaluationContext) -> SensorResult | SkipReason:

@@ -35,7 +35,7 @@ from dagster import (
 )
 
 from dagster_partlake.partitions.keys import key_values
-from dagster_partlake.planning.planner import Key, Plan, PlanAsset, StalePartition
+from dagster_partlake.planning.definition import Key, Plan, PlanAsset, StalePartition
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ column-wise (`StateMap`, `RecordMap` with `IntMap` consumption,
 `dagster_partlake.planning.state_maps`), the verdict of `judge` on a partition reads only values
 at the same key id: whether it has a record, the code version of the commit that wrote it, its
 lastUpdated against the one that commit gave it, and per upstream asset whether that partition
-has data, is stale, and has the lastUpdated consumed. Here those are int64 columns (numpy) and the
-verdicts, reasons and `because` come out of them as `judge` would give them, in the order `plan`
-judges (by key). Anything else (plain dicts, another mapping, a record whose consumption is a
-dict) returns None, and the planner judges one partition at a time.
+has data, is stale, and has the lastUpdated consumed. Here those are int64 columns (numpy), and
+the verdicts, reasons and `because` come out of them through the same rule `judge` calls
+(`planning.rule`), in the order `plan` judges (by key). Anything else (plain dicts, another
+mapping, a record whose consumption is a dict) returns None, and the planner judges one
+partition at a time.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from typing import TYPE_CHECKING
 
 from dagster_partlake.columnar.interner import KEYS, Key
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
-from dagster_partlake.planning.planner import (
+from dagster_partlake.planning.definition import (
+    REASONS,
     PlanAsset,
     PlanInput,
-    Reason,
     StalePartition,
     render_partition,
 )
+from dagster_partlake.planning.rule import Facts, cited, input_moved, reason_column
 from dagster_partlake.planning.state_maps import RecordMap, StateMap
 
 if TYPE_CHECKING:
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
 
     Column = npt.NDArray[np.int64]
     Mask = npt.NDArray[np.bool_]
-
-_REASONS: tuple[Reason, ...] = ("missing", "code_changed", "out_of_band", "upstream_changed")
 
 
 def verdicts(
@@ -107,40 +107,39 @@ def _judge(
     candidates_only: bool,
 ) -> tuple[Column, Mask, npt.NDArray[np.int8], list[Mask]]:
     """The ids judged (those given, or the candidates among them) with, per id, its reason (an
-    index into `_REASONS`, -1: fresh) and, per dependency, whether it is in `because`."""
+    index into `REASONS`, -1: fresh) and, per dependency, whether it is in `because`: the
+    facts of every id gathered as columns, decided by `planning.rule`."""
     which = _gather(np, records.which, ids)
     has_record = which != ABSENT
     own = _gather(np, columns[0], ids)
     present = has_record | (own != ABSENT)
     code_ok = np.array([r.code_version == asset.code_version for r in records.sources], bool)
-    code_bad = (
-        has_record & ~code_ok[np.where(has_record, which, 0)]
-        if len(code_ok)
-        else has_record & False
+    code_changed = (
+        ~code_ok[np.where(has_record, which, 0)] if len(code_ok) else np.zeros(len(ids), bool)
     )
-    out_of_band = has_record & (_none(np, own) != _none(np, _gather(np, records.written, ids)))
     order = _by_source(np, ids, which, len(records.sources))
-    missing = ~has_record
-    changed, with_data = [], []
+    inputs_present = np.ones(len(ids), bool)
+    inputs_moved = np.zeros(len(ids), bool)
+    moved, with_data = [], []
     for dep, upstream, is_stale in zip(asset.deps, columns[1:], stale_flags, strict=True):
         now = _gather(np, upstream, ids)
         has_data = (now != ABSENT) | is_stale
         present |= has_data
         consumed = _consumed(np, records, dep.upstream, order, len(ids))
-        changed.append(has_record & (is_stale | (_none(np, now) != _none(np, consumed))))
+        moved.append(input_moved(is_stale, _none(np, now), _none(np, consumed)))
         with_data.append(has_data)
-        missing &= has_data
-    upstream_changed = np.zeros(len(ids), bool)
-    for found in changed:
-        upstream_changed |= found
-    reasons = np.full(len(ids), -1, np.int8)
-    reasons[has_record & upstream_changed] = 3
-    reasons[out_of_band] = 2
-    reasons[code_bad] = 1
-    reasons[missing] = 0
-    because = [
-        np.where(missing, has, change) for has, change in zip(with_data, changed, strict=True)
-    ]
+        inputs_present &= has_data
+        inputs_moved |= moved[-1]
+    facts = Facts(
+        recorded=has_record,
+        unrecorded=~has_record,
+        inputs_present=inputs_present,
+        code_changed=code_changed,
+        own_moved=_none(np, own) != _none(np, _gather(np, records.written, ids)),
+        inputs_moved=inputs_moved,
+    )
+    reasons = reason_column(np, facts, len(ids))
+    because = [cited(facts, has, change) for has, change in zip(with_data, moved, strict=True)]
     if not candidates_only:
         present[:] = True
     return ids, present, reasons, because
@@ -166,7 +165,7 @@ def _items(
     for i in sorted(range(len(keys)), key=lambda i: keys[i] or ""):
         key = keys[i]
         shown = (render_partition(u, key) for u, f in zip(upstreams, flags, strict=True) if f[i])
-        items.append(StalePartition(asset.name, key, _REASONS[reason_of[i]], tuple(sorted(shown))))
+        items.append(StalePartition(asset.name, key, REASONS[reason_of[i]], tuple(sorted(shown))))
     return names or [], items
 
 

@@ -20,8 +20,8 @@ from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.partitions.keys import KeyCodec
+from dagster_partlake.planning.definition import PartitionState, Record
 from dagster_partlake.planning.graph import LakeAsset
-from dagster_partlake.planning.planner import PartitionState, Record
 from dagster_partlake.planning.state_maps import RecordMap, StateMap
 
 if TYPE_CHECKING:

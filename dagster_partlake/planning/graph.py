@@ -5,8 +5,10 @@ columns, code version, parents, pools, backfill policy and where its table lives
 comes from the code location's IO manager's `lake_location()`, else `$PARTLAKE_HOME`), and the
 planner's view of the graph with each edge's partition mapping as functions
 (`dagster_partlake.partitions.mappings`). A long-lived process (the sensor's code server) keeps
-one graph, so what is derived from it is computed once: the planner's assets, the existing
-partitions of root assets (until a new one appears) and the incremental inputs. What planning
+one graph, so what is derived from it is computed once: every asset's settings (its `ModelSpec`,
+`dagster_partlake.spec`, checked here as everywhere the code location loads, and the same spec
+the IO manager reads), the planner's assets and the existing partitions of root assets (until a
+new one appears). What planning
 keeps between plans is the `PlanningSession`'s, not the graph's.
 """
 
@@ -24,22 +26,19 @@ from dagster import (
     PartitionsDefinition,
 )
 
-from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.gates.spec import gates_of
-from dagster_partlake.incremental.spec import Incremental, incremental_of
-from dagster_partlake.incremental.streams import stream_of
-from dagster_partlake.kinds.spec import ORDERED_KINDS, model_kind
-from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, TIMESTAMP_KEY, VERSION_KEY
+from dagster_partlake.incremental.spec import Incremental
+from dagster_partlake.kinds.spec import ORDERED_KINDS
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
     all_keys,
-    dimension_columns,
     is_dynamic,
     partitions_horizon,
 )
 from dagster_partlake.partitions.mappings import key_maps, previous_partition_maps
 from dagster_partlake.planning.batches import RunRules
-from dagster_partlake.planning.planner import Dependency, Key, PlanAsset
+from dagster_partlake.planning.definition import Dependency, Key, PlanAsset
+from dagster_partlake.spec.load import graph_specs
+from dagster_partlake.spec.model import ModelSpec
 from dagster_partlake.storage.location import TableLocation, lake_location, table_path
 
 if TYPE_CHECKING:
@@ -99,46 +98,37 @@ class LakeGraph:
         self.assets: dict[str, LakeAsset] = {}
         self._plan_assets: list[PlanAsset] | None = None
         self._root_keys: dict[str, tuple[str, list[Key]]] = {}
-        self._incremental: dict[str, dict[str, Incremental]] = {}
-        for key in self.asset_graph.get_all_asset_keys():
-            node = self.asset_graph.get(key)
-            if not (node.is_materializable or node.is_observable or node.is_external):
-                continue
-            name = key.to_user_string()
-            metadata = dict(node.metadata or {})
-            is_folder = metadata.get(FORMAT_KEY) == "folder"
-            path = table_path(self.root, key, metadata.get(PATH_KEY))
-            columns = tuple(dimension_columns(node.partitions_def, metadata, asset_name=name))
-            kind = model_kind(
-                metadata, partitioned=node.partitions_def is not None, asset_name=name
-            )
-            self.assets[name] = LakeAsset(
-                key=key,
-                name=name,
-                partitions_def=node.partitions_def,
-                columns=columns,
-                path=path,
-                is_source=not node.is_materializable,
-                is_folder=is_folder,
-                code_version=node.code_version,
-                parents=tuple(
-                    p.to_user_string()
-                    for p in sorted(node.parent_keys, key=lambda k: tuple(k.path))
-                ),
-                pools=frozenset(node.pools or ()) if node.is_materializable else frozenset(),
-                backfill_policy=node.backfill_policy if node.is_materializable else None,
-                kind=kind.kind,
-                decoupled=node.is_materializable and kind.decoupled([c.column for c in columns]),
-                gates=tuple(g.name for g in gates_of(metadata, asset_name=name, kind=kind.kind).all)
-                if node.is_materializable
-                else (),
-                stream=_stream_mode(metadata, name) if node.is_materializable else None,
-            )
-        for asset in self.assets.values():
-            _check_stream_inputs(asset, self.assets)
+        # Every asset's settings, parsed once and checked (`dagster_partlake.spec`): the IO
+        # manager reads the same specs.
+        self.specs = graph_specs(self.asset_graph)
+        for name, spec in self.specs.items():
+            self.assets[name] = self._lake_asset(spec)
         # Dynamic partition keys live in the Dagster instance, so planning needs it only then.
         self.has_dynamic_partitions = any(
             is_dynamic(a.partitions_def) for a in self.assets.values()
+        )
+
+    def _lake_asset(self, spec: ModelSpec) -> LakeAsset:
+        node = self.asset_graph.get(spec.key)
+        managed = spec.managed
+        return LakeAsset(
+            key=spec.key,
+            name=spec.name,
+            partitions_def=spec.partitions_def,
+            columns=spec.columns,
+            path=table_path(self.root, spec.key, spec.path),
+            is_source=not managed,
+            is_folder=spec.is_folder,
+            code_version=node.code_version,
+            parents=tuple(
+                p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: tuple(k.path))
+            ),
+            pools=frozenset(node.pools or ()) if managed else frozenset(),
+            backfill_policy=node.backfill_policy if managed else None,
+            kind=spec.kind.kind,
+            decoupled=managed and spec.decoupled,
+            gates=tuple(g.name for g in spec.gates.all) if managed else (),
+            stream=spec.stream.mode if managed and spec.stream is not None else None,
         )
 
     def units(self) -> dict[str, tuple[str, ...]]:
@@ -189,7 +179,7 @@ class LakeGraph:
                 self._dependency(asset, self.assets[parent], dynamic_partitions_store)
                 for parent in asset.parents
                 # An input pinned to a version or time never sees its upstream change.
-                if parent in self.assets and not _pins(self.input_metadata(asset.name, parent))
+                if parent in self.assets and not _pinned(self.specs[asset.name], parent)
             )
             ordered = asset.kind in ORDERED_KINDS and asset.name not in asset.parents
             maps = previous_partition_maps(asset.partitions_def, dynamic_partitions_store)
@@ -243,22 +233,14 @@ class LakeGraph:
 
     def incremental_inputs(self, name: str) -> dict[str, Incremental]:
         """The asset's inputs read incrementally (`incremental.spec`), by upstream."""
-        if name not in self._incremental:
-            asset = self.assets[name]
-            metadata = dict(self.asset_graph.get(asset.key).metadata or {})
-            found = {}
-            for parent in asset.parents:
-                if parent in self.assets and not asset.is_source:
-                    how = incremental_of(
-                        self.input_metadata(name, parent),
-                        metadata,
-                        input_name=parent,
-                        asset_name=name,
-                    )
-                    if how is not None:
-                        found[parent] = how
-            self._incremental[name] = found
-        return self._incremental[name]
+        asset = self.assets[name]
+        if asset.is_source:
+            return {}
+        return {
+            read.upstream: read.incremental
+            for read in self.specs[name].inputs
+            if read.upstream in self.assets and read.incremental is not None
+        }
 
     def input_metadata(self, child: str, parent: str) -> dict[str, Any]:
         """The `AssetIn` metadata of `child`'s input that reads `parent` ({} if none)."""
@@ -283,34 +265,9 @@ class LakeGraph:
         return Dependency(parent.name, up, down, identity=identity)
 
 
-def _check_stream_inputs(asset: LakeAsset, assets: Mapping[str, LakeAsset]) -> None:
-    """A partitioned streaming asset runs without a partition key (its batches write whatever
-    partitions their rows are in), and Dagster cannot start such a run of an asset whose input
-    is partitioned: refuse it here, where the fix can be named.
-
-    Raises:
-        PartlakeConfigError: naming the asset, its partitioned input and the fix.
-    """
-    if asset.stream is None or asset.partitions_def is None:
-        return
-    for parent in asset.parents:
-        if parent in assets and assets[parent].partitions_def is not None:
-            raise PartlakeConfigError(
-                f"streaming asset {asset.name} is partitioned and reads the partitioned asset "
-                f"{parent}; Dagster runs a partitioned asset without a partition key only when "
-                f"its inputs are unpartitioned. Drop {asset.name}'s partitions_def and keep its "
-                f"table partitioned with metadata 'partlake/partition_by', or read {parent}'s "
-                "table through an unpartitioned partlake_source(..., path=...)."
-            )
-
-
-def _stream_mode(metadata: Mapping[str, Any], name: str) -> str | None:
-    spec = stream_of(metadata, asset_name=name)
-    return spec.mode if spec is not None else None
-
-
-def _pins(metadata: Mapping[str, object]) -> bool:
-    return metadata.get(VERSION_KEY) is not None or metadata.get(TIMESTAMP_KEY) is not None
+def _pinned(spec: ModelSpec, parent: str) -> bool:
+    read = spec.input(parent)
+    return read is not None and read.pinned
 
 
 def repository_root(repository: RepositoryDefinition, io_manager_key: str) -> str | None:

@@ -2,7 +2,9 @@
 
 A pure function over plain data (no Spark, no Delta, no Dagster instance): `plan(PlanInput)`.
 The sensor, `partlake plan` and `partlake run` gather the inputs, call it, and render or execute
-the frozen `Plan` it returns.
+the frozen `Plan` it returns. The data is `planning.definition`'s; the verdict on a partition,
+from its facts, is `planning.rule`'s, which `judge` (here, one partition at a time) and the bulk
+pass (`planning.bulk`, whole columns at once) both call.
 
 Inputs, all keyed by asset name and partition key (None for an unpartitioned asset):
 
@@ -55,123 +57,55 @@ asset downstream of it are not judged at all: the plan lists them in `Plan.unrea
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterable, Mapping, Sequence
 
-from dagster_partlake.columnar.interner import Key
+from dagster_partlake.planning.bulk import verdicts
+from dagster_partlake.planning.definition import (
+    REASONS,
+    Dependency,
+    Key,
+    KeyMap,
+    PartitionState,
+    Plan,
+    PlanAsset,
+    PlanInput,
+    Reason,
+    Record,
+    StalePartition,
+    UnreadableTable,
+    render_partition,
+)
+from dagster_partlake.planning.rule import (
+    Facts,
+    cited,
+    first_reason,
+    input_moved,
+    one_partition,
+    written_after,
+)
 
-Reason = Literal["missing", "code_changed", "out_of_band", "upstream_changed"]
-REASONS: tuple[Reason, ...] = ("missing", "code_changed", "out_of_band", "upstream_changed")
-KeyMap = Callable[[Key], Iterable[Key]]
-
-
-@dataclass(frozen=True)
-class Dependency:
-    """An edge of the asset graph with its partition mapping, as two functions."""
-
-    upstream: str
-    upstream_keys: KeyMap  # downstream key -> the upstream keys it reads
-    downstream_keys: KeyMap  # upstream key -> the downstream keys that read it
-    identity: bool = False  # both maps are k -> [k]; lets the planner skip the calls
-    # An asset's dependency on its own previous partition that exists only to order its writes
-    # (`merge` and `scd2` apply their time partitions in order; see the module docstring).
-    order_only: bool = False
-
-
-@dataclass(frozen=True)
-class PlanAsset:
-    name: str
-    deps: tuple[Dependency, ...] = ()
-    code_version: str | None = None
-    is_source: bool = False
-    partitioned: bool = True
-    stream: bool = False  # judged as a whole (`judge_stream`); see the module docstring
-
-
-@dataclass(frozen=True, slots=True)  # a plan at scale makes 100,000s
-class PartitionState:
-    last_updated: int  # ms since epoch
-    version: int | None = None  # table version that last touched it, where known
-
-
-@dataclass(frozen=True, slots=True)  # a plan at scale makes 100,000s
-class Record:
-    code_version: str | None
-    written_last_updated: int | None  # None: the write produced no rows for this partition
-    consumed: Mapping[str, Mapping[Key, int]] = field(default_factory=dict)
-    run_id: str | None = None
-
-
-@dataclass(frozen=True)
-class PlanInput:
-    assets: Sequence[PlanAsset]
-    states: Mapping[str, Mapping[Key, PartitionState]]
-    records: Mapping[str, Mapping[Key, Record]]
-    # The partitions that exist now of managed assets without upstream assets (time windows up
-    # to the current one, static keys, registered dynamic keys): each is due until written.
-    partition_keys: Mapping[str, Sequence[Key]] = field(default_factory=dict)
-    # Tables whose state could not be read: asset -> the error message.
-    unreadable: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)  # a plan at scale makes 100,000s
-class StalePartition:
-    asset: str
-    partition: Key
-    reason: Reason
-    because: tuple[str, ...] = ()  # upstream asset partitions, rendered 'asset[key]'
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "asset": self.asset,
-            "partition": self.partition,
-            "reason": self.reason,
-            "because": list(self.because),
-        }
-
-
-@dataclass(frozen=True)
-class UnreadableTable:
-    """A table whose state could not be read, and the assets not planned because of it."""
-
-    asset: str
-    message: str
-    held: tuple[str, ...]  # the asset itself (if managed) and every managed asset downstream
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Stale asset partitions in dependency order (upstream assets first)."""
-
-    items: tuple[StalePartition, ...]
-    asset_order: tuple[str, ...]
-    unreadable: tuple[UnreadableTable, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
-    def by_asset(self) -> dict[str, list[StalePartition]]:
-        grouped: dict[str, list[StalePartition]] = {}
-        for item in self.items:
-            grouped.setdefault(item.asset, []).append(item)
-        return grouped
-
-    def sorted_items(self) -> list[StalePartition]:
-        """Sorted by asset name, then partition key (the `--json` order)."""
-        return sorted(self.items, key=lambda i: (i.asset, i.partition or ""))
-
-    def select(self, assets: Iterable[str]) -> Plan:
-        wanted = set(assets)
-        return Plan(
-            tuple(i for i in self.items if i.asset in wanted),
-            self.asset_order,
-            tuple(u for u in self.unreadable if wanted & {u.asset, *u.held}),
-        )
-
-
-def render_partition(asset: str, key: Key) -> str:
-    return asset if key is None else f"{asset}[{key}]"
+# The planner's data lives in `planning.definition`; these names are re-exported for the
+# modules (and users) that know them from here.
+__all__ = [
+    "REASONS",
+    "Dependency",
+    "Key",
+    "KeyMap",
+    "PartitionState",
+    "Plan",
+    "PlanAsset",
+    "PlanInput",
+    "Reason",
+    "Record",
+    "StalePartition",
+    "UnreadableTable",
+    "candidates_of",
+    "judge",
+    "judge_stream",
+    "plan",
+    "render_partition",
+    "topological_order",
+]
 
 
 def topological_order(assets: Sequence[PlanAsset]) -> list[PlanAsset]:
@@ -221,7 +155,7 @@ def plan(inputs: PlanInput) -> Plan:
         states = inputs.states.get(asset.name, {})
         records = inputs.records.get(asset.name, {})
         own = [d for d in asset.deps if d.upstream == asset.name]
-        bulk = None if own else bulk_verdicts(asset, inputs, stale)
+        bulk = None if own else verdicts(asset, inputs, stale)
         if bulk is not None:
             found = bulk[1]
             items.extend(found)
@@ -248,21 +182,6 @@ def plan(inputs: PlanInput) -> Plan:
         for name in sorted(inputs.unreadable)
     )
     return Plan(tuple(items), tuple(a.name for a in order), unreadable)
-
-
-def bulk_verdicts(
-    asset: PlanAsset,
-    inputs: PlanInput,
-    stale: Mapping[str, set[Key]],
-    keys: Sequence[Key] | None = None,
-) -> tuple[list[Key], list[StalePartition]] | None:
-    """`judge` on the candidates of `asset` (or on `keys`) on whole columns: the keys judged and
-    the stale ones' items, in key order; None where that does not apply
-    (`dagster_partlake.planning.bulk`)."""
-    # Imported here: it builds on the column-wise maps, which build on this module.
-    from dagster_partlake.planning.bulk import verdicts
-
-    return verdicts(asset, inputs, stale, keys)
 
 
 def _judge_in_order(
@@ -303,10 +222,6 @@ def _mapped(dep: Dependency, key: Key) -> Iterable[Key]:
     return (key,) if dep.identity else dep.upstream_keys(key)
 
 
-def _has_data(asset: str, key: Key, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> bool:
-    return key in inputs.states.get(asset, {}) or key in stale.get(asset, ())
-
-
 def candidates_of(asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]) -> set[Key]:
     """The partitions of `asset` that `plan` judges, given the stale partitions so far."""
     keys: set[Key] = set(inputs.records.get(asset.name, {}))
@@ -334,7 +249,8 @@ def judge_stream(
     asset: PlanAsset, inputs: PlanInput, stale: Mapping[str, set[Key]]
 ) -> StalePartition | None:
     """The verdict on a streaming asset as a whole (partition None): see the module docstring.
-    Its record is under the key None."""
+    Its record is under the key None; it is never `out_of_band`, and its `because` lists the
+    upstream partitions that moved (for a first run: all that have data)."""
     record = inputs.records.get(asset.name, {}).get(None)
     changed: list[str] = []
     with_data = False
@@ -348,16 +264,21 @@ def judge_stream(
         for key in {*states, *consumed, *upstream_stale}:
             current = states.get(key)
             now = current.last_updated if current is not None else None
-            if key in upstream_stale or now != consumed.get(key):
+            if input_moved(key in upstream_stale, now, consumed.get(key)):
                 changed.append(render_partition(dep.upstream, key))
-    because = tuple(sorted(changed))
-    if record is None:
-        return StalePartition(asset.name, None, "missing", because) if with_data else None
-    if record.code_version != asset.code_version:
-        return StalePartition(asset.name, None, "code_changed", because)
-    if changed:
-        return StalePartition(asset.name, None, "upstream_changed", because)
-    return None
+    recorded = record is not None
+    facts = Facts(
+        recorded=recorded,
+        unrecorded=not recorded,
+        inputs_present=with_data,
+        code_changed=record is not None and record.code_version != asset.code_version,
+        own_moved=False,
+        inputs_moved=bool(changed),
+    )
+    reason = first_reason(facts)
+    if reason is None:
+        return None
+    return StalePartition(asset.name, None, reason, tuple(sorted(changed)))
 
 
 def judge(
@@ -369,42 +290,47 @@ def judge(
     stale: Mapping[str, set[Key]],
 ) -> StalePartition | None:
     """The verdict on one partition (None: fresh), given the stale partitions of its upstream
-    assets (and, for an asset ordered on itself, of its earlier partitions)."""
-    if record is None:
-        because: list[str] = []
-        for dep in asset.deps:
-            with_data = [u for u in _mapped(dep, key) if _has_data(dep.upstream, u, inputs, stale)]
-            if not with_data:
-                if dep.upstream == asset.name:
-                    continue  # its own earlier partition never keeps one from being due
-                return None
-            because.extend(render_partition(dep.upstream, u) for u in with_data)
-        return StalePartition(asset.name, key, "missing", tuple(sorted(because)))
-
-    changed: list[str] = []
+    assets (and, for an asset ordered on itself, of its earlier partitions): its facts, decided
+    by `planning.rule`."""
+    recorded = record is not None
+    # Per upstream partition read with data or moved: (asset, key, has data, moved since the
+    # write read it).
+    edges: list[tuple[str, Key, bool, bool]] = []
+    present, inputs_moved = True, False
     for dep in asset.deps:
-        consumed = record.consumed.get(dep.upstream, {})
         upstream_states = inputs.states.get(dep.upstream, {})
         upstream_stale = stale.get(dep.upstream, set())
+        consumed = record.consumed.get(dep.upstream, {}) if record is not None else {}
+        any_data = False
         for u in _mapped(dep, key):
             current = upstream_states.get(u)
-            now = current.last_updated if current is not None else None
-            if dep.order_only:
-                written = record.written_last_updated
-                later = now is not None and written is not None and now > written
-                if u in upstream_stale or later:
-                    changed.append(render_partition(dep.upstream, u))
-            elif u in upstream_stale or now != consumed.get(u):
-                changed.append(render_partition(dep.upstream, u))
-    own = state.last_updated if state is not None else None
-    if record.code_version != asset.code_version:
-        reason: Reason | None = "code_changed"
-    elif own != record.written_last_updated:
-        reason = "out_of_band"
-    elif changed:
-        reason = "upstream_changed"
-    else:
-        reason = None
+            now = None if current is None else current.last_updated
+            is_stale = u in upstream_stale
+            has_data = now is not None or is_stale
+            if record is None:
+                moved = False
+            elif dep.order_only:
+                moved = written_after(is_stale, now, record.written_last_updated)
+            else:
+                moved = input_moved(is_stale, now, consumed.get(u))
+            if has_data or moved:
+                any_data = any_data or has_data
+                inputs_moved = inputs_moved or moved
+                edges.append((dep.upstream, u, has_data, moved))
+        # Its own earlier partition never keeps a partition from being due.
+        present = present and (any_data or dep.upstream == asset.name)
+    own = None if state is None else state.last_updated
+    facts = one_partition(
+        recorded,
+        present,
+        record is not None and record.code_version != asset.code_version,
+        record is not None and own != record.written_last_updated,
+        inputs_moved,
+    )
+    reason = first_reason(facts)
     if reason is None:
         return None
-    return StalePartition(asset.name, key, reason, tuple(sorted(changed)))
+    because = sorted(
+        render_partition(a, u) for a, u, has, moved in edges if cited(facts, has, moved)
+    )
+    return StalePartition(asset.name, key, reason, tuple(because))

@@ -28,14 +28,16 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dagster_partlake.planning.planner import (
+from dagster_partlake.planning.bulk import verdicts
+from dagster_partlake.planning.definition import (
     Dependency,
     Key,
     Plan,
     PlanAsset,
     PlanInput,
     StalePartition,
-    bulk_verdicts,
+)
+from dagster_partlake.planning.planner import (
     candidates_of,
     judge,
     judge_stream,
@@ -246,9 +248,9 @@ def _rejudge_bulk(
     stale: dict[str, set[Key]],
     current: dict[Key, StalePartition],
 ) -> bool:
-    """`_rejudge` of every dirty key on whole columns (`planner.bulk_verdicts`); False where
-    that does not apply."""
-    found = bulk_verdicts(asset, inputs, stale, list(dirty))
+    """`_rejudge` of every dirty key on whole columns (`planning.bulk`); False where that does
+    not apply."""
+    found = verdicts(asset, inputs, stale, list(dirty))
     if found is None:
         return False
     judged, items = found

@@ -18,7 +18,7 @@ from dagster import BackfillPolicy, PartitionsDefinition
 from dagster_partlake.compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster_partlake.metadata import PARTITIONS_TAG, REASONS_TAG
 from dagster_partlake.planning.batches import RunRules, make_batches
-from dagster_partlake.planning.planner import Key, Plan, PlanAsset, StalePartition
+from dagster_partlake.planning.definition import Key, Plan, PlanAsset, StalePartition
 
 MAX_KEYS_IN_TAG = 10
 

@@ -44,8 +44,9 @@ from dagster_partlake.planning.convert import (
     key_signature,
     read_state,
 )
+from dagster_partlake.planning.definition import Plan, PlanInput
 from dagster_partlake.planning.graph import LakeAsset, LakeGraph
-from dagster_partlake.planning.planner import Plan, PlanInput, plan
+from dagster_partlake.planning.planner import plan
 from dagster_partlake.planning.replan import (
     PlanMemo,
     changed_partitions,

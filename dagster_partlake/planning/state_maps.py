@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Self, TypeVar, overload
 
 from dagster_partlake.columnar.interner import KEYS, Key
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
-from dagster_partlake.planning.planner import PartitionState, Record
+from dagster_partlake.planning.definition import PartitionState, Record
 
 if TYPE_CHECKING:
     import numpy as np

@@ -50,6 +50,7 @@ from dagster import (
 
 from dagster_partlake.errors import SqlModelError
 from dagster_partlake.kinds.spec import model_kind
+from dagster_partlake.metadata import SQL_PATH_KEY
 from dagster_partlake.sql.lineage import ColumnLineage, Key, column_lineage
 from dagster_partlake.sql.project import SqlModel, load_models
 from dagster_partlake.sql.views import run_sql, view_names
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Upstream = AssetsDefinition | SourceAsset | AssetSpec
-SQL_PATH_KEY = "partlake/sql_path"
 COLUMN_LINEAGE_KEY = "dagster/column_lineage"
 COLUMN_SCHEMA_KEY = "dagster/column_schema"
 _BUILTIN: dict[str, PartitionMapping] = {

@@ -1,0 +1,348 @@
+"""`ModelSpec`: every partlake setting of one asset, parsed once.
+
+SQLMesh declares a model's kind apart from executing it (`model/kind.py`); here one frozen value
+holds what an asset's definition metadata, its partitions definition and its inputs' metadata
+say: the model kind, the quality gates, the stream, the run guards, the partition columns, each
+input's incremental mode and pin, and where a source lives. It is parsed with the parsers of
+each concept (`kinds.spec`, `gates.spec`, `incremental.*`, `partitions.keys`), so a setting is
+judged by one piece of code whether the code location is loading, the planner is building its
+graph or a run is writing. `spec_of` keeps the spec of each `AssetsDefinition` for the life of
+the process: the planner (`planning.graph`) and the IO manager read the same parsed values.
+
+Every error is a `PartlakeConfigError` naming the asset and the setting, with the valid values
+or the fix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from dagster import AssetKey, AssetsDefinition
+
+from dagster_partlake.delta.native import PARTLAKE_WRITER
+from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.gates.spec import Gates, gates_of
+from dagster_partlake.incremental.guards import RunGuards, guards_of
+from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
+from dagster_partlake.incremental.spec import INCREMENTAL_KEY, Incremental, incremental_of
+from dagster_partlake.incremental.streams import StreamSpec, stream_of
+from dagster_partlake.kinds.native import writer_of
+from dagster_partlake.kinds.spec import KIND_KEY, ModelKind, model_kind
+from dagster_partlake.metadata import (
+    FORMAT_KEY,
+    PARTITION_EXPR_KEY,
+    PATH_KEY,
+    SCHEMA_MODE_KEY,
+    STREAM_KEY,
+    TIMESTAMP_KEY,
+    VERSION_KEY,
+    WRITER_KEY,
+    plain,
+)
+from dagster_partlake.partitions.keys import DimensionColumn, dimension_columns
+from dagster_partlake.spec.settings import check_keys
+
+if TYPE_CHECKING:
+    from dagster import PartitionsDefinition
+
+FORMATS = ("delta", "folder")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How an asset reads one upstream asset."""
+
+    upstream: str  # the upstream asset's name
+    input_name: str | None  # the input that reads it (None: a dependency without an input)
+    incremental: Incremental | None = None  # its own `partlake/incremental`, else the asset's
+    version: int | None = None  # `partlake/version`: the table read at this version
+    timestamp: str | dt.datetime | None = None  # `partlake/timestamp`: ... as of this time
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the input reads a fixed version or time, so never sees its upstream change."""
+        return self.version is not None or self.timestamp is not None
+
+
+class RawInput(NamedTuple):
+    """An input as Dagster declares it: what it reads and its `AssetIn` metadata."""
+
+    upstream: AssetKey
+    input_name: str | None
+    metadata: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Every partlake setting of one asset (a managed asset or a source), parsed."""
+
+    key: AssetKey
+    name: str
+    managed: bool  # materialized through partlake's IO manager (False: a source)
+    partitions_def: PartitionsDefinition | None
+    columns: tuple[DimensionColumn, ...]  # `partition_expr` against the partitions definition
+    kind: ModelKind
+    gates: Gates = Gates()
+    stream: StreamSpec | None = None
+    guards: RunGuards = RunGuards()
+    inputs: tuple[InputSpec, ...] = ()
+    allow_new_columns: bool = False  # `schema_mode: "add_columns"`
+    is_folder: bool = False  # `partlake/format: "folder"`: Parquet in col=value/ folders
+    path: str | None = None  # `partlake/path`: a source's location, relative to the lake root
+    after_commit: AfterCommit | None = None  # a landing folder's consumed files
+    writer: str | None = None  # `partlake/writer` (None: the IO manager's writer)
+
+    @property
+    def dimension_columns(self) -> list[str]:
+        return [c.column for c in self.columns]
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether its table's partitions are not its Dagster partitions (`ModelKind`)."""
+        return self.kind.decoupled(self.dimension_columns)
+
+    def input(self, upstream: str) -> InputSpec | None:
+        """How the asset reads `upstream` (None: it does not)."""
+        return next((i for i in self.inputs if i.upstream == upstream), None)
+
+
+def model_spec(
+    key: AssetKey,
+    *,
+    metadata: Mapping[str, Any] | None,
+    partitions_def: PartitionsDefinition | None,
+    managed: bool,
+    inputs: Sequence[RawInput] = (),
+) -> ModelSpec:
+    """Parse and check every partlake setting of one asset.
+
+    Args:
+        key: the asset's key.
+        metadata: its definition metadata.
+        partitions_def: its partitions definition (None: unpartitioned).
+        managed: whether partlake's IO manager materializes it (False: a source).
+        inputs: its inputs, each with its `AssetIn` metadata.
+
+    Raises:
+        PartlakeConfigError: a setting is unknown, malformed or does not fit the asset; the
+            message names the asset and the setting.
+    """
+    name = key.to_user_string()
+    metadata = dict(metadata or {})
+    check_keys(metadata, on="asset", owner=f"asset {name}")
+    if PARTITION_EXPR_KEY in metadata and partitions_def is None:
+        raise PartlakeConfigError(
+            f"asset {name} sets {PARTITION_EXPR_KEY}, but it has no partitions_def, so no "
+            "partition dimension to store; remove it, or give the asset a partitions_def."
+        )
+    columns = tuple(dimension_columns(partitions_def, metadata, asset_name=name))
+    kind = model_kind(metadata, partitioned=partitions_def is not None, asset_name=name)
+    gates = gates_of(metadata, asset_name=name, kind=kind.kind)
+    stream = stream_of(metadata, asset_name=name)
+    if stream is not None and (kind.kind != "append" or gates):
+        raise PartlakeConfigError(
+            f"streaming asset {name} is of kind {kind.kind!r}"
+            f"{' with quality gates' if kind.kind == 'append' else ''}; a stream appends each "
+            f"micro-batch, so remove '{KIND_KEY}' (or set 'append') and its "
+            "'partlake/constraints' / 'partlake/audits'."
+        )
+    is_folder, path, after_commit = _location(metadata, name, managed)
+    writer = None
+    if WRITER_KEY in metadata:  # checked here; the IO manager's default at the write
+        writer = writer_of(metadata, PARTLAKE_WRITER, kind=kind.kind, asset_name=name)
+    default = incremental_of(None, metadata, input_name="(every input)", asset_name=name)
+    return ModelSpec(
+        key=key,
+        name=name,
+        managed=managed,
+        partitions_def=partitions_def,
+        columns=columns,
+        kind=kind,
+        gates=gates,
+        stream=stream,
+        guards=guards_of(metadata, asset_name=name),
+        inputs=tuple(_input(raw, name, default) for raw in inputs),
+        allow_new_columns=_schema_mode(metadata, name),
+        is_folder=is_folder,
+        path=path,
+        after_commit=after_commit,
+        writer=writer,
+    )
+
+
+def _schema_mode(metadata: Mapping[str, Any], name: str) -> bool:
+    value = plain(metadata.get(SCHEMA_MODE_KEY))
+    if value not in (None, "add_columns"):
+        raise PartlakeConfigError(
+            f"asset {name} has {SCHEMA_MODE_KEY} {value!r}; the one mode is 'add_columns' (a "
+            "write may add new columns); remove the entry to refuse new columns."
+        )
+    return value == "add_columns"
+
+
+def _location(
+    metadata: Mapping[str, Any], name: str, managed: bool
+) -> tuple[bool, str | None, AfterCommit | None]:
+    """(is_folder, path, after_commit) of a source; a managed asset has none of them."""
+    fmt = plain(metadata.get(FORMAT_KEY, "delta"))
+    if fmt not in FORMATS:
+        raise PartlakeConfigError(
+            f"asset {name} has {FORMAT_KEY} {fmt!r}; use 'delta' (the default) or 'folder' "
+            "(Parquet files in col=value/ folders)."
+        )
+    path = plain(metadata.get(PATH_KEY))
+    if path is not None and (not isinstance(path, str) or not path):
+        raise PartlakeConfigError(
+            f"asset {name} has {PATH_KEY} {path!r}; give the source's location as a string, "
+            "relative to the lake root (or absolute)."
+        )
+    for key, value in ((FORMAT_KEY, fmt if fmt == "folder" else None), (PATH_KEY, path)):
+        if managed and value is not None:
+            raise PartlakeConfigError(
+                f"asset {name} sets {key} {value!r}, but it is materialized by partlake, which "
+                "keeps its Delta table at <root>/warehouse/<asset key path>; remove it (it "
+                "describes a source written by another system: partlake_source(..., "
+                "folder=True, path=...))."
+            )
+    after_commit = after_commit_of(metadata.get(AFTER_COMMIT_KEY), asset_name=name)
+    if after_commit is not None and fmt != "folder":
+        raise PartlakeConfigError(
+            f"source {name} sets {AFTER_COMMIT_KEY}, which moves consumed files of a folder; "
+            f"set {FORMAT_KEY} 'folder' (partlake_source(..., folder=True)), or remove it."
+        )
+    return fmt == "folder", path, after_commit
+
+
+def _input(raw: RawInput, name: str, default: Incremental | None) -> InputSpec:
+    upstream = raw.upstream.to_user_string()
+    input_name = raw.input_name or upstream
+    check_keys(raw.metadata, on="input", owner=f"input {input_name} of asset {name}")
+    version, timestamp = pin_of(raw.metadata, input_name=input_name, asset_name=name)
+    incremental = (
+        incremental_of(raw.metadata, None, input_name=input_name, asset_name=name)
+        if INCREMENTAL_KEY in raw.metadata
+        else default
+    )
+    return InputSpec(upstream, raw.input_name, incremental, version, timestamp)
+
+
+def pin_of(
+    metadata: Mapping[str, Any], *, input_name: str, asset_name: str
+) -> tuple[int | None, str | dt.datetime | None]:
+    """The (version, timestamp) an input pins its upstream table to with its `AssetIn`
+    metadata `partlake/version` or `partlake/timestamp` (neither: (None, None), the latest).
+
+    Raises:
+        PartlakeConfigError: both are set, or either is malformed.
+    """
+    version, timestamp = plain(metadata.get(VERSION_KEY)), plain(metadata.get(TIMESTAMP_KEY))
+    where = f"input {input_name} of asset {asset_name}"
+    if version is not None and timestamp is not None:
+        raise PartlakeConfigError(
+            f"the {where} pins both {VERSION_KEY} and {TIMESTAMP_KEY}; keep one."
+        )
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, int) or version < 0
+    ):
+        raise PartlakeConfigError(
+            f"{VERSION_KEY} of {where} is {version!r}; it must be a Delta table version, an "
+            "integer >= 0."
+        )
+    if timestamp is not None and not isinstance(timestamp, (str, dt.datetime)):
+        raise PartlakeConfigError(
+            f"{TIMESTAMP_KEY} of {where} is {timestamp!r}; it must be an ISO 8601 string such "
+            "as '2024-01-02T00:00:00Z' or a datetime."
+        )
+    if isinstance(timestamp, str):
+        try:
+            dt.datetime.fromisoformat(timestamp)
+        except ValueError as error:
+            raise PartlakeConfigError(
+                f"{TIMESTAMP_KEY} of {where} is {timestamp!r}, not ISO 8601; write it like "
+                "'2024-01-02T00:00:00Z'."
+            ) from error
+    return version, timestamp
+
+
+def check_input(consumer: ModelSpec, upstream: ModelSpec) -> None:
+    """What can only be judged with both ends of an edge: a streaming asset and its input.
+
+    A partitioned streaming asset runs without a partition key (its batches write whatever
+    partitions their rows are in), and Dagster cannot start such a run of an asset whose input
+    is partitioned; a stream reads a folder's files with a format, a Delta table's commits
+    without one.
+
+    Raises:
+        PartlakeConfigError: naming the asset, its input and the fix.
+    """
+    stream = consumer.stream
+    if stream is None or not consumer.managed or upstream.name == consumer.name:
+        return
+    if consumer.partitions_def is not None and upstream.partitions_def is not None:
+        raise PartlakeConfigError(
+            f"streaming asset {consumer.name} is partitioned and reads the partitioned asset "
+            f"{upstream.name}; Dagster runs a partitioned asset without a partition key only "
+            f"when its inputs are unpartitioned. Drop {consumer.name}'s partitions_def and keep "
+            f"its table partitioned with metadata 'partlake/partition_by', or read "
+            f"{upstream.name}'s table through an unpartitioned partlake_source(..., path=...)."
+        )
+    if upstream.is_folder != (stream.format is not None):
+        fix = (
+            "set 'format' to json, csv or parquet."
+            if upstream.is_folder
+            else "remove 'format' (a table's new commits are read from its log)."
+        )
+        raise PartlakeConfigError(
+            f"{STREAM_KEY} of asset {consumer.name}: the stream input {upstream.name} is a "
+            f"{'folder of files' if upstream.is_folder else 'Delta table'}, but "
+            f"{STREAM_KEY} {'gives no' if upstream.is_folder else 'gives a'} format; {fix}"
+        )
+
+
+# Per AssetsDefinition (Dagster's objects live as long as their code location), its specs by
+# key. A weak map: a test building definitions in a loop does not keep them alive.
+_SPECS: weakref.WeakKeyDictionary[AssetsDefinition, dict[AssetKey, ModelSpec]] = (
+    weakref.WeakKeyDictionary()
+)
+_LOCK = threading.Lock()
+
+
+def spec_of(assets_def: AssetsDefinition, key: AssetKey) -> ModelSpec:
+    """The spec of asset `key` of `assets_def`, parsed on first use and kept.
+
+    Raises:
+        PartlakeConfigError: as `model_spec`.
+    """
+    with _LOCK:
+        found = _SPECS.get(assets_def, {}).get(key)
+    if found is not None:
+        return found
+    asset_spec = assets_def.specs_by_key[key]
+    spec = model_spec(
+        key,
+        metadata=asset_spec.metadata,
+        partitions_def=asset_spec.partitions_def,
+        managed=assets_def.is_materializable,
+        inputs=raw_inputs(assets_def, key) if assets_def.is_materializable else (),
+    )
+    with _LOCK:
+        _SPECS.setdefault(assets_def, {})[key] = spec
+    return spec
+
+
+def raw_inputs(assets_def: AssetsDefinition, key: AssetKey) -> list[RawInput]:
+    """The upstream assets of `key` with the metadata of the inputs that read them (a
+    dependency without an input has none), in dependency order."""
+    by_upstream: dict[AssetKey, tuple[str | None, Mapping[str, Any]]] = {}
+    for name, upstream in assets_def.node_keys_by_input_name.items():
+        input_def = assets_def.node_def.input_def_named(name)
+        by_upstream.setdefault(upstream, (name, dict(input_def.metadata or {})))
+    return [
+        RawInput(dep.asset_key, *by_upstream.get(dep.asset_key, (None, {})))
+        for dep in assets_def.specs_by_key[key].deps
+    ]
