@@ -143,6 +143,11 @@ bench-noop: install
 bench-log-reads: check-java install
 	$(BIN)/python -m benchmarks.log_reads $(BENCH_ARGS)
 
+# The delta-spark writer vs partlake's writer on the 30-day backfill (docs/guides/delta-spark.md).
+.PHONY: bench-native-writer
+bench-native-writer: check-java install
+	$(BIN)/python -m benchmarks.native_writer $(BENCH_ARGS)
+
 # Incremental planning vs the full plan and the oracle, on both planner paths, over 100,000
 # random worlds of every model kind, with self-dependencies and up to 3 dimensions (no Spark;
 # about 40 CPU minutes: BENCH_ARGS='--jobs 2' splits it over two processes on a quiet machine).

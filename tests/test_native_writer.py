@@ -283,6 +283,25 @@ def test_the_writer_setting_is_checked(spark, lake: Path, instance) -> None:
     assert "'partlake/writer' of asset misnamed is 'spark'; it must be one of" in message
 
 
+def test_an_assets_writer_setting_is_checked_when_the_code_location_loads() -> None:
+    from dagster import AssetKey
+
+    from dagster_partlake.spec.model import model_spec
+
+    def spec(metadata: dict) -> object:
+        return model_spec(AssetKey("m"), metadata=metadata, partitions_def=daily, managed=True)
+
+    merge = model_kind_metadata("merge", unique_key=["n"])
+    with pytest.raises(PartlakeConfigError, match="kind 'merge', which the delta-spark writer"):
+        spec({**merge, "partlake/writer": "delta-spark"})
+    with pytest.raises(PartlakeConfigError, match="'partlake/writer' of asset m is 'spark'"):
+        spec({"partlake/writer": "spark"})
+    with pytest.raises(PartlakeConfigError, match="did you mean 'partlake/writer'"):
+        spec({"partlake/writers": "delta-spark"})
+    assert spec({"partlake/writer": "delta-spark"}).writer == "delta-spark"  # type: ignore[attr-defined]
+    assert spec({}).writer is None  # type: ignore[attr-defined]  # the IO manager's
+
+
 def test_object_stores_are_refused() -> None:
     with pytest.raises(PartlakeConfigError, match="S3SingleDriverLogStore .* plain PUT"):
         check_native_location(TableLocation("s3://lake/warehouse/t"), "t")

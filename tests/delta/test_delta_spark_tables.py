@@ -17,7 +17,9 @@ sidecars; timestampNtz partition values; change data feed. After every operation
 
 and at the end, catching up from every earlier version equals a full read, through the
 in-memory and the on-disk state cache. The deletion-vector case runs in CI; the rest of the
-matrix is marked `delta_matrix` (`make test-delta-matrix`).
+matrix is marked `delta_matrix` (`make test-delta-matrix`). Also in CI: partlake's reader on
+deletion-vector and column-mapped tables, through Spark's Delta, and refused by a Spark without
+Delta (a subprocess).
 """
 
 from __future__ import annotations
@@ -341,3 +343,66 @@ def test_timestamp_ntz_partitions_and_classic_checkpoints(watched) -> None:
         replaceWhere="at = TIMESTAMP_NTZ'2024-01-01 01:30:00'",
     )
     t.caught_up_from_every_version()
+
+
+_WITHOUT_DELTA = """
+import sys
+from pyspark.sql import SparkSession
+from dagster_partlake.delta.reader import read_partitions
+from dagster_partlake.delta.selection import PartitionSelection
+from dagster_partlake.errors import TableFeatureError
+
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+for root in sys.argv[1:]:
+    try:
+        read_partitions(spark, root, PartitionSelection.everything())
+        print("READ", root)
+    except TableFeatureError as error:
+        print("REFUSED", error)
+spark.stop()
+"""
+
+
+def test_deletion_vector_and_column_mapped_tables_read_through_delta_or_refused(
+    spark, tmp_path: Path
+) -> None:
+    """With Delta on the session, partlake's reader gives Spark's Delta's rows (not the deleted
+    rows still in the files, not the physical column names); without it, a clear refusal."""
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    dv, mapped, plain = (str(tmp_path / name) for name in ("dv", "mapped", "plain"))
+    rows = spark.createDataFrame([(i, f"r{i % 2}") for i in range(6)], "id long, region string")
+    rows.write.format("delta").partitionBy("region").option(
+        "delta.enableDeletionVectors", "true"
+    ).save(dv)
+    spark.sql(f"DELETE FROM delta.`{dv}` WHERE id = 2")
+    rows.write.format("delta").partitionBy("region").option(
+        "delta.columnMapping.mode", "name"
+    ).save(mapped)
+    spark.sql(f"ALTER TABLE delta.`{mapped}` RENAME COLUMN id TO key")
+    rows.write.format("delta").partitionBy("region").save(plain)
+    for root in (dv, mapped, plain):
+        ours = read_partitions(spark, root, PartitionSelection.everything()).df
+        theirs = spark.read.format("delta").load(root)
+        assert sorted(ours.columns) == sorted(theirs.columns)
+        assert _rows(ours, sorted(theirs.columns)) == _rows(theirs, sorted(theirs.columns))
+    assert 2 not in {
+        r["id"] for r in read_partitions(spark, dv, PartitionSelection.everything()).df.collect()
+    }
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_DELTA, dv, mapped, plain],
+        env=subprocess_env(SPARK_LOCAL_IP="127.0.0.1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("READ", "REFUSED"))]
+    assert len(lines) == 3, done.stdout + done.stderr[-3000:]
+    assert lines[0].startswith("REFUSED") and "deletion vectors" in lines[0]
+    assert "make install" in lines[0]
+    assert lines[1].startswith("REFUSED") and "column mapping" in lines[1]
+    assert lines[2] == f"READ {plain}"  # a plain table needs no Delta
