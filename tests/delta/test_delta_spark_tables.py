@@ -16,8 +16,9 @@ sidecars; timestampNtz partition values; change data feed. After every operation
   makes its partition `out_of_band`;
 
 and at the end, catching up from every earlier version equals a full read, through the
-in-memory and the on-disk state cache. The deletion-vector case runs in CI; the rest of the
-matrix is marked `delta_matrix` (`make test-delta-matrix`). Also in CI: partlake's reader on
+in-memory and the on-disk state cache. The deletion-vector case without Dagster runs in CI; the
+rest of the matrix (with the plans and runs) is marked `delta_matrix` (`make
+test-delta-matrix`). Also in CI: partlake's reader on
 deletion-vector and column-mapped tables, through Spark's Delta, and refused by a Spark without
 Delta (a subprocess).
 """
@@ -205,8 +206,41 @@ def watched(
         spark.conf.unset(key)
 
 
+def test_deletion_vectors_and_v2_checkpoints_are_followed_exactly(watched) -> None:
+    """CI's case, without Dagster: Databricks' defaults (deletion vectors on, V2 checkpoints
+    with sidecar files) under DELETE, UPDATE, MERGE, OPTIMIZE, REORG and appends."""
+    t = watched("dv")
+    regions = ["apac", "eu", "us"]
+    schema = "id long, v string, region string"
+    rows = [(i, "a", r) for i, r in enumerate(regions * 2)]
+    t.spark.createDataFrame(rows, schema).write.format("delta").partitionBy("region").option(
+        "delta.enableDeletionVectors", "true"
+    ).option("delta.checkpointPolicy", "v2").option("delta.checkpointInterval", "10").save(t.root)
+    t.check({(r,) for r in regions})
+    t.sql("DELETE FROM {t} WHERE region = 'eu' AND id = 1", {("eu",)})
+    t.sql("UPDATE {t} SET v = 'b' WHERE region = 'us' AND id = 2", {("us",)})
+    t.sql(
+        "MERGE INTO {t} AS t USING (SELECT 0 AS id, 'c' AS v, 'apac' AS region UNION ALL "
+        "SELECT 99, 'new', 'apac') AS s ON t.id = s.id AND t.region = s.region "
+        "WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *",
+        {("apac",)},
+    )
+    t.sql("DELETE FROM {t} WHERE region = 'eu' AND id = 4", {("eu",)})  # a second vector
+    t.sql("OPTIMIZE {t}", set())
+    t.sql("REORG TABLE {t} APPLY (PURGE)", set())
+    for n in range(3):
+        t.write(t.spark.createDataFrame([(100 + n, "d", "eu")], schema), {("eu",)})
+    t.sql("DELETE FROM {t} WHERE region = 'us' AND id = 5", {("us",)})  # version 10
+    t.write(t.spark.createDataFrame([(200, "e", "apac")], schema), {("apac",)})
+    log = Path(t.root, "_delta_log")  # a V2 checkpoint at version 10, with its sidecars
+    assert list(log.glob("*10.checkpoint.*.parquet")) and list(log.glob("_sidecars/*.parquet"))
+    t.caught_up_from_every_version()
+
+
+@pytest.mark.delta_matrix
 def test_deletion_vectors_v2_checkpoints_and_a_managed_table(watched, lake: Path) -> None:
-    """Databricks' defaults: deletion vectors on; V2 checkpoints with sidecar files."""
+    """Databricks' defaults as a source of a code location: deletion vectors on; V2
+    checkpoints with sidecar files; `partlake plan` and runs after each change."""
     t = watched("src")
     regions = ["apac", "eu", "us"]
     schema = "id long, v string, region string"
