@@ -232,8 +232,9 @@ def test_deletion_vectors_and_v2_checkpoints_are_followed_exactly(watched) -> No
         t.write(t.spark.createDataFrame([(100 + n, "d", "eu")], schema), {("eu",)})
     t.sql("DELETE FROM {t} WHERE region = 'us' AND id = 5", {("us",)})  # version 10
     t.write(t.spark.createDataFrame([(200, "e", "apac")], schema), {("apac",)})
-    log = Path(t.root, "_delta_log")  # a V2 checkpoint at version 10, with its sidecars
-    assert list(log.glob("*10.checkpoint.*.parquet")) and list(log.glob("_sidecars/*.parquet"))
+    # A V2 checkpoint at version 10 (its top file JSON or Parquet), with its sidecars.
+    log = Path(t.root, "_delta_log")
+    assert list(log.glob("*10.checkpoint.*")) and list(log.glob("_sidecars/*.parquet"))
     t.caught_up_from_every_version()
 
 
@@ -268,8 +269,9 @@ def test_deletion_vectors_v2_checkpoints_and_a_managed_table(watched, lake: Path
         t.write(t.spark.createDataFrame([(100 + n, "d", "eu")], schema), {("eu",)})
     t.sql("DELETE FROM {t} WHERE region = 'us' AND id = 5", {("us",)})  # version 10
     t.write(t.spark.createDataFrame([(200, "e", "apac")], schema), {("apac",)})
-    log = Path(t.root, "_delta_log")  # a V2 checkpoint at version 10, with its sidecars
-    assert list(log.glob("*10.checkpoint.*.parquet")) and list(log.glob("_sidecars/*.parquet"))
+    # A V2 checkpoint at version 10 (its top file JSON or Parquet), with its sidecars.
+    log = Path(t.root, "_delta_log")
+    assert list(log.glob("*10.checkpoint.*")) and list(log.glob("_sidecars/*.parquet"))
     t.refreshed()
 
     # A managed table changed by delta-spark: out of band there, nothing upstream moves.
