@@ -100,6 +100,11 @@ test-faults: check-java install
 test-extended: check-java install
 	$(BIN)/python -m pytest -m extended tests/test_daemon.py
 
+# delta-spark's feature matrix beyond CI's case (tests/delta/test_delta_spark_tables.py).
+.PHONY: test-delta-matrix
+test-delta-matrix: check-java install
+	$(BIN)/python -m pytest -m delta_matrix tests/delta/test_delta_spark_tables.py
+
 # The soak (benchmarks/soak.py): the example under dagster dev with the sensor on while source
 # partitions are rewritten at random for MINUTES; JSON in benchmarks/out/soak.json.
 MINUTES ?= 20
@@ -151,6 +156,11 @@ bench-noop: install
 # older checkout measured the same way).
 bench-log-reads: check-java install
 	$(BIN)/python -m benchmarks.log_reads $(BENCH_ARGS)
+
+# The delta-spark writer vs partlake's writer on the 30-day backfill (docs/guides/delta-spark.md).
+.PHONY: bench-native-writer
+bench-native-writer: check-java install
+	$(BIN)/python -m benchmarks.native_writer $(BENCH_ARGS)
 
 # Incremental planning vs the full plan and the oracle, on both planner paths, over 100,000
 # random worlds of every model kind, with self-dependencies and up to 3 dimensions (no Spark;

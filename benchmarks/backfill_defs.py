@@ -1,7 +1,8 @@
 """Code location for benchmarks/backfill.py: the example's asset chain over more regions.
 
 Regions come from BENCH_REGIONS (a count, default 8: r0..r7); Spark from PARTLAKE_SPARK_REMOTE /
-PARTLAKE_SPARK_MASTER like the example.
+PARTLAKE_SPARK_MASTER like the example; who commits from BENCH_WRITER ("partlake", the default,
+or "delta-spark": benchmarks/native_writer.py).
 """
 
 import os
@@ -40,10 +41,15 @@ spark = SparkResource(
 )
 defs = Definitions(
     assets=build_lakehouse(daily, monthly),
-    # $PARTLAKE_LAKE_ROOT puts the lake on an object store (benchmarks/backfill_s3.py).
+    # $PARTLAKE_LAKE_ROOT puts the lake on an object store (benchmarks/backfill_s3.py);
+    # $BENCH_WRITER picks the writer (benchmarks/native_writer.py).
     resources={
         "spark": spark,
-        "io_manager": DeltaPartitionIOManager(spark=spark, root=lake_root()),
+        "io_manager": DeltaPartitionIOManager(
+            spark=spark,
+            root=lake_root(),
+            writer=os.environ.get("BENCH_WRITER", "partlake"),  # type: ignore[arg-type]
+        ),
     },
     executor=in_process_executor,
 )

@@ -17,6 +17,7 @@ PATH_KEY = "partlake/path"
 VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
 STREAM_KEY = "partlake/stream"  # `dagster_partlake.incremental.streams`
+WRITER_KEY = "partlake/writer"  # `dagster_partlake.kinds.native`
 SQL_PATH_KEY = "partlake/sql_path"  # set by `sql_assets`: the model's file
 
 

@@ -17,6 +17,11 @@ newest commit that changed it:
   time), for other writers the commit's `inCommitTimestamp`, else `commitInfo.timestamp`, else
   the commit file's modification time.
 
+A commit partlake made through delta-spark (the `delta-spark` writer: its record is in
+`commitInfo.userMetadata`, `dagster_partlake.delta.record`) changes every partition it changed
+at its own time, whatever times Spark gave its files: its record learns no other time before
+it commits, and it takes that one when read.
+
 A partition no JSON commit of the log (still) says anything about takes the newest
 `modificationTime` of its live files, which for files added as above is the same time. The cold
 replay (`log_state.read_log_state`) and the catch-up (`state._follow_log`) both reduce their
@@ -40,6 +45,10 @@ if TYPE_CHECKING:
 
 # A commitInfo line written by partlake: its record, or its maintenance record.
 PARTLAKE_KEYS = (b'"partlake":{', b'"partlake_maintenance":{')
+# A commitInfo line of a commit partlake made through delta-spark: its record is the
+# userMetadata string (`record.to_user_metadata`): a JSON string starting `{"partlake":{`.
+NATIVE_KEY = rb'"{\"partlake\":{'
+
 _HEAD = re.compile(rb'\{"commitInfo":\{"(inCommitTimestamp|timestamp)":(-?\d+)[,}]')
 _ICT = re.compile(rb'"inCommitTimestamp":(-?\d+)[,}]')
 _SMALL_LINE = 1 << 20  # larger commitInfo lines are partlake records: never `json.loads`ed
@@ -49,22 +58,25 @@ _SMALL_LINE = 1 << 20  # larger commitInfo lines are partlake records: never `js
 class CommitClock:
     """What a commitInfo line says about its commit's time."""
 
-    partlake: bool = False  # written by partlake: its actions carry its time
+    partlake: bool = False  # written by partlake through delta-rs: its actions carry its time
     timestamp: int | None = None  # inCommitTimestamp, else commitInfo.timestamp (ms)
+    native: bool = False  # written by partlake through delta-spark: its own time is the time
 
 
-def commit_clock(head: bytes, *, partlake: bool) -> CommitClock:
+def commit_clock(head: bytes, *, partlake: bool, native: bool = False) -> CommitClock:
     """The clock of a commitInfo line from its first bytes (`head`: the whole line when it is
-    small) and whether a partlake key was seen anywhere in it."""
+    small) and whether a partlake key (`partlake`) or a partlake userMetadata (`native`) was
+    seen anywhere in it."""
     partlake = partlake or any(key in head for key in PARTLAKE_KEYS)
+    native = native or NATIVE_KEY in head
     found = _HEAD.match(head)
     if found is not None and (
         found.group(1) == b"inCommitTimestamp" or b"inCommitTimestamp" not in head
     ):
-        return CommitClock(partlake, int(found.group(2)))
+        return CommitClock(partlake, int(found.group(2)), native)
     ict = _ICT.search(head)
     if ict is not None:
-        return CommitClock(partlake, int(ict.group(1)))
+        return CommitClock(partlake, int(ict.group(1)), native)
     if len(head) < _SMALL_LINE:
         try:
             info = json.loads(head).get("commitInfo") or {}
@@ -72,8 +84,8 @@ def commit_clock(head: bytes, *, partlake: bool) -> CommitClock:
             info = {}
         value = info.get("inCommitTimestamp", info.get("timestamp"))
         if isinstance(value, int) and not isinstance(value, bool):
-            return CommitClock(partlake, value)
-    return CommitClock(partlake, None)
+            return CommitClock(partlake, value, native)
+    return CommitClock(partlake, None, native)
 
 
 @dataclass
@@ -105,7 +117,7 @@ class ChangeTimes:
     def commit_time(self, version: int) -> int | None:
         """A commit's own time (None: unknown, the caller's `file_times` has none either)."""
         clock = self.clocks.get(version, CommitClock())
-        if clock.partlake and version in self.stamps:
+        if clock.partlake and not clock.native and version in self.stamps:
             return self.stamps[version]
         if clock.timestamp is not None:
             return clock.timestamp
@@ -139,6 +151,9 @@ class ChangeTimes:
         of_newest = versions == np.repeat(newest, ends - starts)
         times = np.where(of_newest, new_times, ABSENT)
         found = np.maximum.reduceat(times, starts)
+        native = [v for v, clock in self.clocks.items() if clock.native]
+        if native:  # partlake's delta-spark commits: their own time (the module docstring)
+            found[np.isin(newest, native)] = ABSENT
         missing = np.flatnonzero(found == ABSENT)
         if len(missing):
             own = {int(v): self.commit_time(int(v)) for v in np.unique(newest[missing])}

@@ -27,6 +27,7 @@ from dagster_partlake.delta.record import (
     RECORD_KEY,
     CommitRecord,
     DeleteRecord,
+    commit_metadata,
 )
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.table import (
@@ -266,6 +267,7 @@ def _timestamp_ms(root: str | TableLocation, version: int, info: Mapping[str, An
 
 
 def _operation(info: Mapping[str, Any]) -> Operation:
+    info = commit_metadata(info)
     if isinstance(info.get(RECORD_KEY), Mapping):
         return "write"
     maintenance = info.get(MAINTENANCE_KEY)

@@ -52,7 +52,12 @@ from urllib.parse import unquote
 from dagster_partlake.columnar.interner import VALUES
 from dagster_partlake.columnar.intmap import ABSENT, IntMap
 from dagster_partlake.columnar.memory import give_back
-from dagster_partlake.delta.change_rule import PARTLAKE_KEYS, ChangeTimes, commit_clock
+from dagster_partlake.delta.change_rule import (
+    NATIVE_KEY,
+    PARTLAKE_KEYS,
+    ChangeTimes,
+    commit_clock,
+)
 from dagster_partlake.delta.log_files import LogFiles
 from dagster_partlake.delta.log_listing import SIDECARS, Listing
 from dagster_partlake.delta.partition_text import TEXT_TYPES, normalized
@@ -506,6 +511,7 @@ class _Seen:
 
     head: bytes = b""
     partlake: bool = False
+    native: bool = False  # a partlake record in its userMetadata (`change_rule.NATIVE_KEY`)
     tail: bytes = b""
     found: bool = False
 
@@ -517,7 +523,8 @@ class _Seen:
     def feed(self, chunk: bytes) -> None:
         data = self.tail + chunk
         self.partlake = self.partlake or any(key in data for key in PARTLAKE_KEYS)
-        self.tail = data[-32:]
+        self.native = self.native or NATIVE_KEY in data
+        self.tail = data[-48:]
 
 
 def _tagged_tables(
@@ -605,7 +612,9 @@ class _Changes:
 
     def clock(self, version: int, seen: _Seen) -> None:
         if seen.found:
-            self.times.clocks[version] = commit_clock(seen.head, partlake=seen.partlake)
+            self.times.clocks[version] = commit_clock(
+                seen.head, partlake=seen.partlake, native=seen.native
+            )
 
     def add(self, decoded: _Decoded) -> None:
         """The data-changing add and remove actions of one parsed block."""

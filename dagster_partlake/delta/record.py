@@ -27,10 +27,19 @@ since a format-2 reader would take the deleted partitions for freshly written on
 `stream` field (the streaming query and micro-batch of an `append` commit,
 `dagster_partlake.incremental.streams`) is read by older readers as the plain append it also
 is: format 2 still.
+
+delta-spark puts no custom keys in `commitInfo`: a commit made through Spark's Delta (the
+`delta-spark` writer, `dagster_partlake.delta.native`) carries the same record as a JSON object
+string in Delta's `userMetadata` (`to_user_metadata`), without a commit time, which it learns
+only as it commits: the record's `commit_time_ms` is that commit's own time (its
+`inCommitTimestamp`, else `timestamp`), which is also the time the log reader gives the
+partitions it changed (`dagster_partlake.delta.change_rule`). `commit_metadata` is how every
+reader sees both forms alike.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -47,6 +56,51 @@ FORMAT = 2
 MAINTENANCE_KEY = "partlake_maintenance"
 # Partition id of an unpartitioned table: its key in records and its commit conflict id.
 WHOLE_TABLE_ID = "__all__"
+# Delta's one free-form commitInfo field that delta-spark's writers fill (a string).
+USER_METADATA = "userMetadata"
+# How a partlake payload in `userMetadata` starts (`to_user_metadata` writes it so).
+USER_METADATA_PREFIX = '{"partlake'
+
+
+def to_user_metadata(payload: Mapping[str, Any]) -> str:
+    """A commit's partlake payload (`{"partlake": {...}, "partlake_commit": ...}`) as the
+    string delta-spark stores in `commitInfo.userMetadata`: compact JSON, its partlake keys
+    first (readers recognise it by its first bytes)."""
+    ordered = dict(sorted(payload.items(), key=lambda item: not item[0].startswith("partlake")))
+    text = json.dumps(ordered, separators=(",", ":"))
+    if not text.startswith(USER_METADATA_PREFIX):
+        raise ValueError("a partlake payload must hold a key starting with 'partlake'")
+    return text
+
+
+def commit_metadata(info: Mapping[str, Any], *, compact: bool = False) -> Mapping[str, Any]:
+    """A commit's `commitInfo` as partlake reads its custom metadata: as it is (delta-rs puts
+    partlake's keys there), or with the partlake keys of its `userMetadata` (a delta-spark
+    commit, `to_user_metadata`) added; a record there gets its commit's own time as its
+    `commit_time_ms`. `compact`: large objects of ints as `IntMap`s (`compact_pairs`).
+
+    Raises:
+        PartlakeError: the userMetadata starts like partlake's but is not a JSON object.
+    """
+    text = info.get(USER_METADATA)
+    if not isinstance(text, str) or not text.startswith(USER_METADATA_PREFIX):
+        return info
+    try:
+        body = json.loads(text, object_pairs_hook=compact_pairs if compact else None)
+    except ValueError as error:
+        raise PartlakeError(
+            f"a commit's userMetadata starts like a partlake record but is not JSON ({error}); "
+            "it was not written by dagster_partlake. Write other userMetadata there."
+        ) from error
+    if not isinstance(body, Mapping):
+        return info
+    merged = {**info, **{k: v for k, v in body.items() if k.startswith("partlake")}}
+    record = merged.get(RECORD_KEY)
+    if isinstance(record, Mapping) and record.get("commit_time_ms") is None:
+        clock = info.get("inCommitTimestamp", info.get("timestamp"))
+        if isinstance(clock, int) and not isinstance(clock, bool):
+            merged[RECORD_KEY] = {**record, "commit_time_ms": clock}
+    return merged
 
 
 @dataclass(frozen=True)
@@ -224,7 +278,7 @@ class CommitRecord:
         Raises:
             PartlakeError: the record is malformed or from a newer format.
         """
-        body = info.get(RECORD_KEY)
+        body = commit_metadata(info, compact=compact).get(RECORD_KEY)
         if not isinstance(body, Mapping):
             return None
         where = f"commit {table_version}" if table_version is not None else "a commit"
@@ -374,7 +428,7 @@ class DeleteRecord:
     @classmethod
     def from_commit_info(cls, info: Mapping[str, Any]) -> DeleteRecord | None:
         """The delete record of a commit's `commitInfo` (None: the commit is no delete)."""
-        body = info.get(MAINTENANCE_KEY)
+        body = commit_metadata(info).get(MAINTENANCE_KEY)
         if not isinstance(body, Mapping) or body.get("operation") != cls.OPERATION:
             return None
         return cls(

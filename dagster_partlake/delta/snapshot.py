@@ -99,6 +99,16 @@ class Snapshot:
 
         check_table_writable(self.table, table_name=self.name, root=self.location.uri)
 
+    def check_readable(self) -> None:
+        """Refuse a table whose protocol partlake cannot read (`delta.protocol`).
+
+        Raises:
+            UnreadableTableFeatureError: naming the feature.
+        """
+        from dagster_partlake.delta.protocol import Protocol, check_readable
+
+        check_readable(Protocol.of_table(self.table), table_name=self.name, root=self.location.uri)
+
     def transaction_version(self, app_id: str) -> int | None:
         return self.table.transaction_version(app_id)
 

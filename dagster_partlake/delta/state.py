@@ -106,6 +106,17 @@ class TableState:
         """How the table's files are partitioned (`log_state.Layout`)."""
         return Layout(self.partition_by, self.physical or self.partition_by, self.column_types)
 
+    def time_of(self, partition_values: Mapping[str, str | None]) -> int | None:
+        """The lastUpdated of the table partition a live file's partition values name (as the
+        log or delta-rs spells them); None: the state has no such partition."""
+        from dagster_partlake.delta.partition_text import normalized
+
+        key = tuple(
+            normalized([partition_values.get(c)], self.column_types.get(c, "string"))[0]
+            for c in self.partition_by
+        )
+        return self.last_updated.get(key)
+
 
 class StateCache:
     """Per-process cache of `TableState`s, refreshed only when a table's version moved."""

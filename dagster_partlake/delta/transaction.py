@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
+from dagster_partlake.delta.record import commit_metadata
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot, partition_txn_id
 from dagster_partlake.delta.table import LiveFile, note_read, read_commit_lines, unreadable
 from dagster_partlake.errors import CommitConflictError, PartlakeError
@@ -181,7 +182,7 @@ def commit(
             # Jitter spreads the retries of writers that collided at the same moment.
             time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
             continue
-        version = _landed_version(location, before, commit_id, name)
+        version = landed_version(location, before, commit_id, name)
         fault_point("after_commit", name)
         if todo.count > _LARGE_COMMIT_ACTIONS:
             checkpoint_when_due(location)
@@ -205,7 +206,7 @@ def _writable(
     """The snapshot to commit on: the table created when there is none, checked writable, with
     the columns `schema` adds."""
     if snapshot is None:
-        snapshot = _created(location, name, schema, partition_by)
+        snapshot = created(location, name, schema, partition_by)
     snapshot.check_writable()
     if schema is not None:
         _add_new_columns(snapshot, schema)
@@ -326,10 +327,10 @@ def files_txn_ids(files: Iterable[LiveFile]) -> list[str]:
     return sorted({files_txn_id(f.partition_values) for f in files})
 
 
-def _created(
+def created(
     location: TableLocation, name: str, schema: pa.Schema | None, partition_by: Sequence[str]
 ) -> Snapshot:
-    """The table's snapshot, creating it empty first if there is none."""
+    """The table's snapshot, creating it empty first (version 0) if there is none."""
     from deltalake import DeltaTable
     from deltalake import Schema as DeltaSchema
     from deltalake.exceptions import DeltaError
@@ -367,21 +368,31 @@ def _add_new_columns(snapshot: Snapshot, schema: pa.Schema) -> None:
         snapshot.refresh()
 
 
-def _landed_version(location: TableLocation, before: int, commit_id: str, name: str) -> int:
+def landed_version(location: TableLocation, before: int, commit_id: str, name: str) -> int:
     """The version our commit landed at: the first commit after `before` carrying its id
     (read forward from there, only the commits made since the snapshot)."""
+    version = find_commit(location, before, commit_id)
+    if version is None:
+        raise PartlakeError(
+            f"the commit to table {name} succeeded but its id {commit_id} is not in "
+            f"{location}'s log after version {before}; the table was replaced meanwhile."
+        )
+    return version
+
+
+def find_commit(location: TableLocation, before: int, commit_id: str) -> int | None:
+    """The first commit after version `before` carrying `commit_id` (`COMMIT_ID_KEY`, in its
+    commitInfo or its userMetadata), None if there is none."""
     version = before + 1
     while True:
         try:
             lines = read_commit_lines(location, version)
         except FileNotFoundError:
-            raise PartlakeError(
-                f"the commit to table {name} succeeded but its id {commit_id} is not in "
-                f"{location}'s log after version {before}; the table was replaced meanwhile."
-            ) from None
+            return None
         for line in lines:
             if line.startswith('{"commitInfo"') and commit_id in line:
-                if json.loads(line)["commitInfo"].get(COMMIT_ID_KEY) == commit_id:
+                info = commit_metadata(json.loads(line)["commitInfo"])
+                if info.get(COMMIT_ID_KEY) == commit_id:
                     return version
         version += 1
 

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import (
     AssetKey,
@@ -55,7 +55,8 @@ from dagster_partlake.incremental.guards import RunFacts, judge_guards
 from dagster_partlake.incremental.landing import ARCHIVE_DIR, AfterCommit, data_files, finish
 from dagster_partlake.incremental.spec import Incremental
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec
-from dagster_partlake.metadata import REASONS_TAG
+from dagster_partlake.kinds.native import writer_of
+from dagster_partlake.metadata import REASONS_TAG, WRITER_KEY
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
     KeyCodec,
@@ -135,6 +136,15 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     max_commit_attempts: int = Field(
         default=DEFAULT_MAX_ATTEMPTS,
         description="Commit attempts when concurrent writers conflict, before failing the step.",
+    )
+    writer: Literal["partlake", "delta-spark"] = Field(
+        default="partlake",
+        description=(
+            "Who commits each write: 'partlake' (Spark's Python workers write the files, "
+            "delta-rs commits; no Delta JARs needed) or 'delta-spark' (Spark's own Delta "
+            "writes and commits, for the kinds partition and table, on local tables; needs the "
+            "Delta JARs on the Spark session). An asset's metadata 'partlake/writer' overrides it."
+        ),
     )
     # Per (run id, step key): upstream asset -> what load_input read. Kept until teardown, so
     # every output of a step can record its inputs.
@@ -300,6 +310,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # A run partlake planned writes only what no other run wrote from the same inputs
             # (two `partlake run`s on one stale plan); a run a user starts always writes.
             once_per_inputs=REASONS_TAG in _run_tags(context),
+            writer=writer_of(
+                _writer_setting(spec), self.writer, kind=kind.kind, asset_name=asset_name
+            ),
         )
         gates = spec.gates
         return replace(target, check=_gate_check(context, target, gates)) if gates else target
@@ -318,6 +331,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 f"'{STREAM_KEY}'; add metadata {{'{STREAM_KEY}': {{'mode': 'available_now'}}}} "
                 "(its input is then read as a stream), or return a batch DataFrame."
             )
+        # A stream appends: the delta-spark writer (the asset's or the IO manager's) is refused.
+        writer_of(_writer_setting(model), self.writer, kind="append", asset_name=asset_name)
         target = self._stream_target(context, obj, model)
         reads = self._inputs_of(context)
         record = CommitRecord(
@@ -765,6 +780,11 @@ def _after_write(
         (context.log.warning if written.warning else context.log.info)(written.note)
 
 
+def _writer_setting(spec: ModelSpec) -> dict[str, str]:
+    """The asset's own `partlake/writer`, as metadata for `kinds.native.writer_of`."""
+    return {WRITER_KEY: spec.writer} if spec.writer is not None else {}
+
+
 def _output_spec(context: OutputContext) -> ModelSpec:
     """The spec of the output's asset: the one the code location parsed (`spec_of`), else,
     outside a run, parsed from the context."""
@@ -950,6 +970,7 @@ def _output_metadata(
             "partlake/code_version": MetadataValue.text(record.code_version or ""),
             "partlake/upstream_versions": MetadataValue.json(dict(record.upstream_versions)),
             "partlake/kind": MetadataValue.text(target.kind.kind),
+            "partlake/writer": MetadataValue.text(target.writer),
         }
     )
     seconds = {"partlake/output_seconds": timings.output, "partlake/write_seconds": timings.write}

@@ -19,15 +19,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import Extras, WrittenFiles
+from dagster_partlake.delta.native import PARTLAKE_WRITER, Writer
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
+from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import LiveFile
 from dagster_partlake.delta.transaction import Actions, Committed, commit
 from dagster_partlake.delta.writer import table_schema, write_inside
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
 from dagster_partlake.storage.location import TableLocation, as_location
+
+# Table states at the versions writes read (`WriteSession.last_updated`), one per process.
+_STATES = StateCache()
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -82,6 +87,9 @@ class WriteTarget:
     # An input was read incrementally (a watermark, the log, a landing folder): the run does not
     # see its partitions' whole input, so a merge never undoes earlier merges.
     incremental_inputs: bool = False
+    # Who commits: partlake's writer (Spark's Python workers write the files, delta-rs commits)
+    # or Spark's own Delta (`kinds.native`: the replacing kinds only).
+    writer: Writer = PARTLAKE_WRITER
 
     @cached_property
     def location(self) -> TableLocation:
@@ -130,8 +138,10 @@ class WriteSession:
     def open(cls, target: WriteTarget) -> WriteSession:
         """A session on the table's latest version (its log read here, once)."""
         snapshot = open_snapshot(target.location, table_name=target.asset_name, must_exist=False)
-        if snapshot is not None:
+        if snapshot is not None and target.writer == PARTLAKE_WRITER:
             snapshot.check_writable()  # before any Spark work (the commit checks it again)
+        elif snapshot is not None:
+            snapshot.check_readable()  # Spark's Delta honours what it writes; partlake reads it
         return cls(target, snapshot)
 
     @classmethod
@@ -183,13 +193,21 @@ class WriteSession:
         return self._replaced
 
     def last_updated(self, keys: Sequence[str]) -> dict[str, int]:
-        """lastUpdated of those run partitions that have files now."""
+        """lastUpdated of those run partitions that have files now, as the table's state at the
+        session's version has it (`delta.change_rule`: the time of the commit that changed each
+        one, whichever writer made it), which is what the planner compares records with."""
         wanted = set(keys)
         times: dict[str, int] = {}
-        for f in self.replaced_files():
+        files = [
+            f for f in self.replaced_files() if self.target.key_of(f.partition_values) in wanted
+        ]
+        if not files or self.snapshot is None:
+            return times
+        state = _STATES.at_version(self.snapshot.root, self.snapshot.version, name=self.name)
+        for f in files:
             key = self.target.key_of(f.partition_values)
-            if key in wanted:
-                times[key] = max(times.get(key, 0), f.modification_time)
+            updated = state.time_of(f.partition_values)
+            times[key] = max(times.get(key, 0), f.modification_time if updated is None else updated)
         return times
 
     def records(self, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:

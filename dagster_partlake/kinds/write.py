@@ -16,6 +16,9 @@ this module chooses the Delta operation and fills in what the kind adds to the c
 - `scd2`: apply the returned snapshot to the history (`dagster_partlake.delta.scd2`), one
   partition (snapshot) per run.
 
+With `WriteTarget.writer` "delta-spark", `partition` and `table` are committed by Spark's own
+Delta instead (`kinds.native`); the other kinds refuse it.
+
 Each kind is a strategy over one `WriteSession` (`kinds.session`: the table's log read once, the
 partition codec, the live files replaced): `kinds.replace` (`partition`, `table`, `tracked`),
 `kinds.append`, `kinds.merge`, `kinds.scd2`. Each writes its files with one Spark job that also
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from dagster import TimeWindowPartitionsDefinition
 
+from dagster_partlake.delta.native import DELTA_SPARK_WRITER
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.writer import AlreadyWritten, CommitResult, StageSeconds
@@ -48,6 +52,7 @@ from dagster_partlake.faults import fault_point
 from dagster_partlake.kinds.append import unit_fields, write_append
 from dagster_partlake.kinds.check import check_batch
 from dagster_partlake.kinds.merge import UnitPosition, merge_rows
+from dagster_partlake.kinds.native import write_native
 from dagster_partlake.kinds.outcome import KindWrite
 from dagster_partlake.kinds.replace import record_only, write_replace
 from dagster_partlake.kinds.scd2 import apply_snapshot
@@ -153,6 +158,8 @@ def _write(
     kind = session.target.kind.kind
     if skip is not None:
         return record_only(df, session, record)
+    if session.target.writer == DELTA_SPARK_WRITER:
+        return write_native(df, session, record)
     if kind in ("merge", "scd2"):
         if session.target.check is None:
             return (_merge if kind == "merge" else _scd2)(df, session, record)

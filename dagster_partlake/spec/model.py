@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dagster import AssetKey, AssetsDefinition
 
+from dagster_partlake.delta.native import PARTLAKE_WRITER
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gates.spec import Gates, gates_of
 from dagster_partlake.incremental.guards import RunGuards, guards_of
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
 from dagster_partlake.incremental.spec import INCREMENTAL_KEY, Incremental, incremental_of
 from dagster_partlake.incremental.streams import StreamSpec, stream_of
+from dagster_partlake.kinds.native import writer_of
 from dagster_partlake.kinds.spec import KIND_KEY, ModelKind, model_kind
 from dagster_partlake.metadata import (
     FORMAT_KEY,
@@ -39,6 +41,7 @@ from dagster_partlake.metadata import (
     STREAM_KEY,
     TIMESTAMP_KEY,
     VERSION_KEY,
+    WRITER_KEY,
     plain,
 )
 from dagster_partlake.partitions.keys import DimensionColumn, dimension_columns
@@ -92,6 +95,7 @@ class ModelSpec:
     is_folder: bool = False  # `partlake/format: "folder"`: Parquet in col=value/ folders
     path: str | None = None  # `partlake/path`: a source's location, relative to the lake root
     after_commit: AfterCommit | None = None  # a landing folder's consumed files
+    writer: str | None = None  # `partlake/writer` (None: the IO manager's writer)
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -148,6 +152,9 @@ def model_spec(
             "'partlake/constraints' / 'partlake/audits'."
         )
     is_folder, path, after_commit = _location(metadata, name, managed)
+    writer = None
+    if WRITER_KEY in metadata:  # checked here; the IO manager's default at the write
+        writer = writer_of(metadata, PARTLAKE_WRITER, kind=kind.kind, asset_name=name)
     default = incremental_of(None, metadata, input_name="(every input)", asset_name=name)
     return ModelSpec(
         key=key,
@@ -164,6 +171,7 @@ def model_spec(
         is_folder=is_folder,
         path=path,
         after_commit=after_commit,
+        writer=writer,
     )
 
 

@@ -28,6 +28,7 @@ from dagster_partlake.metadata import (
     STREAM_KEY,
     TIMESTAMP_KEY,
     VERSION_KEY,
+    WRITER_KEY,
 )
 
 PREFIX = "partlake/"
@@ -129,6 +130,13 @@ SETTINGS: tuple[Setting, ...] = (
         "dict (mode, trigger_interval, format, schema, options, query) or true",
         "known keys and values; the asset is of kind append without gates; its input is a "
         "folder exactly when a format is given",
+    ),
+    Setting(
+        WRITER_KEY,
+        ("asset",),
+        "managed assets",
+        '"partlake" or "delta-spark" (default: the IO manager\'s writer)',
+        'one of the two; "delta-spark" only for the kinds partition and table',
     ),
     Setting(
         FORMAT_KEY,
