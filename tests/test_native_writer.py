@@ -248,7 +248,9 @@ def test_gates_and_partitions_are_checked_before_delta_spark_commits(
     ).success
     root = table_path(str(lake), AssetKey("checked"))
     version = DeltaTable(root).version()
-    assert "gate pos" in failure([checked], DAYS[1], resources, instance)
+    assert "quality gate failed on checked: constraint pos failed" in failure(
+        [checked], DAYS[1], resources, instance
+    )
     assert DeltaTable(root).version() == version
     message = failure([wrong_day], DAYS[0], resources, instance)
     assert "fall outside the partitions being written: date=2024-01-03" in message
