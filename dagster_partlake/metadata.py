@@ -10,6 +10,8 @@ and run guards are defined beside their parsers (`kinds.spec`, `gates.spec`,
 
 from __future__ import annotations
 
+from typing import Literal
+
 PARTITION_EXPR_KEY = "partition_expr"
 SCHEMA_MODE_KEY = "schema_mode"
 FORMAT_KEY = "partlake/format"
@@ -17,7 +19,12 @@ PATH_KEY = "partlake/path"
 VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
 STREAM_KEY = "partlake/stream"  # `dagster_partlake.incremental.streams`
-WRITER_KEY = "partlake/writer"  # `dagster_partlake.kinds.native`
+WRITER_KEY = "partlake/writer"  # `dagster_partlake.kinds.native`, checked by `kinds.spec`
+# Its values: who writes and commits an asset's table (`kinds.spec.writer_of` checks them).
+Writer = Literal["partlake", "delta-spark"]
+PARTLAKE_WRITER: Writer = "partlake"
+DELTA_SPARK_WRITER: Writer = "delta-spark"
+WRITERS: tuple[Writer, ...] = (PARTLAKE_WRITER, DELTA_SPARK_WRITER)
 SQL_PATH_KEY = "partlake/sql_path"  # set by `sql_assets`: the model's file
 
 

@@ -32,7 +32,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.record import to_user_metadata
@@ -48,10 +48,6 @@ if TYPE_CHECKING:
 
     from dagster_partlake.delta.schema import DeltaType
 
-Writer = Literal["partlake", "delta-spark"]
-PARTLAKE_WRITER: Writer = "partlake"
-DELTA_SPARK_WRITER: Writer = "delta-spark"
-WRITERS: tuple[Writer, ...] = (PARTLAKE_WRITER, DELTA_SPARK_WRITER)
 # Delta's SQL extension, as `dagster_partlake.spark.jars` names it (this layer cannot import it).
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 # How Delta's conflicts read in the errors Spark raises (classic and Connect alike): its error

@@ -55,7 +55,7 @@ from dagster_partlake.incremental.guards import RunFacts, judge_guards
 from dagster_partlake.incremental.landing import ARCHIVE_DIR, AfterCommit, data_files, finish
 from dagster_partlake.incremental.spec import Incremental
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec
-from dagster_partlake.kinds.native import writer_of
+from dagster_partlake.kinds.spec import writer_of
 from dagster_partlake.metadata import REASONS_TAG, WRITER_KEY
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
@@ -781,7 +781,7 @@ def _after_write(
 
 
 def _writer_setting(spec: ModelSpec) -> dict[str, str]:
-    """The asset's own `partlake/writer`, as metadata for `kinds.native.writer_of`."""
+    """The asset's own `partlake/writer`, as metadata for `kinds.spec.writer_of`."""
     return {WRITER_KEY: spec.writer} if spec.writer is not None else {}
 
 

@@ -18,14 +18,10 @@ partlake can read the table.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.native import (
-    DELTA_SPARK_WRITER,
-    WRITERS,
-    Writer,
     check_native_location,
     commit_with_delta_spark,
     replace_where,
@@ -35,56 +31,16 @@ from dagster_partlake.delta.schema import arrow_to_spark, delta_types
 from dagster_partlake.delta.table import read_record
 from dagster_partlake.delta.transaction import created
 from dagster_partlake.delta.writer import CommitResult
-from dagster_partlake.errors import PartitionMismatchError, PartlakeConfigError
+from dagster_partlake.errors import PartitionMismatchError
 from dagster_partlake.kinds.check import check_batch
 from dagster_partlake.kinds.outcome import KindWrite, unless_written
 from dagster_partlake.kinds.session import WriteSession
-from dagster_partlake.metadata import WRITER_KEY, plain
+
+# The setting is checked where the kinds are declared (light enough for a code location load).
+from dagster_partlake.kinds.spec import check_native_kind
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-# The kinds the delta-spark writer commits.
-NATIVE_KINDS = ("partition", "table")
-
-
-def writer_of(metadata: Mapping[str, Any], default: str, *, kind: str, asset_name: str) -> Writer:
-    """The writer of an asset: its metadata `partlake/writer`, else `default` (the IO
-    manager's `writer`).
-
-    Raises:
-        PartlakeConfigError: the value is not a writer, or the delta-spark writer is asked for
-            a kind it does not commit.
-    """
-    raw = plain(metadata.get(WRITER_KEY, default))
-    where = (
-        f"'{WRITER_KEY}' of asset {asset_name}"
-        if WRITER_KEY in metadata
-        else (f"the IO manager's writer (for asset {asset_name})")
-    )
-    if raw not in WRITERS:
-        raise PartlakeConfigError(
-            f"{where} is {raw!r}; it must be one of {', '.join(repr(w) for w in WRITERS)}."
-        )
-    writer = cast("Writer", raw)
-    if writer == DELTA_SPARK_WRITER:
-        check_native_kind(kind, asset_name)
-    return writer
-
-
-def check_native_kind(kind: str, asset_name: str) -> None:
-    """Refuse the delta-spark writer for a kind it does not commit.
-
-    Raises:
-        PartlakeConfigError: naming the kind and the way out.
-    """
-    if kind not in NATIVE_KINDS:
-        raise PartlakeConfigError(
-            f"asset {asset_name} is of kind {kind!r}, which the {DELTA_SPARK_WRITER} writer "
-            f"does not commit (it commits the kinds {', '.join(NATIVE_KINDS)}: a replace of "
-            "the run's partitions); set metadata {'partlake/writer': 'partlake'} on the asset "
-            "to write it with partlake's writer."
-        )
 
 
 def write_native(df: DataFrame, session: WriteSession, record: CommitRecord) -> KindWrite:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import Extras, WrittenFiles
-from dagster_partlake.delta.native import PARTLAKE_WRITER, Writer
 from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
@@ -28,6 +27,7 @@ from dagster_partlake.delta.table import LiveFile
 from dagster_partlake.delta.transaction import Actions, Committed, commit
 from dagster_partlake.delta.writer import table_schema, write_inside
 from dagster_partlake.kinds.spec import ModelKind
+from dagster_partlake.metadata import PARTLAKE_WRITER, Writer
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
 from dagster_partlake.storage.location import TableLocation, as_location
 

@@ -23,10 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from dagster_partlake.errors import PartlakeConfigError
-from dagster_partlake.metadata import STREAM_KEY
+from dagster_partlake.metadata import (
+    DELTA_SPARK_WRITER,
+    STREAM_KEY,
+    WRITER_KEY,
+    WRITERS,
+    Writer,
+    plain,
+)
 
 Kind = Literal["partition", "table", "tracked", "append", "merge", "scd2"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
@@ -143,3 +150,46 @@ def _columns(metadata: Mapping[str, Any], key: str, asset_name: str) -> tuple[st
             "e.g. ['id']."
         )
     return tuple(value)
+
+
+# The kinds the delta-spark writer commits.
+NATIVE_KINDS = ("partition", "table")
+
+
+def writer_of(metadata: Mapping[str, Any], default: str, *, kind: str, asset_name: str) -> Writer:
+    """The writer of an asset: its metadata `partlake/writer`, else `default` (the IO
+    manager's `writer`).
+
+    Raises:
+        PartlakeConfigError: the value is not a writer, or the delta-spark writer is asked for
+            a kind it does not commit.
+    """
+    raw = plain(metadata.get(WRITER_KEY, default))
+    where = (
+        f"'{WRITER_KEY}' of asset {asset_name}"
+        if WRITER_KEY in metadata
+        else (f"the IO manager's writer (for asset {asset_name})")
+    )
+    if raw not in WRITERS:
+        raise PartlakeConfigError(
+            f"{where} is {raw!r}; it must be one of {', '.join(repr(w) for w in WRITERS)}."
+        )
+    writer = cast("Writer", raw)
+    if writer == DELTA_SPARK_WRITER:
+        check_native_kind(kind, asset_name)
+    return writer
+
+
+def check_native_kind(kind: str, asset_name: str) -> None:
+    """Refuse the delta-spark writer for a kind it does not commit.
+
+    Raises:
+        PartlakeConfigError: naming the kind and the way out.
+    """
+    if kind not in NATIVE_KINDS:
+        raise PartlakeConfigError(
+            f"asset {asset_name} is of kind {kind!r}, which the {DELTA_SPARK_WRITER} writer "
+            f"does not commit (it commits the kinds {', '.join(NATIVE_KINDS)}: a replace of "
+            "the run's partitions); set metadata {'partlake/writer': 'partlake'} on the asset "
+            "to write it with partlake's writer."
+        )

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 
 from dagster import TimeWindowPartitionsDefinition
 
-from dagster_partlake.delta.native import DELTA_SPARK_WRITER
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.writer import AlreadyWritten, CommitResult, StageSeconds
@@ -58,6 +57,7 @@ from dagster_partlake.kinds.replace import record_only, write_replace
 from dagster_partlake.kinds.scd2 import apply_snapshot
 from dagster_partlake.kinds.session import Batch, BatchCheck, WriteSession, WriteTarget
 from dagster_partlake.kinds.units import unit_time
+from dagster_partlake.metadata import DELTA_SPARK_WRITER
 from dagster_partlake.partitions.keys import key_values
 
 if TYPE_CHECKING:

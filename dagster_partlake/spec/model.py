@@ -24,18 +24,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dagster import AssetKey, AssetsDefinition
 
-from dagster_partlake.delta.native import PARTLAKE_WRITER
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gates.spec import Gates, gates_of
 from dagster_partlake.incremental.guards import RunGuards, guards_of
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
 from dagster_partlake.incremental.spec import INCREMENTAL_KEY, Incremental, incremental_of
 from dagster_partlake.incremental.streams import StreamSpec, stream_of
-from dagster_partlake.kinds.native import writer_of
-from dagster_partlake.kinds.spec import KIND_KEY, ModelKind, model_kind
+from dagster_partlake.kinds.spec import KIND_KEY, ModelKind, model_kind, writer_of
 from dagster_partlake.metadata import (
     FORMAT_KEY,
     PARTITION_EXPR_KEY,
+    PARTLAKE_WRITER,
     PATH_KEY,
     SCHEMA_MODE_KEY,
     STREAM_KEY,
