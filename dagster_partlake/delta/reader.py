@@ -123,11 +123,12 @@ def read_files(
     if features:
         df = _delta_read(spark, snapshot, files, selection, features)
         return ReadResult(df.select(*columns), snapshot.version, tuple(files))
+    moments = {c for c, t in snapshot.column_types.items() if t in ("timestamp", "timestamp_ntz")}
     for f in files:
         expected = [
             f"{col}={HIVE_NULL if val is None else val}" for col, val in f.partition_values.items()
         ]
-        if _folders(f.path) != expected:
+        if not _same_folders(_folders(f.path), expected, moments):
             raise PartlakeConfigError(
                 f"file {f.path} of table {snapshot.name} is not in the folder "
                 f"'{'/'.join(expected)}/' under the table root, so Spark cannot restore its "
@@ -146,6 +147,34 @@ def _folders(log_path: str) -> list[str]:
     """The folders of a file's path as stored in the log (URL-encoded there, and partition
     values Hive-escaped by the writer): 'region=eu%2F2/f.parquet' -> ['region=eu/2']."""
     return [unquote(unquote(segment)) for segment in log_path.split("/")[:-1]]
+
+
+def _same_folders(found: list[str], expected: list[str], moments: set[str]) -> bool:
+    """Whether a file's folders name its partition values: the same to the letter, or for a
+    timestamp column (`moments`) the same moment: Spark's Delta writes `at=2024-01-01 01:30:00`
+    where the log says `2024-01-01 01:30:00.000000`, and Spark reads the folder back as it."""
+    if found == expected:
+        return True
+    if len(found) != len(expected):
+        return False
+    for folder, wanted in zip(found, expected, strict=True):
+        if folder == wanted:
+            continue
+        col, _, value = folder.partition("=")
+        wanted_col, _, wanted_value = wanted.partition("=")
+        if col != wanted_col or col not in moments:
+            return False
+        if _moment(value) is None or _moment(value) != _moment(wanted_value):
+            return False
+    return True
+
+
+def _moment(text: str) -> dt.datetime | None:
+    """`text` as a timestamp, or None when it is not one."""
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def delta_read_features(snapshot: Snapshot) -> list[str]:
