@@ -67,6 +67,7 @@ from benchmarks.backfill_phases import (
     median_phases,
     partlake_phases,
 )
+from benchmarks.workload import add_workload_arguments, load_average, workload_of
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -157,9 +158,7 @@ TARGET_RATIO = 1.15
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--days", type=int, default=90)
-    parser.add_argument("--regions", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=28_000, help="rows per source partition")
+    add_workload_arguments(parser, days=90)
     parser.add_argument(
         "--repeats",
         type=int,
@@ -183,27 +182,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
 
-    os.environ["BENCH_REGIONS"] = str(args.regions)
-    regions = [f"r{i}" for i in range(args.regions)]
+    workload = workload_of(args)
+    regions = workload.region_names
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="partlake-backfill-"))
     work.mkdir(parents=True, exist_ok=True)
-    months = sorted(
-        {(dt.date(2024, 1, 1) + dt.timedelta(days=d)).strftime("%Y-%m") for d in range(args.days)}
-    )
-    daily_partitions = args.days * args.regions
-    monthly_partitions = len(months) * args.regions
-    asset_partitions = 2 * daily_partitions + monthly_partitions
+    months = workload.months
+    asset_partitions = workload.asset_partitions
     result: dict[str, Any] = {
-        "workload": {
-            "days": args.days,
-            "regions": args.regions,
-            "rows_per_partition": args.rows,
-            "source_rows": args.days * args.regions * args.rows,
-            "daily_partitions": daily_partitions,
-            "monthly_partitions": monthly_partitions,
-            "asset_partitions": asset_partitions,
-        },
-        "machine": {"cores": os.cpu_count(), "load_average_at_start": _load()},
+        "workload": workload.as_json(),
+        "machine": {"cores": os.cpu_count(), "load_average_at_start": load_average()},
         "notes": [
             "The Spark Connect server is started once, before the first repeat, and stays up "
             "(idle) during the floor and local runs; the shared runs after the first find it warm."
@@ -494,10 +481,6 @@ def _summary(result: dict[str, Any]) -> None:
     for kind in BACKFILL[1:]:
         owners = ", ".join(f"{o} {s:+.1f}" for o, s in b["extra_over_floor_by_owner"][kind].items())
         say(f"  {kind} over the floor, by owner (s): {owners}")
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _free_port() -> int:

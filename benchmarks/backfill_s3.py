@@ -24,7 +24,6 @@ Reported: every sample, the medians, partlake / floor per repeat for each place 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
@@ -41,13 +40,13 @@ from benchmarks.backfill import (
     PY,
     REPO,
     _free_port,
-    _load,
     lake_copy,
     make_source,
     ok_lines,
     run_timed,
 )
 from benchmarks.backfill_phases import floor_phases, median_phases, partlake_phases
+from benchmarks.workload import add_workload_arguments, load_average, workload_of
 
 KINDS = ("floor", "partlake_local", "floor_s3", "partlake_s3")
 PAIRS = {"local": ("partlake_local", "floor"), "s3": ("partlake_s3", "floor_s3")}
@@ -149,29 +148,18 @@ def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--regions", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=28_000, help="rows per source partition")
+    add_workload_arguments(parser, days=30)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "backfill_s3_30d.json"))
     args = parser.parse_args(argv)
-    os.environ["BENCH_REGIONS"] = str(args.regions)
-    regions = [f"r{i}" for i in range(args.regions)]
+    workload = workload_of(args)
+    asset_partitions = workload.asset_partitions
     work = Path(tempfile.mkdtemp(prefix="partlake-backfill-s3-"))
-    start = dt.date(2024, 1, 1)
-    months = {(start + dt.timedelta(days=d)).strftime("%Y-%m") for d in range(args.days)}
-    asset_partitions = 2 * args.days * args.regions + len(months) * args.regions
     result: dict[str, Any] = {
-        "workload": {
-            "days": args.days,
-            "regions": args.regions,
-            "rows_per_partition": args.rows,
-            "source_rows": args.days * args.regions * args.rows,
-            "asset_partitions": asset_partitions,
-        },
+        "workload": workload.as_json(),
         "machine": {
             "cores": os.cpu_count(),
-            "load_average_at_start": _load(),
+            "load_average_at_start": load_average(),
             "note": "a 2-core machine shared with other engineers' test runs and benchmarks",
         },
         "s3_server": "s3proxy 4.1.0 (filesystem-nio2 backend on local disk), full JIT",
@@ -180,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(f"setup: source table in {work}", file=sys.stderr)
         golden = work / "source"
-        result["setup_source_s"] = round(make_source(golden, args.days, regions, args.rows), 1)
+        made = make_source(golden, args.days, workload.region_names, args.rows)
+        result["setup_source_s"] = round(made, 1)
         aws = start_server(state)
         data = state / "data"
         samples: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
@@ -188,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
             for kind in KINDS:
                 samples[kind].append(once(kind, work, golden, data, aws, repeat, asset_partitions))
         result["backfill"] = summarize(samples)
-        result["machine"]["load_average_at_end"] = _load()
+        result["machine"]["load_average_at_end"] = load_average()
     finally:
         subprocess.run(
             [PY, str(S3_SCRIPT), "--state", str(state), "stop"], stdout=sys.stderr, timeout=120

@@ -18,7 +18,6 @@ per-repeat ratios delta-spark / partlake. Wall-clock seconds.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
@@ -33,12 +32,12 @@ from benchmarks.backfill import (
     MODULE,
     PARTLAKE,
     REPO,
-    _load,
     lake_copy,
     make_source,
     ok_lines,
     run_timed,
 )
+from benchmarks.workload import add_workload_arguments, load_average, workload_of
 
 WRITERS = ("partlake", "delta-spark")
 
@@ -62,28 +61,17 @@ def once(writer: str, lake: Path, env: dict[str, str], repeat: int, partitions: 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--regions", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=28_000, help="rows per source partition")
+    add_workload_arguments(parser, days=30)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "native_writer.json"))
     args = parser.parse_args(argv)
 
-    os.environ["BENCH_REGIONS"] = str(args.regions)
-    regions = [f"r{i}" for i in range(args.regions)]
-    start = dt.date(2024, 1, 1)
-    months = {(start + dt.timedelta(days=d)).strftime("%Y-%m") for d in range(args.days)}
-    partitions = 2 * args.days * args.regions + len(months) * args.regions
+    workload = workload_of(args)
+    partitions = workload.asset_partitions
     work = Path(tempfile.mkdtemp(prefix="partlake-native-writer-"))
     result: dict[str, Any] = {
-        "workload": {
-            "days": args.days,
-            "regions": args.regions,
-            "rows_per_partition": args.rows,
-            "source_rows": args.days * args.regions * args.rows,
-            "asset_partitions": partitions,
-        },
-        "machine": {"cores": os.cpu_count(), "load_average_at_start": _load()},
+        "workload": workload.as_json(),
+        "machine": {"cores": os.cpu_count(), "load_average_at_start": load_average()},
         "notes": [
             "The machine was shared with other engineers' tests while this ran: the samples "
             "carry that noise; the interleaving spreads it over both writers."
@@ -91,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     try:
         golden = work / "source"
-        result["setup_source_s"] = round(make_source(golden, args.days, regions, args.rows), 1)
+        made = make_source(golden, args.days, workload.region_names, args.rows)
+        result["setup_source_s"] = round(made, 1)
         samples: dict[str, list[float]] = {w: [] for w in WRITERS}
         for repeat in range(1, args.repeats + 1):
             for writer in WRITERS:
@@ -109,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         "max": {w: round(max(v), 2) for w, v in samples.items()},
         "delta_spark_over_partlake_median_of_ratios": round(statistics.median(ratios), 3),
     }
-    result["machine"]["load_average_at_end"] = _load()
+    result["machine"]["load_average_at_end"] = load_average()
     text = json.dumps(result, indent=2)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text + "\n")
