@@ -207,7 +207,7 @@ class _Replay:
 
     def run(self) -> LogState:
         tops, sidecars, meta = self._checkpoint_tops()
-        removed, metas = _first_pass(self.files, self._paths(self.after))
+        removed, metas, shapes = _first_pass(self.files, self._paths(self.after))
         meta.update({kind: action for _, kind, action in metas})
         protocol, metadata = meta.get("protocol"), meta.get("metaData")
         if protocol is None or metadata is None:
@@ -237,7 +237,9 @@ class _Replay:
             vocabulary, self.files, self._paths(before), changes, file_keys=False
         ):
             changes.add(_Decoded(vocabulary, table))
-        after = _tagged_tables(vocabulary, self.files, self._paths(self.after), changes, meta=False)
+        after = _tagged_tables(
+            vocabulary, self.files, self._paths(self.after), changes, meta=False, shapes=shapes
+        )
         for table in after:
             decoded = _Decoded(vocabulary, table)
             changes.add(decoded)
@@ -328,16 +330,22 @@ def _sidecar_path(name: str) -> str:
 
 def _first_pass(
     files: LogFiles, paths: Sequence[tuple[int, str]]
-) -> tuple[set[str], list[tuple[int, str, dict[str, Any]]]]:
+) -> tuple[set[str], list[tuple[int, str, dict[str, Any]]], dict[int, _Shape]]:
     """The keys of the files the JSON commits at `paths` remove or re-add without changing
-    data (a later action may name a file of before), and their metaData and protocol actions
-    (version, kind, action), in log order."""
+    data (a later action may name a file of before), their metaData and protocol actions
+    (version, kind, action), in log order, and what each commit's lines may hold."""
     metas: list[tuple[int, str, dict[str, Any]]] = []
     named: set[str] = set()
+    shapes: dict[int, _Shape] = {}
     for version, path in paths:
+        shape = _NONE
         for block in _blocks(files, path):
+            here = _Shape.of(block)
+            shape = shape | here
             metas.extend((version, kind, action) for kind, action in _meta_lines(block))
-            lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
+            lines = []
+            if here.removes:  # (one scan for the key spares the scan for line starts)
+                lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
             if _QUIET in block:  # (one scan; most blocks have none)
                 lines.extend(
                     block[start:end]
@@ -346,7 +354,8 @@ def _first_pass(
                 )
             if lines:
                 named.update(_named_keys(b"\n".join(lines)))
-    return named, metas
+        shapes[version] = shape
+    return named, metas, shapes
 
 
 def _named_keys(lines: bytes) -> list[str]:
@@ -374,7 +383,8 @@ def _python_keys(actions: pa.StructArray) -> list[str]:
     import pyarrow.compute as pc
 
     paths = pc.struct_field(actions, "path").to_pylist()
-    ids = _dv_ids(pc.struct_field(actions, "deletionVector")).to_pylist()
+    vectors = _vectors(actions)
+    ids = [None] * len(paths) if vectors is None else _dv_ids(vectors).to_pylist()
     return [
         unquote(p) if d is None else f"{unquote(p)}\x00{d}" for p, d in zip(paths, ids, strict=True)
     ]
@@ -468,29 +478,67 @@ def _dv_type() -> pa.DataType:
     return pa.struct([(n, pa.string() if t == "string" else pa.int64()) for n, t in _DV_FIELDS])
 
 
-def _action_schema(vocabulary: _Vocabulary, *, tagged: bool, paths: bool = True) -> pa.Schema:
+@dataclass(frozen=True)
+class _Shape:
+    """Which optional actions and fields some JSON lines may hold. A key whose name appears
+    nowhere in their bytes is in none of them, so Arrow need not build its columns (for every
+    row a null in each of their leaves: a third of the parse of a block of adds). The bytes are
+    searched, not the line starts: an action the first pass did not expect is still parsed,
+    and refused."""
+
+    removes: bool = True  # the bytes name `"remove"`
+    vectors: bool = True  # the bytes name `"deletionVector"`
+
+    @classmethod
+    def of(cls, block: bytes) -> _Shape:
+        return cls(b'"remove"' in block, b'"deletionVector"' in block)
+
+    def __or__(self, other: _Shape) -> _Shape:
+        return _Shape(self.removes or other.removes, self.vectors or other.vectors)
+
+
+_ANY = _Shape()  # lines not looked at: anything may be there
+_NONE = _Shape(removes=False, vectors=False)
+
+
+def _action_schema(
+    vocabulary: _Vocabulary, *, tagged: bool, paths: bool = True, shape: _Shape = _ANY
+) -> pa.Schema:
     """What the replay reads of a JSON line: the add and remove actions' file key (`paths`),
     partition values (by physical name), data change flag and times; `_v`, the commit version
-    (`_tagged_tables`)."""
+    (`_tagged_tables`). Without `shape.vectors` the actions have no `deletionVector` field,
+    without `shape.removes` there is no `remove` (`_parse` adds it back, all null)."""
     pa = vocabulary.pa
     physical = vocabulary.layout.physical
-    common = [("dataChange", pa.bool_()), ("deletionVector", _dv_type())]
+    common = [("dataChange", pa.bool_())]
+    if shape.vectors:
+        common.append(("deletionVector", _dv_type()))
     if paths:  # (only the times of the commits before a checkpoint are read: no file keys)
         common.insert(0, ("path", pa.string()))
     if physical:  # an unpartitioned table's values are `{}`: nothing to read
         common.append(("partitionValues", pa.struct([(c, pa.string()) for c in physical])))
     add = pa.struct([*common, ("modificationTime", pa.int64())])
     remove = pa.struct([*common, ("deletionTimestamp", pa.int64())])
-    fields = [("add", add), ("remove", remove)]
+    fields = [("add", add), ("remove", remove)] if shape.removes else [("add", add)]
     return pa.schema([("_v", pa.int64()), *fields] if tagged else fields)
 
 
-def _parse(vocabulary: _Vocabulary, block: bytes, *, tagged: bool, paths: bool = True) -> pa.Table:
+def _parse(
+    vocabulary: _Vocabulary,
+    block: bytes,
+    *,
+    tagged: bool,
+    paths: bool = True,
+    shape: _Shape = _ANY,
+) -> pa.Table:
+    """The actions of some JSON lines as a table of `_action_schema` (`shape`: what the lines
+    may hold, `_Shape.of` them or more); its `remove` column is there, all null, when `shape`
+    says there is none."""
     import pyarrow.json as pj
 
     pa = vocabulary.pa
     options = pj.ParseOptions(
-        explicit_schema=_action_schema(vocabulary, tagged=tagged, paths=paths),
+        explicit_schema=_action_schema(vocabulary, tagged=tagged, paths=paths, shape=shape),
         unexpected_field_behavior="ignore",
     )
     table = pj.read_json(
@@ -501,6 +549,9 @@ def _parse(vocabulary: _Vocabulary, block: bytes, *, tagged: bool, paths: bool =
     )
     if tagged and table.column("_v").null_count:
         raise CannotReplay("a line of a commit that does not start with '{'")
+    if not shape.removes:
+        remove = _action_schema(vocabulary, tagged=False, paths=paths).field("remove").type
+        table = table.append_column("remove", pa.nulls(table.num_rows, remove))
     return table
 
 
@@ -535,37 +586,43 @@ def _tagged_tables(
     *,
     file_keys: bool = True,
     meta: bool = True,
+    shapes: Mapping[int, _Shape] | None = None,
 ) -> Iterator[pa.Table]:
     """The add and remove actions of the JSON commits at `paths` (version, file), in log order,
     each row with its commit's version (`_v`): small commits several per Arrow parse, each line
     tagged with it, a large one a block at a time. Each commit's clock (and, with `meta`, its
     metaData and protocol actions) go to `changes`. Without `file_keys`, the actions' paths and
-    deletion vectors' ids are not read."""
+    deletion vectors' ids are not read. `shapes`: what each commit's lines may hold, as
+    `_first_pass` found (a commit it lacks may hold anything)."""
     pending: list[bytes] = []
-    size = 0
+    size, held = 0, _NONE  # the bytes pending, and what they may hold
     for version, path in paths:
         seen = _Seen()
+        shape = _ANY if shapes is None else shapes.get(version, _ANY)
         for block in _blocks(files, path, seen):
             if meta:
                 for kind, action in _meta_lines(block):
                     changes.meta(version, kind, action)
             if len(block) >= _BLOCK // 4:  # large: its own parse, no copy to tag its lines
                 if pending:
-                    yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
-                    pending, size = [], 0
-                yield _with_version(
-                    _parse(vocabulary, block, tagged=False, paths=file_keys), version
-                )
+                    yield _parse(
+                        vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
+                    )
+                    pending, size, held = [], 0, _NONE
+                parsed = _parse(vocabulary, block, tagged=False, paths=file_keys, shape=shape)
+                yield _with_version(parsed, version)
                 continue
             tagged = (b"\n" + block).replace(b"\n{", b'\n{"_v":%d,' % version)[1:]
             pending.append(tagged if tagged.endswith(b"\n") else tagged + b"\n")
-            size += len(tagged)
+            size, held = size + len(tagged), held | shape
             if size >= _BLOCK:
-                yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
-                pending, size = [], 0
+                yield _parse(
+                    vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
+                )
+                pending, size, held = [], 0, _NONE
         changes.clock(version, seen)
     if pending:
-        yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
+        yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held)
 
 
 def _with_version(table: pa.Table, version: int) -> pa.Table:
@@ -696,27 +753,41 @@ def _changed(decoded: _Decoded) -> tuple[Times, list[Codes], Times, Times] | Non
 
     np = decoded.vocabulary.np
     physical = decoded.vocabulary.layout.physical
+    removes = decoded.remove.null_count < len(decoded.remove)
     changing = []
-    for action in (decoded.add, decoded.remove):
+    for action in (decoded.add, decoded.remove) if removes else (decoded.add,):
         known = _bools(np, pc.is_valid(action)) & _changes_data(np, action)
         values = _partition_values(action, physical)
         changing.append(known if values is None else known & _bools(np, pc.is_valid(values)))
-    is_add, is_remove = changing
-    rows = np.flatnonzero(is_add | is_remove)
+    is_add = changing[0]
+    rows = np.flatnonzero(is_add | changing[1] if removes else is_add)
     if not len(rows):
         return None
     was_add = is_add[rows]
-    codes = [
-        np.where(was_add, added[rows], removed[rows])
-        for added, removed in zip(decoded.codes("add"), decoded.codes("remove"), strict=True)
-    ]
     modified = _nullable_ints(np, pc.struct_field(decoded.add, "modificationTime"))[rows]
-    deleted = _nullable_ints(np, pc.struct_field(decoded.remove, "deletionTimestamp"))[rows]
-    vectors = pc.struct_field(decoded.add, "deletionVector")
-    no_vector = ~_bools(np, pc.is_valid(vectors))[rows]
-    new_times = np.where(was_add & no_vector, modified, ABSENT)
-    stamps = np.where(was_add, modified, deleted)
+    if removes:
+        codes = [
+            np.where(was_add, added[rows], removed[rows])
+            for added, removed in zip(decoded.codes("add"), decoded.codes("remove"), strict=True)
+        ]
+        deleted = _nullable_ints(np, pc.struct_field(decoded.remove, "deletionTimestamp"))[rows]
+        stamps = np.where(was_add, modified, deleted)
+    else:  # (most blocks: adds alone)
+        codes, stamps = [added[rows] for added in decoded.codes("add")], modified
+    vectors = _vectors(decoded.add)
+    new = was_add if vectors is None else was_add & ~_bools(np, pc.is_valid(vectors))[rows]
+    new_times = np.where(new, modified, ABSENT)
     return decoded.versions()[rows].copy(), codes, new_times, stamps
+
+
+def _vectors(actions: pa.StructArray) -> pa.Array | None:
+    """The deletion vectors of some parsed actions, None when the parse read none
+    (`_Shape.vectors`)."""
+    import pyarrow.compute as pc
+
+    if actions.type.get_field_index("deletionVector") < 0:
+        return None
+    return pc.struct_field(actions, "deletionVector")
 
 
 def _changes_data(np: ModuleType, actions: pa.StructArray) -> Flags:
@@ -962,7 +1033,7 @@ class _Rows:
         times = pc.struct_field(added, "modificationTime")
         if paths.null_count or times.null_count:
             raise CannotReplay("an add without a path or a modification time")
-        keys = _file_keys(paths, pc.struct_field(added, "deletionVector"))
+        keys = _file_keys(paths, _vectors(added))
         self._keep(values, _ints(np, times, np.int64), keys, None if checkpoint else seq[at])
 
     def _keep(
