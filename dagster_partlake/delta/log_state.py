@@ -242,8 +242,7 @@ class _Replay:
         )
         for table in after:
             decoded = _Decoded(vocabulary, table)
-            changes.add(decoded)
-            rows.add_json(decoded, checkpoint=False)
+            changes.add(decoded, rows.add_json(decoded, checkpoint=False))
         return self._state(layout, vocabulary, rows, changes, held)
 
     def _state(
@@ -257,7 +256,7 @@ class _Replay:
         import numpy as np
 
         newest, counts = rows.per_partition()
-        times = changes.reduced(self.files, layout, since=changes.repartitioned - 1)
+        times = changes.reduced(self.files, since=changes.repartitioned - 1, live=rows.ids)
         pids, versions, when = times.newest_changes()
         live = np.isin(pids, counts.id_array()) if len(pids) else np.zeros(0, bool)
         pids, versions, when = pids[live], versions[live], when[live]
@@ -642,6 +641,9 @@ class _Changes:
     def __init__(self, vocabulary: _Vocabulary) -> None:
         self.vocabulary = vocabulary
         self.versions: list[Times] = []
+        # Per action, its file's position among the live files (`_Rows.add_json`), or -1 and
+        # its partition value codes (in `codes`): each partition's id is found once.
+        self.live: list[Ids] = []
         self.codes: list[list[Codes]] = [[] for _ in vocabulary.partition_by]
         self.new_times: list[Times] = []
         self.stamps: list[tuple[Times, Times]] = []
@@ -673,31 +675,45 @@ class _Changes:
                 seen.head, partlake=seen.partlake, native=seen.native
             )
 
-    def add(self, decoded: _Decoded) -> None:
-        """The data-changing add and remove actions of one parsed block."""
+    def add(self, decoded: _Decoded, live: Ids | None = None) -> None:
+        """The data-changing add and remove actions of one parsed block (`live`: per row, the
+        position of its added file among the live files, or -1)."""
+        np = self.vocabulary.np
         found = _changed(decoded)
         if found is None:
             return
-        versions, codes, new_times, stamps = found
+        rows, was_add, versions, codes, new_times, stamps = found
+        at = np.full(len(rows), -1, np.int64) if live is None else np.where(was_add, live[rows], -1)
+        unknown = at < 0
         self.versions.append(versions)
+        self.live.append(at)
         for column, chunk in zip(self.codes, codes, strict=True):
-            column.append(chunk)
+            column.append(chunk if unknown.all() else chunk[unknown])
         self.new_times.append(new_times)
         self.stamps.append((versions, stamps))
 
-    def reduced(self, files: LogFiles, layout: Layout, *, since: int) -> ChangeTimes:
-        """The collected changes as a `ChangeTimes` of partition ids (commits after `since`)."""
+    def reduced(self, files: LogFiles, *, since: int, live: Ids | None = None) -> ChangeTimes:
+        """The collected changes as a `ChangeTimes` of partition ids (commits after `since`;
+        `live`: the ids of the live files' partitions, `_Rows.ids`)."""
         np = self.vocabulary.np
         times = self.times
         if self.versions:
             versions = np.concatenate(self.versions)
-            columns = [np.concatenate(c) for c in self.codes]
+            at = np.concatenate(self.live)
             keep = versions > since
-            ids = self.vocabulary.ids([c[keep] for c in columns], int(np.count_nonzero(keep)))
-            times.add(versions[keep], ids, np.concatenate(self.new_times)[keep])
-            for at, stamps in self.stamps:
-                _stamp_commits(np, times, at, stamps)
-        self.versions, self.codes, self.new_times, self.stamps = [], [], [], []
+            ids = np.full(len(versions), -1, np.int64)
+            known = at >= 0
+            if live is not None and known.any():
+                ids[known] = live[at[known]]
+            unknown = np.flatnonzero(~known)
+            chosen = keep[unknown]  # (the codes are kept for the unknown rows only)
+            columns = [np.concatenate(c)[chosen] for c in self.codes]
+            ids[unknown[chosen]] = self.vocabulary.ids(columns, int(np.count_nonzero(chosen)))
+            times.add(versions[keep], ids[keep], np.concatenate(self.new_times)[keep])
+            for moments, stamps in self.stamps:
+                _stamp_commits(np, times, moments, stamps)
+        self.versions, self.live, self.new_times, self.stamps = [], [], [], []
+        self.codes = [[] for _ in self.vocabulary.partition_by]
         times.file_times.update(_file_times(files, times.versions_without_clock()))
         return times
 
@@ -708,6 +724,9 @@ def _stamp_commits(np: ModuleType, times: ChangeTimes, versions: Times, stamps: 
     if not np.any(present):
         return
     versions, stamps = versions[present], stamps[present]
+    if bool(np.all(versions == versions[0])):  # (a block of one commit: most)
+        times.stamp(int(versions[0]), int(stamps.max()))
+        return
     order = np.lexsort((stamps, versions))
     last = np.r_[versions[order][1:] != versions[order][:-1], True]
     chosen = zip(versions[order][last].tolist(), stamps[order][last].tolist(), strict=True)
@@ -721,8 +740,7 @@ class _Decoded:
 
     def __init__(self, vocabulary: _Vocabulary, table: pa.Table) -> None:
         self.vocabulary, self.table = vocabulary, table
-        self.add = table.column("add").combine_chunks()
-        self.remove = table.column("remove").combine_chunks()
+        self.add, self.remove = _whole(table.column("add")), _whole(table.column("remove"))
         self._codes: dict[str, list[Codes]] = {}
 
     def codes(self, kind: str) -> list[Codes]:
@@ -742,13 +760,20 @@ class _Decoded:
     def versions(self) -> Times:
         """Each row's commit version."""
         np = self.vocabulary.np
-        return _ints(np, self.table.column("_v").combine_chunks(), np.int64)
+        return _ints(np, _whole(self.table.column("_v")), np.int64)
 
 
-def _changed(decoded: _Decoded) -> tuple[Times, list[Codes], Times, Times] | None:
-    """(version, partition codes, new file time or `ABSENT`, action stamp or `ABSENT`) of each
-    data-changing add or remove of a parsed block (a remove without partition values is not
-    counted: no partition is known for it)."""
+def _whole(column: pa.ChunkedArray) -> pa.Array:
+    """A column as one array (a parse gives one chunk: `combine_chunks` would copy it)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _changed(
+    decoded: _Decoded,
+) -> tuple[Ids, Flags, Times, list[Codes], Times, Times] | None:
+    """(row, is an add, version, partition codes, new file time or `ABSENT`, action stamp or
+    `ABSENT`) of each data-changing add or remove of a parsed block (a remove without partition
+    values is not counted: no partition is known for it)."""
     import pyarrow.compute as pc
 
     np = decoded.vocabulary.np
@@ -777,7 +802,7 @@ def _changed(decoded: _Decoded) -> tuple[Times, list[Codes], Times, Times] | Non
     vectors = _vectors(decoded.add)
     new = was_add if vectors is None else was_add & ~_bools(np, pc.is_valid(vectors))[rows]
     new_times = np.where(new, modified, ABSENT)
-    return decoded.versions()[rows].copy(), codes, new_times, stamps
+    return rows, was_add, decoded.versions()[rows].copy(), codes, new_times, stamps
 
 
 def _vectors(actions: pa.StructArray) -> pa.Array | None:
@@ -865,7 +890,7 @@ class _Actions:
         import pyarrow.compute as pc
 
         np, pa = self.vocabulary.np, self.vocabulary.pa
-        add, remove = (table.column(k).combine_chunks() for k in ("add", "remove"))
+        add, remove = (_whole(table.column(k)) for k in ("add", "remove"))
         is_add, is_remove = _bools(np, pc.is_valid(add)), _bools(np, pc.is_valid(remove))
         rows = np.flatnonzero(is_add | is_remove)
         removes = is_remove[rows]
@@ -897,7 +922,7 @@ class _Actions:
             mask, pc.struct_field(gone, "dataChange"), pc.struct_field(adds, "dataChange")
         )
         data_change = _bools(np, change) | ~_bools(np, pc.is_valid(change))
-        versions = _ints(np, table.column("_v").combine_chunks().take(at), np.int64).copy()
+        versions = _ints(np, _whole(table.column("_v")).take(at), np.int64).copy()
         modified = _nullable_ints(np, pc.struct_field(adds, "modificationTime"))
         deleted = _nullable_ints(np, pc.struct_field(gone, "deletionTimestamp"))
         new = ~removes & ~_bools(np, pc.is_valid(pc.struct_field(adds, "deletionVector")))
@@ -950,8 +975,10 @@ class _Actions:
 
 class _Rows:
     """The live files of a replay: partition value codes and modification times of the files
-    no later action names (`codes`, `times`: numpy chunks), and the actions naming the others,
-    with their position in the replay (`followed`; a checkpoint's files come first, at -1)."""
+    no later action names (`codes`, `times`: numpy chunks, `size` files), and the actions naming
+    the others, with their position in the replay (`followed`; a checkpoint's files come first,
+    at -1). `ids`: after `per_partition`, the id of each live file's partition, those of `codes`
+    first, in order."""
 
     def __init__(self, vocabulary: _Vocabulary, named: set[str]) -> None:
         self.vocabulary = vocabulary
@@ -964,6 +991,8 @@ class _Rows:
         # (position, file key, partition value codes or None for a remove, time)
         self.followed: list[tuple[int, str, tuple[int, ...] | None, int]] = []
         self.seq = 0
+        self.size = 0
+        self.ids: Ids | None = None
 
     def add_checkpoint(self, files: LogFiles, path: str) -> None:
         """The add actions of a Parquet checkpoint file (classic, a part, a V2 top-level file or
@@ -1004,9 +1033,10 @@ class _Rows:
                 keys = _file_keys(pc.struct_field(chosen, "path"), vectors)
             self._keep(values, _ints(np, times, np.int64)[at], keys, None)
 
-    def add_json(self, decoded: _Decoded, *, checkpoint: bool) -> None:
+    def add_json(self, decoded: _Decoded, *, checkpoint: bool) -> Ids:
         """The actions of parsed JSON lines: a JSON checkpoint's adds, or a commit's adds and
-        removes in log order."""
+        removes in log order. Returns per row the position of the file it adds among the files
+        of `codes`, or -1."""
         import pyarrow.compute as pc
 
         np, pa = self.np, self.pa
@@ -1034,17 +1064,23 @@ class _Rows:
         if paths.null_count or times.null_count:
             raise CannotReplay("an add without a path or a modification time")
         keys = _file_keys(paths, _vectors(added))
-        self._keep(values, _ints(np, times, np.int64), keys, None if checkpoint else seq[at])
+        live = np.full(rows, -1, np.int64)
+        live[at] = self._keep(
+            values, _ints(np, times, np.int64), keys, None if checkpoint else seq[at]
+        )
+        return live
 
     def _keep(
         self, values: list[Codes], t: np.ndarray, keys: pa.Array | None, seq: np.ndarray | None
-    ) -> None:
+    ) -> Ids:
         """Files with these partition value codes and modification times; those some later
-        action names are kept apart to be replayed in order."""
+        action names are kept apart to be replayed in order. Returns each one's position
+        among the files of `codes`, or -1 (kept apart)."""
         np = self.np
         named = None
         if keys is not None and self.named_array is not None:
             named = self._named(keys)
+        positions = np.arange(self.size, self.size + len(t), dtype=np.int64)
         if keys is not None and named is not None and named.any():
             for i in np.flatnonzero(named).tolist():
                 row = tuple(int(v[i]) for v in values)
@@ -1052,9 +1088,13 @@ class _Rows:
                 self.followed.append((at, _key(keys[i].as_py()), row, int(t[i])))
             keep = ~named
             values, t = [v[keep] for v in values], t[keep]
+            positions = np.full(len(named), -1, np.int64)
+            positions[keep] = np.arange(self.size, self.size + len(t), dtype=np.int64)
         for column, codes in zip(self.codes, values, strict=True):
             column.append(codes)
         self.times.append(np.array(t, np.int64))  # a copy: `t` may view an Arrow buffer
+        self.size += len(t)
+        return positions
 
     def _named(self, keys: pa.Array) -> np.ndarray:
         """Which of `keys` some later action names (a percent-encoded path names the file its
@@ -1077,7 +1117,7 @@ class _Rows:
             return IntMap(VALUES), IntMap(VALUES)
         columns = [np.concatenate(chunks) for chunks in self.codes]
         self.codes, self.times = [], []
-        ids = self.vocabulary.ids(columns, len(times))
+        ids = self.ids = self.vocabulary.ids(columns, len(times))
         del columns
         self.pa.default_memory_pool().release_unused()  # what Arrow's allocator kept of the parse
         ones = np.ones(len(times), np.int64)
