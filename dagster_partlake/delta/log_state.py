@@ -337,8 +337,8 @@ def _first_pass(
     named: set[str] = set()
     shapes: dict[int, _Shape] = {}
     for version, path in paths:
-        shape = _NONE
-        for block in _blocks(files, path):
+        shape, leading = _NONE, []
+        for block in _blocks(files, path, leading=leading):
             here = _Shape.of(block)
             shape = shape | here
             metas.extend((version, kind, action) for kind, action in _meta_lines(block))
@@ -353,7 +353,7 @@ def _first_pass(
                 )
             if lines:
                 named.update(_named_keys(b"\n".join(lines)))
-        shapes[version] = shape
+        shapes[version] = shape | _Shape(False, False, infos=not all(leading))
     return named, metas, shapes
 
 
@@ -487,17 +487,22 @@ class _Shape:
 
     removes: bool = True  # the bytes name `"remove"`
     vectors: bool = True  # the bytes name `"deletionVector"`
+    infos: bool = True  # a commitInfo line may be elsewhere than on the first line
 
     @classmethod
     def of(cls, block: bytes) -> _Shape:
-        return cls(b'"remove"' in block, b'"deletionVector"' in block)
+        return cls(b'"remove"' in block, b'"deletionVector"' in block, infos=False)
 
     def __or__(self, other: _Shape) -> _Shape:
-        return _Shape(self.removes or other.removes, self.vectors or other.vectors)
+        return _Shape(
+            self.removes or other.removes,
+            self.vectors or other.vectors,
+            self.infos or other.infos,
+        )
 
 
 _ANY = _Shape()  # lines not looked at: anything may be there
-_NONE = _Shape(removes=False, vectors=False)
+_NONE = _Shape(removes=False, vectors=False, infos=False)
 
 
 def _action_schema(
@@ -598,7 +603,7 @@ def _tagged_tables(
     for version, path in paths:
         seen = _Seen()
         shape = _ANY if shapes is None else shapes.get(version, _ANY)
-        for block in _blocks(files, path, seen):
+        for block in _blocks(files, path, seen, first_only=not shape.infos):
             if meta:
                 for kind, action in _meta_lines(block):
                     changes.meta(version, kind, action)
@@ -1262,12 +1267,21 @@ def _string_array(pa: ModuleType, np: ModuleType, words: Sequence[str]) -> pa.Ar
     return pa.Array.from_buffers(pa.string(), len(encoded), [None, narrow, data])
 
 
-def _blocks(files: LogFiles, path: str, seen: _Seen | None = None) -> Iterator[bytes]:
+def _blocks(
+    files: LogFiles,
+    path: str,
+    seen: _Seen | None = None,
+    *,
+    leading: list[bool] | None = None,
+    first_only: bool = False,
+) -> Iterator[bytes]:
     """The lines of one JSON file of the log (a commit, a V2 checkpoint) in blocks of about
     `_BLOCK` bytes, whole lines each, without the commitInfo lines (skipped as they are read,
-    never held whole; `seen` gets their first bytes)."""
+    never held whole; `seen` gets their first bytes, `leading` whether each is the file's
+    first line). With `first_only` (`leading` said so on an earlier read: a commit holds one
+    commitInfo line, which writers put first) only the first line is looked at."""
     with files.open(path) as commit:
-        carry, skipping = b"", False
+        carry, skipping, opening = b"", False, True  # opening: `carry` starts the file
         while chunk := commit.read(_BLOCK):
             if skipping:  # inside a commitInfo line: drop up to its end
                 end = chunk.find(b"\n")
@@ -1279,14 +1293,24 @@ def _blocks(files: LogFiles, path: str, seen: _Seen | None = None) -> Iterator[b
             data = carry + chunk
             cut = data.rfind(b"\n") + 1
             whole, carry = data[:cut], data[cut:]
-            spans = list(_line_starts(whole, _COMMIT_INFO))
+            if not first_only:
+                spans = list(_line_starts(whole, _COMMIT_INFO))
+            elif opening and whole.startswith(_COMMIT_INFO):
+                spans = [(0, whole.find(b"\n"))]
+            else:
+                spans = []
+            if leading is not None:
+                leading.extend(opening and start == 0 for start, _ in spans)
             if seen is not None:
                 for start, end in spans:
                     seen.start(whole[start:end])
             if carry.startswith(_COMMIT_INFO):
+                if leading is not None:
+                    leading.append(opening and not whole)
                 if seen is not None:
                     seen.start(carry)
                 carry, skipping = b"", True
+            opening = opening and not whole and not skipping
             whole = _without(whole, spans)
             if whole and not whole.isspace():  # (`strip` would copy the block)
                 yield whole
