@@ -17,17 +17,21 @@ partition. So a read replays the log itself, in bulk:
 - every JSON commit the log still holds (also those before the checkpoint, which say when each
   partition last changed) is parsed a block of lines at a time (`_BLOCK`), several small commits
   per block, with Arrow's JSON reader against a schema of just what liveness and change times
-  need; their commitInfo lines are never parsed whole (a partlake record of a large commit is
-  most of its bytes): only their first bytes are read for the commit's time
-  (`change_rule.commit_clock`).
+  need, and of the commits the first pass read, only what their bytes name (`_Shape`: most
+  hold adds alone, and Arrow would build a null in every leaf of the remove action and the
+  deletion vector for each of their rows); their commitInfo lines are never parsed whole (a
+  partlake record of a large commit is most of its bytes): only their first bytes are read for
+  the commit's time (`change_rule.commit_clock`), and where the first pass found a commit's
+  only one on its first line, no other line is searched for one.
 
 A file is its path plus its deletion vector; it is live when the last action naming it is an add.
 Only files some later action names are followed one by one, in log order; for the rest only
 their partition values (as codes into the distinct values of this read) and modification times
-are kept, and they are grouped by partition at once with numpy. Partition values are read under
-their physical column names (column mapping) and keyed as `partition_text` spells them. Each
-partition's lastUpdated is the time of the newest commit that changed it
-(`dagster_partlake.delta.change_rule`).
+are kept, and they are grouped by partition at once with numpy. Partition values are read
+under their physical column names (column mapping) and keyed as `partition_text` spells them.
+Each partition's lastUpdated is the time of the newest commit that changed it
+(`dagster_partlake.delta.change_rule`); a live file's partition is looked up in `VALUES` once,
+for both.
 
 `read_file_actions` reads the actions of commits made since a state was read the same way, as
 columns (`dagster_partlake.delta.state` follows a table with them).
@@ -337,7 +341,8 @@ def _first_pass(
     named: set[str] = set()
     shapes: dict[int, _Shape] = {}
     for version, path in paths:
-        shape, leading = _NONE, []
+        shape = _NONE
+        leading: list[bool] = []  # per commitInfo line: the commit's first line
         for block in _blocks(files, path, leading=leading):
             here = _Shape.of(block)
             shape = shape | here
