@@ -176,4 +176,6 @@ class ChangeTimes:
 def _unique(values: Ints) -> Ints:
     import numpy as np
 
+    if len(values) and bool(np.all(values == values[0])):  # (a block of one commit: most)
+        return values[:1]
     return np.unique(values)

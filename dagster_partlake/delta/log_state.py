@@ -17,17 +17,21 @@ partition. So a read replays the log itself, in bulk:
 - every JSON commit the log still holds (also those before the checkpoint, which say when each
   partition last changed) is parsed a block of lines at a time (`_BLOCK`), several small commits
   per block, with Arrow's JSON reader against a schema of just what liveness and change times
-  need; their commitInfo lines are never parsed whole (a partlake record of a large commit is
-  most of its bytes): only their first bytes are read for the commit's time
-  (`change_rule.commit_clock`).
+  need, and of the commits the first pass read, only what their bytes name (`_Shape`: most
+  hold adds alone, and Arrow would build a null in every leaf of the remove action and the
+  deletion vector for each of their rows); their commitInfo lines are never parsed whole (a
+  partlake record of a large commit is most of its bytes): only their first bytes are read for
+  the commit's time (`change_rule.commit_clock`), and where the first pass found a commit's
+  only one on its first line, no other line is searched for one.
 
 A file is its path plus its deletion vector; it is live when the last action naming it is an add.
 Only files some later action names are followed one by one, in log order; for the rest only
 their partition values (as codes into the distinct values of this read) and modification times
-are kept, and they are grouped by partition at once with numpy. Partition values are read under
-their physical column names (column mapping) and keyed as `partition_text` spells them. Each
-partition's lastUpdated is the time of the newest commit that changed it
-(`dagster_partlake.delta.change_rule`).
+are kept, and they are grouped by partition at once with numpy. Partition values are read
+under their physical column names (column mapping) and keyed as `partition_text` spells them.
+Each partition's lastUpdated is the time of the newest commit that changed it
+(`dagster_partlake.delta.change_rule`); a live file's partition is looked up in `VALUES` once,
+for both.
 
 `read_file_actions` reads the actions of commits made since a state was read the same way, as
 columns (`dagster_partlake.delta.state` follows a table with them).
@@ -207,7 +211,7 @@ class _Replay:
 
     def run(self) -> LogState:
         tops, sidecars, meta = self._checkpoint_tops()
-        removed, metas = _first_pass(self.files, self._paths(self.after))
+        removed, metas, shapes = _first_pass(self.files, self._paths(self.after))
         meta.update({kind: action for _, kind, action in metas})
         protocol, metadata = meta.get("protocol"), meta.get("metaData")
         if protocol is None or metadata is None:
@@ -237,11 +241,12 @@ class _Replay:
             vocabulary, self.files, self._paths(before), changes, file_keys=False
         ):
             changes.add(_Decoded(vocabulary, table))
-        after = _tagged_tables(vocabulary, self.files, self._paths(self.after), changes, meta=False)
+        after = _tagged_tables(
+            vocabulary, self.files, self._paths(self.after), changes, meta=False, shapes=shapes
+        )
         for table in after:
             decoded = _Decoded(vocabulary, table)
-            changes.add(decoded)
-            rows.add_json(decoded, checkpoint=False)
+            changes.add(decoded, rows.add_json(decoded, checkpoint=False))
         return self._state(layout, vocabulary, rows, changes, held)
 
     def _state(
@@ -255,7 +260,7 @@ class _Replay:
         import numpy as np
 
         newest, counts = rows.per_partition()
-        times = changes.reduced(self.files, layout, since=changes.repartitioned - 1)
+        times = changes.reduced(self.files, since=changes.repartitioned - 1, live=rows.ids)
         pids, versions, when = times.newest_changes()
         live = np.isin(pids, counts.id_array()) if len(pids) else np.zeros(0, bool)
         pids, versions, when = pids[live], versions[live], when[live]
@@ -328,16 +333,23 @@ def _sidecar_path(name: str) -> str:
 
 def _first_pass(
     files: LogFiles, paths: Sequence[tuple[int, str]]
-) -> tuple[set[str], list[tuple[int, str, dict[str, Any]]]]:
+) -> tuple[set[str], list[tuple[int, str, dict[str, Any]]], dict[int, _Shape]]:
     """The keys of the files the JSON commits at `paths` remove or re-add without changing
-    data (a later action may name a file of before), and their metaData and protocol actions
-    (version, kind, action), in log order."""
+    data (a later action may name a file of before), their metaData and protocol actions
+    (version, kind, action), in log order, and what each commit's lines may hold."""
     metas: list[tuple[int, str, dict[str, Any]]] = []
     named: set[str] = set()
+    shapes: dict[int, _Shape] = {}
     for version, path in paths:
-        for block in _blocks(files, path):
+        shape = _NONE
+        leading: list[bool] = []  # per commitInfo line: the commit's first line
+        for block in _blocks(files, path, leading=leading):
+            here = _Shape.of(block)
+            shape = shape | here
             metas.extend((version, kind, action) for kind, action in _meta_lines(block))
-            lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
+            lines = []
+            if here.removes:  # (one scan for the key spares the scan for line starts)
+                lines = [block[start:end] for start, end in _line_starts(block, _REMOVE)]
             if _QUIET in block:  # (one scan; most blocks have none)
                 lines.extend(
                     block[start:end]
@@ -346,7 +358,8 @@ def _first_pass(
                 )
             if lines:
                 named.update(_named_keys(b"\n".join(lines)))
-    return named, metas
+        shapes[version] = shape | _Shape(False, False, infos=not all(leading))
+    return named, metas, shapes
 
 
 def _named_keys(lines: bytes) -> list[str]:
@@ -374,7 +387,8 @@ def _python_keys(actions: pa.StructArray) -> list[str]:
     import pyarrow.compute as pc
 
     paths = pc.struct_field(actions, "path").to_pylist()
-    ids = _dv_ids(pc.struct_field(actions, "deletionVector")).to_pylist()
+    vectors = _vectors(actions)
+    ids = [None] * len(paths) if vectors is None else _dv_ids(vectors).to_pylist()
     return [
         unquote(p) if d is None else f"{unquote(p)}\x00{d}" for p, d in zip(paths, ids, strict=True)
     ]
@@ -468,29 +482,72 @@ def _dv_type() -> pa.DataType:
     return pa.struct([(n, pa.string() if t == "string" else pa.int64()) for n, t in _DV_FIELDS])
 
 
-def _action_schema(vocabulary: _Vocabulary, *, tagged: bool, paths: bool = True) -> pa.Schema:
+@dataclass(frozen=True)
+class _Shape:
+    """Which optional actions and fields some JSON lines may hold. A key whose name appears
+    nowhere in their bytes is in none of them, so Arrow need not build its columns (for every
+    row a null in each of their leaves: a third of the parse of a block of adds). The bytes are
+    searched, not the line starts: an action the first pass did not expect is still parsed,
+    and refused."""
+
+    removes: bool = True  # the bytes name `"remove"`
+    vectors: bool = True  # the bytes name `"deletionVector"`
+    infos: bool = True  # a commitInfo line may be elsewhere than on the first line
+
+    @classmethod
+    def of(cls, block: bytes) -> _Shape:
+        return cls(b'"remove"' in block, b'"deletionVector"' in block, infos=False)
+
+    def __or__(self, other: _Shape) -> _Shape:
+        return _Shape(
+            self.removes or other.removes,
+            self.vectors or other.vectors,
+            self.infos or other.infos,
+        )
+
+
+_ANY = _Shape()  # lines not looked at: anything may be there
+_NONE = _Shape(removes=False, vectors=False, infos=False)
+
+
+def _action_schema(
+    vocabulary: _Vocabulary, *, tagged: bool, paths: bool = True, shape: _Shape = _ANY
+) -> pa.Schema:
     """What the replay reads of a JSON line: the add and remove actions' file key (`paths`),
     partition values (by physical name), data change flag and times; `_v`, the commit version
-    (`_tagged_tables`)."""
+    (`_tagged_tables`). Without `shape.vectors` the actions have no `deletionVector` field,
+    without `shape.removes` there is no `remove` (`_parse` adds it back, all null)."""
     pa = vocabulary.pa
     physical = vocabulary.layout.physical
-    common = [("dataChange", pa.bool_()), ("deletionVector", _dv_type())]
+    common = [("dataChange", pa.bool_())]
+    if shape.vectors:
+        common.append(("deletionVector", _dv_type()))
     if paths:  # (only the times of the commits before a checkpoint are read: no file keys)
         common.insert(0, ("path", pa.string()))
     if physical:  # an unpartitioned table's values are `{}`: nothing to read
         common.append(("partitionValues", pa.struct([(c, pa.string()) for c in physical])))
     add = pa.struct([*common, ("modificationTime", pa.int64())])
     remove = pa.struct([*common, ("deletionTimestamp", pa.int64())])
-    fields = [("add", add), ("remove", remove)]
+    fields = [("add", add), ("remove", remove)] if shape.removes else [("add", add)]
     return pa.schema([("_v", pa.int64()), *fields] if tagged else fields)
 
 
-def _parse(vocabulary: _Vocabulary, block: bytes, *, tagged: bool, paths: bool = True) -> pa.Table:
+def _parse(
+    vocabulary: _Vocabulary,
+    block: bytes,
+    *,
+    tagged: bool,
+    paths: bool = True,
+    shape: _Shape = _ANY,
+) -> pa.Table:
+    """The actions of some JSON lines as a table of `_action_schema` (`shape`: what the lines
+    may hold, `_Shape.of` them or more); its `remove` column is there, all null, when `shape`
+    says there is none."""
     import pyarrow.json as pj
 
     pa = vocabulary.pa
     options = pj.ParseOptions(
-        explicit_schema=_action_schema(vocabulary, tagged=tagged, paths=paths),
+        explicit_schema=_action_schema(vocabulary, tagged=tagged, paths=paths, shape=shape),
         unexpected_field_behavior="ignore",
     )
     table = pj.read_json(
@@ -501,6 +558,9 @@ def _parse(vocabulary: _Vocabulary, block: bytes, *, tagged: bool, paths: bool =
     )
     if tagged and table.column("_v").null_count:
         raise CannotReplay("a line of a commit that does not start with '{'")
+    if not shape.removes:
+        remove = _action_schema(vocabulary, tagged=False, paths=paths).field("remove").type
+        table = table.append_column("remove", pa.nulls(table.num_rows, remove))
     return table
 
 
@@ -535,37 +595,43 @@ def _tagged_tables(
     *,
     file_keys: bool = True,
     meta: bool = True,
+    shapes: Mapping[int, _Shape] | None = None,
 ) -> Iterator[pa.Table]:
     """The add and remove actions of the JSON commits at `paths` (version, file), in log order,
     each row with its commit's version (`_v`): small commits several per Arrow parse, each line
     tagged with it, a large one a block at a time. Each commit's clock (and, with `meta`, its
     metaData and protocol actions) go to `changes`. Without `file_keys`, the actions' paths and
-    deletion vectors' ids are not read."""
+    deletion vectors' ids are not read. `shapes`: what each commit's lines may hold, as
+    `_first_pass` found (a commit it lacks may hold anything)."""
     pending: list[bytes] = []
-    size = 0
+    size, held = 0, _NONE  # the bytes pending, and what they may hold
     for version, path in paths:
         seen = _Seen()
-        for block in _blocks(files, path, seen):
+        shape = _ANY if shapes is None else shapes.get(version, _ANY)
+        for block in _blocks(files, path, seen, first_only=not shape.infos):
             if meta:
                 for kind, action in _meta_lines(block):
                     changes.meta(version, kind, action)
             if len(block) >= _BLOCK // 4:  # large: its own parse, no copy to tag its lines
                 if pending:
-                    yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
-                    pending, size = [], 0
-                yield _with_version(
-                    _parse(vocabulary, block, tagged=False, paths=file_keys), version
-                )
+                    yield _parse(
+                        vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
+                    )
+                    pending, size, held = [], 0, _NONE
+                parsed = _parse(vocabulary, block, tagged=False, paths=file_keys, shape=shape)
+                yield _with_version(parsed, version)
                 continue
             tagged = (b"\n" + block).replace(b"\n{", b'\n{"_v":%d,' % version)[1:]
             pending.append(tagged if tagged.endswith(b"\n") else tagged + b"\n")
-            size += len(tagged)
+            size, held = size + len(tagged), held | shape
             if size >= _BLOCK:
-                yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
-                pending, size = [], 0
+                yield _parse(
+                    vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
+                )
+                pending, size, held = [], 0, _NONE
         changes.clock(version, seen)
     if pending:
-        yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys)
+        yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held)
 
 
 def _with_version(table: pa.Table, version: int) -> pa.Table:
@@ -585,6 +651,9 @@ class _Changes:
     def __init__(self, vocabulary: _Vocabulary) -> None:
         self.vocabulary = vocabulary
         self.versions: list[Times] = []
+        # Per action, its file's position among the live files (`_Rows.add_json`), or -1 and
+        # its partition value codes (in `codes`): each partition's id is found once.
+        self.live: list[Ids] = []
         self.codes: list[list[Codes]] = [[] for _ in vocabulary.partition_by]
         self.new_times: list[Times] = []
         self.stamps: list[tuple[Times, Times]] = []
@@ -616,31 +685,45 @@ class _Changes:
                 seen.head, partlake=seen.partlake, native=seen.native
             )
 
-    def add(self, decoded: _Decoded) -> None:
-        """The data-changing add and remove actions of one parsed block."""
+    def add(self, decoded: _Decoded, live: Ids | None = None) -> None:
+        """The data-changing add and remove actions of one parsed block (`live`: per row, the
+        position of its added file among the live files, or -1)."""
+        np = self.vocabulary.np
         found = _changed(decoded)
         if found is None:
             return
-        versions, codes, new_times, stamps = found
+        rows, was_add, versions, codes, new_times, stamps = found
+        at = np.full(len(rows), -1, np.int64) if live is None else np.where(was_add, live[rows], -1)
+        unknown = at < 0
         self.versions.append(versions)
+        self.live.append(at)
         for column, chunk in zip(self.codes, codes, strict=True):
-            column.append(chunk)
+            column.append(chunk if unknown.all() else chunk[unknown])
         self.new_times.append(new_times)
         self.stamps.append((versions, stamps))
 
-    def reduced(self, files: LogFiles, layout: Layout, *, since: int) -> ChangeTimes:
-        """The collected changes as a `ChangeTimes` of partition ids (commits after `since`)."""
+    def reduced(self, files: LogFiles, *, since: int, live: Ids | None = None) -> ChangeTimes:
+        """The collected changes as a `ChangeTimes` of partition ids (commits after `since`;
+        `live`: the ids of the live files' partitions, `_Rows.ids`)."""
         np = self.vocabulary.np
         times = self.times
         if self.versions:
             versions = np.concatenate(self.versions)
-            columns = [np.concatenate(c) for c in self.codes]
+            at = np.concatenate(self.live)
             keep = versions > since
-            ids = self.vocabulary.ids([c[keep] for c in columns], int(np.count_nonzero(keep)))
-            times.add(versions[keep], ids, np.concatenate(self.new_times)[keep])
-            for at, stamps in self.stamps:
-                _stamp_commits(np, times, at, stamps)
-        self.versions, self.codes, self.new_times, self.stamps = [], [], [], []
+            ids = np.full(len(versions), -1, np.int64)
+            known = at >= 0
+            if live is not None and known.any():
+                ids[known] = live[at[known]]
+            unknown = np.flatnonzero(~known)
+            chosen = keep[unknown]  # (the codes are kept for the unknown rows only)
+            columns = [np.concatenate(c)[chosen] for c in self.codes]
+            ids[unknown[chosen]] = self.vocabulary.ids(columns, int(np.count_nonzero(chosen)))
+            times.add(versions[keep], ids[keep], np.concatenate(self.new_times)[keep])
+            for moments, stamps in self.stamps:
+                _stamp_commits(np, times, moments, stamps)
+        self.versions, self.live, self.new_times, self.stamps = [], [], [], []
+        self.codes = [[] for _ in self.vocabulary.partition_by]
         times.file_times.update(_file_times(files, times.versions_without_clock()))
         return times
 
@@ -651,6 +734,9 @@ def _stamp_commits(np: ModuleType, times: ChangeTimes, versions: Times, stamps: 
     if not np.any(present):
         return
     versions, stamps = versions[present], stamps[present]
+    if bool(np.all(versions == versions[0])):  # (a block of one commit: most)
+        times.stamp(int(versions[0]), int(stamps.max()))
+        return
     order = np.lexsort((stamps, versions))
     last = np.r_[versions[order][1:] != versions[order][:-1], True]
     chosen = zip(versions[order][last].tolist(), stamps[order][last].tolist(), strict=True)
@@ -664,8 +750,7 @@ class _Decoded:
 
     def __init__(self, vocabulary: _Vocabulary, table: pa.Table) -> None:
         self.vocabulary, self.table = vocabulary, table
-        self.add = table.column("add").combine_chunks()
-        self.remove = table.column("remove").combine_chunks()
+        self.add, self.remove = _whole(table.column("add")), _whole(table.column("remove"))
         self._codes: dict[str, list[Codes]] = {}
 
     def codes(self, kind: str) -> list[Codes]:
@@ -685,38 +770,59 @@ class _Decoded:
     def versions(self) -> Times:
         """Each row's commit version."""
         np = self.vocabulary.np
-        return _ints(np, self.table.column("_v").combine_chunks(), np.int64)
+        return _ints(np, _whole(self.table.column("_v")), np.int64)
 
 
-def _changed(decoded: _Decoded) -> tuple[Times, list[Codes], Times, Times] | None:
-    """(version, partition codes, new file time or `ABSENT`, action stamp or `ABSENT`) of each
-    data-changing add or remove of a parsed block (a remove without partition values is not
-    counted: no partition is known for it)."""
+def _whole(column: pa.ChunkedArray) -> pa.Array:
+    """A column as one array (a parse gives one chunk: `combine_chunks` would copy it)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _changed(
+    decoded: _Decoded,
+) -> tuple[Ids, Flags, Times, list[Codes], Times, Times] | None:
+    """(row, is an add, version, partition codes, new file time or `ABSENT`, action stamp or
+    `ABSENT`) of each data-changing add or remove of a parsed block (a remove without partition
+    values is not counted: no partition is known for it)."""
     import pyarrow.compute as pc
 
     np = decoded.vocabulary.np
     physical = decoded.vocabulary.layout.physical
+    removes = decoded.remove.null_count < len(decoded.remove)
     changing = []
-    for action in (decoded.add, decoded.remove):
+    for action in (decoded.add, decoded.remove) if removes else (decoded.add,):
         known = _bools(np, pc.is_valid(action)) & _changes_data(np, action)
         values = _partition_values(action, physical)
         changing.append(known if values is None else known & _bools(np, pc.is_valid(values)))
-    is_add, is_remove = changing
-    rows = np.flatnonzero(is_add | is_remove)
+    is_add = changing[0]
+    rows = np.flatnonzero(is_add | changing[1] if removes else is_add)
     if not len(rows):
         return None
     was_add = is_add[rows]
-    codes = [
-        np.where(was_add, added[rows], removed[rows])
-        for added, removed in zip(decoded.codes("add"), decoded.codes("remove"), strict=True)
-    ]
     modified = _nullable_ints(np, pc.struct_field(decoded.add, "modificationTime"))[rows]
-    deleted = _nullable_ints(np, pc.struct_field(decoded.remove, "deletionTimestamp"))[rows]
-    vectors = pc.struct_field(decoded.add, "deletionVector")
-    no_vector = ~_bools(np, pc.is_valid(vectors))[rows]
-    new_times = np.where(was_add & no_vector, modified, ABSENT)
-    stamps = np.where(was_add, modified, deleted)
-    return decoded.versions()[rows].copy(), codes, new_times, stamps
+    if removes:
+        codes = [
+            np.where(was_add, added[rows], removed[rows])
+            for added, removed in zip(decoded.codes("add"), decoded.codes("remove"), strict=True)
+        ]
+        deleted = _nullable_ints(np, pc.struct_field(decoded.remove, "deletionTimestamp"))[rows]
+        stamps = np.where(was_add, modified, deleted)
+    else:  # (most blocks: adds alone)
+        codes, stamps = [added[rows] for added in decoded.codes("add")], modified
+    vectors = _vectors(decoded.add)
+    new = was_add if vectors is None else was_add & ~_bools(np, pc.is_valid(vectors))[rows]
+    new_times = np.where(new, modified, ABSENT)
+    return rows, was_add, decoded.versions()[rows].copy(), codes, new_times, stamps
+
+
+def _vectors(actions: pa.StructArray) -> pa.Array | None:
+    """The deletion vectors of some parsed actions, None when the parse read none
+    (`_Shape.vectors`)."""
+    import pyarrow.compute as pc
+
+    if actions.type.get_field_index("deletionVector") < 0:
+        return None
+    return pc.struct_field(actions, "deletionVector")
 
 
 def _changes_data(np: ModuleType, actions: pa.StructArray) -> Flags:
@@ -794,7 +900,7 @@ class _Actions:
         import pyarrow.compute as pc
 
         np, pa = self.vocabulary.np, self.vocabulary.pa
-        add, remove = (table.column(k).combine_chunks() for k in ("add", "remove"))
+        add, remove = (_whole(table.column(k)) for k in ("add", "remove"))
         is_add, is_remove = _bools(np, pc.is_valid(add)), _bools(np, pc.is_valid(remove))
         rows = np.flatnonzero(is_add | is_remove)
         removes = is_remove[rows]
@@ -826,7 +932,7 @@ class _Actions:
             mask, pc.struct_field(gone, "dataChange"), pc.struct_field(adds, "dataChange")
         )
         data_change = _bools(np, change) | ~_bools(np, pc.is_valid(change))
-        versions = _ints(np, table.column("_v").combine_chunks().take(at), np.int64).copy()
+        versions = _ints(np, _whole(table.column("_v")).take(at), np.int64).copy()
         modified = _nullable_ints(np, pc.struct_field(adds, "modificationTime"))
         deleted = _nullable_ints(np, pc.struct_field(gone, "deletionTimestamp"))
         new = ~removes & ~_bools(np, pc.is_valid(pc.struct_field(adds, "deletionVector")))
@@ -879,8 +985,10 @@ class _Actions:
 
 class _Rows:
     """The live files of a replay: partition value codes and modification times of the files
-    no later action names (`codes`, `times`: numpy chunks), and the actions naming the others,
-    with their position in the replay (`followed`; a checkpoint's files come first, at -1)."""
+    no later action names (`codes`, `times`: numpy chunks, `size` files), and the actions naming
+    the others, with their position in the replay (`followed`; a checkpoint's files come first,
+    at -1). `ids`: after `per_partition`, the id of each live file's partition, those of `codes`
+    first, in order."""
 
     def __init__(self, vocabulary: _Vocabulary, named: set[str]) -> None:
         self.vocabulary = vocabulary
@@ -893,6 +1001,8 @@ class _Rows:
         # (position, file key, partition value codes or None for a remove, time)
         self.followed: list[tuple[int, str, tuple[int, ...] | None, int]] = []
         self.seq = 0
+        self.size = 0
+        self.ids: Ids | None = None
 
     def add_checkpoint(self, files: LogFiles, path: str) -> None:
         """The add actions of a Parquet checkpoint file (classic, a part, a V2 top-level file or
@@ -933,9 +1043,10 @@ class _Rows:
                 keys = _file_keys(pc.struct_field(chosen, "path"), vectors)
             self._keep(values, _ints(np, times, np.int64)[at], keys, None)
 
-    def add_json(self, decoded: _Decoded, *, checkpoint: bool) -> None:
+    def add_json(self, decoded: _Decoded, *, checkpoint: bool) -> Ids:
         """The actions of parsed JSON lines: a JSON checkpoint's adds, or a commit's adds and
-        removes in log order."""
+        removes in log order. Returns per row the position of the file it adds among the files
+        of `codes`, or -1."""
         import pyarrow.compute as pc
 
         np, pa = self.np, self.pa
@@ -962,18 +1073,24 @@ class _Rows:
         times = pc.struct_field(added, "modificationTime")
         if paths.null_count or times.null_count:
             raise CannotReplay("an add without a path or a modification time")
-        keys = _file_keys(paths, pc.struct_field(added, "deletionVector"))
-        self._keep(values, _ints(np, times, np.int64), keys, None if checkpoint else seq[at])
+        keys = _file_keys(paths, _vectors(added))
+        live = np.full(rows, -1, np.int64)
+        live[at] = self._keep(
+            values, _ints(np, times, np.int64), keys, None if checkpoint else seq[at]
+        )
+        return live
 
     def _keep(
         self, values: list[Codes], t: np.ndarray, keys: pa.Array | None, seq: np.ndarray | None
-    ) -> None:
+    ) -> Ids:
         """Files with these partition value codes and modification times; those some later
-        action names are kept apart to be replayed in order."""
+        action names are kept apart to be replayed in order. Returns each one's position
+        among the files of `codes`, or -1 (kept apart)."""
         np = self.np
         named = None
         if keys is not None and self.named_array is not None:
             named = self._named(keys)
+        positions = np.arange(self.size, self.size + len(t), dtype=np.int64)
         if keys is not None and named is not None and named.any():
             for i in np.flatnonzero(named).tolist():
                 row = tuple(int(v[i]) for v in values)
@@ -981,9 +1098,13 @@ class _Rows:
                 self.followed.append((at, _key(keys[i].as_py()), row, int(t[i])))
             keep = ~named
             values, t = [v[keep] for v in values], t[keep]
+            positions = np.full(len(named), -1, np.int64)
+            positions[keep] = np.arange(self.size, self.size + len(t), dtype=np.int64)
         for column, codes in zip(self.codes, values, strict=True):
             column.append(codes)
         self.times.append(np.array(t, np.int64))  # a copy: `t` may view an Arrow buffer
+        self.size += len(t)
+        return positions
 
     def _named(self, keys: pa.Array) -> np.ndarray:
         """Which of `keys` some later action names (a percent-encoded path names the file its
@@ -1006,7 +1127,7 @@ class _Rows:
             return IntMap(VALUES), IntMap(VALUES)
         columns = [np.concatenate(chunks) for chunks in self.codes]
         self.codes, self.times = [], []
-        ids = self.vocabulary.ids(columns, len(times))
+        ids = self.ids = self.vocabulary.ids(columns, len(times))
         del columns
         self.pa.default_memory_pool().release_unused()  # what Arrow's allocator kept of the parse
         ones = np.ones(len(times), np.int64)
@@ -1151,12 +1272,21 @@ def _string_array(pa: ModuleType, np: ModuleType, words: Sequence[str]) -> pa.Ar
     return pa.Array.from_buffers(pa.string(), len(encoded), [None, narrow, data])
 
 
-def _blocks(files: LogFiles, path: str, seen: _Seen | None = None) -> Iterator[bytes]:
+def _blocks(
+    files: LogFiles,
+    path: str,
+    seen: _Seen | None = None,
+    *,
+    leading: list[bool] | None = None,
+    first_only: bool = False,
+) -> Iterator[bytes]:
     """The lines of one JSON file of the log (a commit, a V2 checkpoint) in blocks of about
     `_BLOCK` bytes, whole lines each, without the commitInfo lines (skipped as they are read,
-    never held whole; `seen` gets their first bytes)."""
+    never held whole; `seen` gets their first bytes, `leading` whether each is the file's
+    first line). With `first_only` (`leading` said so on an earlier read: a commit holds one
+    commitInfo line, which writers put first) only the first line is looked at."""
     with files.open(path) as commit:
-        carry, skipping = b"", False
+        carry, skipping, opening = b"", False, True  # opening: `carry` starts the file
         while chunk := commit.read(_BLOCK):
             if skipping:  # inside a commitInfo line: drop up to its end
                 end = chunk.find(b"\n")
@@ -1168,14 +1298,24 @@ def _blocks(files: LogFiles, path: str, seen: _Seen | None = None) -> Iterator[b
             data = carry + chunk
             cut = data.rfind(b"\n") + 1
             whole, carry = data[:cut], data[cut:]
-            spans = list(_line_starts(whole, _COMMIT_INFO))
+            if not first_only:
+                spans = list(_line_starts(whole, _COMMIT_INFO))
+            elif opening and whole.startswith(_COMMIT_INFO):
+                spans = [(0, whole.find(b"\n"))]
+            else:
+                spans = []
+            if leading is not None:
+                leading.extend(opening and start == 0 for start, _ in spans)
             if seen is not None:
                 for start, end in spans:
                     seen.start(whole[start:end])
             if carry.startswith(_COMMIT_INFO):
+                if leading is not None:
+                    leading.append(opening and not whole)
                 if seen is not None:
                     seen.start(carry)
                 carry, skipping = b"", True
+            opening = opening and not whole and not skipping
             whole = _without(whole, spans)
             if whole and not whole.isspace():  # (`strip` would copy the block)
                 yield whole

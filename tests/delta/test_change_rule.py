@@ -31,7 +31,11 @@ from dagster_partlake.delta.protocol import (
 )
 from dagster_partlake.delta.record import MAINTENANCE_KEY, CommitRecord
 from dagster_partlake.delta.state import StateCache, TableState
-from dagster_partlake.errors import TableFeatureError, UnreadableTableFeatureError
+from dagster_partlake.errors import (
+    TableFeatureError,
+    TableUnreadableError,
+    UnreadableTableFeatureError,
+)
 from tests.delta.test_conformance import DATA, comparable, delta_rs_reading
 
 
@@ -444,3 +448,47 @@ def test_the_log_listing_finds_complete_checkpoints() -> None:
     at_two = listing.newest_checkpoint(2)
     assert at_two is not None and len(at_two.files) == 2
     assert listing.newest_version() == 3
+
+
+def test_a_commit_info_line_past_the_first_still_gives_the_commit_time(tmp_path: Path) -> None:
+    """The cold replay looks for a commit's commitInfo line only on its first line when the
+    first pass found it there alone; a remove-only commit whose commitInfo comes last still
+    takes that line's time."""
+    root = tmp_path / "t"
+    table(root, "a", "b")
+    table(root, "a", first=10)
+    cache = StateCache()
+    cache.sync(str(root))
+    old = add_action(root, 1, "a")
+    removed = {k: old[k] for k in ("path", "partitionValues", "size")}
+    commit(
+        root,
+        2,
+        {"remove": {**removed, "dataChange": True}},
+        {"commitInfo": {"timestamp": 1_234_567_000, "operation": "DELETE"}},
+    )
+    after = followed_and_cold(cache, root)
+    assert after.last_updated[("a",)] == 1_234_567_000
+    assert dict(after.file_counts or {}) == {("a",): 1, ("b",): 1}
+
+
+def test_a_remove_in_another_spelling_is_never_skipped(tmp_path: Path) -> None:
+    """The parse leaves the remove columns out only where no line names `"remove"`: a remove
+    spelled `{ "remove": ...}` (valid JSON that the scans for line starts miss) is read right
+    or the table refused, never skipped."""
+    root = tmp_path / "t"
+    table(root, "a", "b")
+    table(root, "a", first=10)
+    old = add_action(root, 1, "a")
+    removed = {k: old[k] for k in ("path", "partitionValues", "size")}
+    line = json.dumps({"remove": {**removed, "dataChange": True}}, separators=(",", ":"))
+    info = json.dumps({"commitInfo": {"timestamp": 1_234_567_000}}, separators=(",", ":"))
+    spelled = line.replace('{"remove"', '{ "remove"', 1)
+    (root / "_delta_log" / f"{2:020d}.json").write_text(f"{info}\n{spelled}\n")
+    assert delta_rs_reading(root)[1] == {("a",): 1, ("b",): 1}
+    try:
+        cold = StateCache().sync(str(root))
+    except TableUnreadableError:
+        return  # refused: this reader expects a remove to start its line
+    assert cold is not None
+    assert (cold.version, dict(cold.file_counts or {})) == delta_rs_reading(root)
