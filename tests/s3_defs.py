@@ -1,7 +1,8 @@
 """A small code location for the S3 tests (tests/test_s3_lake.py): one table `parts`, partitioned
 by the static keys of `$S3_TEST_PARTS` (comma-separated), its rows tagged with `$S3_TEST_TAG`,
 read by `part_totals` (a fault drill names a file in `$S3_TEST_STARTED` that `parts` creates
-when it starts, and makes it wait `$S3_TEST_SLEEP` seconds); the lake at `$PARTLAKE_LAKE_ROOT`
+when it starts, and makes it wait `$S3_TEST_SLEEP` seconds; `$S3_TEST_FILES` files per partition,
+default 1, give compaction something to do); the lake at `$PARTLAKE_LAKE_ROOT`
 (an `s3://` URI), the credentials and the endpoint from the standard AWS environment
 variables."""
 
@@ -39,7 +40,10 @@ def parts(context: AssetExecutionContext, spark: SparkResource) -> DataFrame:
         Path(os.environ["S3_TEST_STARTED"]).touch()
     time.sleep(float(os.environ.get("S3_TEST_SLEEP", "0")))
     rows = [(key, n, tag) for key in context.partition_keys for n in range(ROWS)]
-    return spark.spark_session.createDataFrame(rows, "part string, n int, tag string")
+    frame = spark.spark_session.createDataFrame(rows, "part string, n int, tag string")
+    files = int(os.environ.get("S3_TEST_FILES", "1"))
+    # Each Spark task writes its own file of each partition it holds (rows dealt round-robin).
+    return frame.repartition(files) if files > 1 else frame
 
 
 @asset(

@@ -67,12 +67,22 @@ def build(
     return [landing, events, daily_totals, event_copy]
 
 
-def definitions(assets: list[Any], spark: SparkResource | None = None) -> Definitions:
+def definitions(
+    assets: list[Any],
+    spark: SparkResource | None = None,
+    root: str | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> Definitions:
+    """The assets over the lake at `root` (default `$PARTLAKE_HOME`), read and written with
+    `storage_options` (an object store's)."""
     spark = spark or SparkResource(master="local[2]")
+    io_manager = DeltaPartitionIOManager(
+        spark=spark, root=root, storage_options=storage_options or {}
+    )
     return Definitions(
         assets=assets,
         sensors=[build_invalidation_sensor(minimum_interval_seconds=5)],
-        resources={"spark": spark, "io_manager": DeltaPartitionIOManager(spark=spark)},
+        resources={"spark": spark, "io_manager": io_manager},
         executor=in_process_executor,
     )
 
@@ -98,16 +108,7 @@ def drop_events(
     """A feed drops one file of events (written aside, then renamed: it appears whole)."""
     folder = landing_dir(root)
     folder.mkdir(parents=True, exist_ok=True)
-    start = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
-    rows = [
-        {
-            "event_id": i,
-            "user_id": i % 7,
-            "amount": i % 100,
-            "ts": start + dt.timedelta(seconds=i % 86_400),
-        }
-        for i in ids
-    ]
+    rows = event_rows(ids, day)
     hidden = folder / f".{name}.tmp"
     if fmt == "parquet":
         import pyarrow as pa
@@ -120,8 +121,32 @@ def drop_events(
         body = [f"{line},{stamp}" for line, stamp in zip(lines, stamps, strict=True)]
         hidden.write_text("\n".join(body) + "\n", encoding="utf-8")
     else:
-        lines = [json.dumps({**r, "ts": r["ts"].isoformat()}) for r in rows]
-        hidden.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        hidden.write_bytes(_json_lines(rows))
     path = folder / name
     os.replace(hidden, path)
     return path
+
+
+def event_rows(ids: range, day: str = "2024-01-02") -> list[dict[str, Any]]:
+    """The events of a dropped file: ids `ids`, at times in `day`."""
+    start = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
+    return [
+        {
+            "event_id": i,
+            "user_id": i % 7,
+            "amount": i % 100,
+            "ts": start + dt.timedelta(seconds=i % 86_400),
+        }
+        for i in ids
+    ]
+
+
+def json_events(ids: range, day: str = "2024-01-02") -> bytes:
+    """A JSON file of events as `drop_events` drops it (a test on an object store puts it there
+    whole, with one PUT)."""
+    return _json_lines(event_rows(ids, day))
+
+
+def _json_lines(rows: list[dict[str, Any]]) -> bytes:
+    lines = [json.dumps({**r, "ts": r["ts"].isoformat()}) for r in rows]
+    return ("\n".join(lines) + "\n").encode()

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ import pytest
 from tests.conftest import REPO_ROOT, run_partlake, subprocess_env
 from tests.servers import (
     DagsterDev,
+    S3Server,
     dagster_dev,
     ended_runs,
     postgres_server,
@@ -99,7 +100,8 @@ class Refreshed:
     """A demo lake kept fresh by the daemon, right after one source rewrite was refreshed."""
 
     dev: DagsterDev
-    lake: Path
+    lake: Path  # $PARTLAKE_HOME: the lake itself, unless `lake_root` puts it on an object store
+    lake_root: str  # where the example's tables live ($PARTLAKE_LAKE_ROOT, else `lake`)
     rewritten_at: float
     fill_seconds: float
     refresh_seconds: float
@@ -124,10 +126,13 @@ def refreshed_demo(
     spark_remote: str | None = None,
     *,
     filled_by_partlake: bool = False,
+    lake_env: Mapping[str, str] | None = None,
 ) -> Iterator[Refreshed]:
     """`dagster dev` on a fresh demo instance; the sensor, turned on with the Dagster CLI, fills
     the lake (or finds it filled by `partlake run`: a few minutes less of one process per run);
-    then one source partition is rewritten and the daemon refreshes it."""
+    then one source partition is rewritten and the daemon refreshes it. `lake_env` (e.g.
+    PARTLAKE_LAKE_ROOT and the AWS variables) goes to every process: the example's lake where
+    it says."""
     home = tmp / "dagster_home"
     home.mkdir()
     config = (REPO_ROOT / "scripts" / "dagster.yaml").read_text()
@@ -140,6 +145,7 @@ def refreshed_demo(
         PARTLAKE_SENSOR_RETRY_SECONDS=str(RETRY_SECONDS),
         SPARK_LOCAL_IP="127.0.0.1",
         **({"PARTLAKE_SPARK_REMOTE": spark_remote} if spark_remote else {}),
+        **(lake_env or {}),
     )
     ingest(env, "--date", "2024-01-01", "--date", "2024-01-02", "--region", "eu", "--region", "us")
     if filled_by_partlake:
@@ -162,7 +168,8 @@ def refreshed_demo(
             f"daemon ({label}): {filled} in {fill_seconds:.0f} s; "
             f"source rewrite -> everything fresh in {refresh_seconds:.0f} s"
         )
-        yield Refreshed(dev, tmp / "lake", rewritten_at, fill_seconds, refresh_seconds)
+        root = env.get("PARTLAKE_LAKE_ROOT") or str(tmp / "lake")
+        yield Refreshed(dev, tmp / "lake", root, rewritten_at, fill_seconds, refresh_seconds)
 
 
 def chromium() -> str:
@@ -289,6 +296,46 @@ def check_refresh(refreshed: Refreshed) -> None:
     assert all(t["status"] != "FAILURE" for t in ticks(dev)), [
         t["error"] for t in ticks(dev) if t["error"]
     ]
+
+
+def check_lake_on_s3(refreshed: Refreshed, s3: S3Server) -> None:
+    """The refresh's tables as delta-rs reads them on the S3 server, through each table's
+    location: the rewritten source partition, clean_events' copy of it, and the month above;
+    nothing of the lake on local disk."""
+    import datetime as dt
+
+    from deltalake import DeltaTable
+
+    from dagster_partlake.delta.table import newest_record
+    from dagster_partlake.storage.location import table_location
+    from definitions.ingest import generate
+
+    assert refreshed.lake_root.startswith("s3://"), refreshed.lake_root
+
+    def location(name: str) -> Any:
+        return table_location(refreshed.lake_root, [name], storage_options=s3.storage_options())
+
+    def event_ids(name: str) -> set[int]:
+        where = location(name)
+        dt_table = DeltaTable(where.delta_uri, storage_options=where.delta_options)
+        got = dt_table.to_pyarrow_table(columns=["event_id", "date", "region"]).to_pylist()
+        return {r["event_id"] for r in got if (r["date"], r["region"]) == (day, "us")}
+
+    day = dt.date(2024, 1, 2)
+    rewritten = set(generate(day, "us", 200, seed=7).column("event_id").to_pylist())
+    assert event_ids("raw_events") == rewritten
+    cleaned = event_ids("clean_events")
+    assert cleaned and cleaned <= rewritten, sorted(cleaned - rewritten)[:5]
+    newest = {
+        name: newest_record(location(name)) for name in ("clean_events", "monthly_region_stats")
+    }
+    assert {n: r.partition_keys if r else None for n, r in newest.items()} == {
+        "clean_events": ("2024-01-02|us",),
+        "monthly_region_stats": ("2024-01|us",),
+    }
+    # On the server's disk, not in $PARTLAKE_HOME.
+    assert (s3.data / s3.bucket / "daemon" / "warehouse" / "clean_events" / "_delta_log").is_dir()
+    assert not (refreshed.lake / "warehouse").exists()
 
 
 class TestSqliteInstance:
@@ -597,25 +644,35 @@ class TestSqliteInstance:
             browser.close()
 
 
+@pytest.mark.s3
 class TestPostgresInstance:
     """The same daemon flow as a team runs it beyond one machine: the Dagster instance in
-    PostgreSQL and one shared Spark Connect server for every run (both started by the test)."""
+    PostgreSQL, one shared Spark Connect server for every run (both started by the test), and
+    the example's lake on the S3 server (the session's s3proxy; `PARTLAKE_LAKE_ROOT` and the
+    AWS variables in every process, the Connect server's too). The SQLite class keeps its lake
+    on local disk: each storage backend keeps one end-to-end path under the daemon, without a
+    third `dagster dev` (CI has no minutes left for one)."""
 
     @pytest.fixture(scope="class")
-    def refreshed(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refreshed]:
+    def refreshed(
+        self, tmp_path_factory: pytest.TempPathFactory, s3: S3Server
+    ) -> Iterator[Refreshed]:
         tmp = tmp_path_factory.mktemp("daemon-postgres")
-        env = subprocess_env(SPARK_LOCAL_IP="127.0.0.1")
+        lake_env = {**s3.storage_options(), "PARTLAKE_LAKE_ROOT": s3.uri("daemon")}
+        env = subprocess_env(SPARK_LOCAL_IP="127.0.0.1", **lake_env)
         with postgres_server() as postgres, spark_connect(tmp / "spark", env) as remote:
-            label = "postgres + Spark Connect"
-            with refreshed_demo(tmp, label, postgres.dagster_yaml(), remote) as demo:
+            label = "postgres + Spark Connect + S3"
+            storage = postgres.dagster_yaml()
+            with refreshed_demo(tmp, label, storage, remote, lake_env=lake_env) as demo:
                 yield demo
 
     def test_sensor_refreshes_exactly_the_closure_under_the_daemon(
-        self, refreshed: Refreshed
+        self, refreshed: Refreshed, s3: S3Server
     ) -> None:
         storage = (refreshed.dev.env["DAGSTER_HOME"], "dagster.yaml")
         assert "postgres_db" in Path(*storage).read_text()
         check_refresh(refreshed)
+        check_lake_on_s3(refreshed, s3)
 
     @pytest.mark.browser
     def test_a_stale_partition_shows_as_a_failed_partlake_fresh_check_until_refreshed(

@@ -70,7 +70,7 @@ def read_incremental(
             return IncrementalRead(
                 read.df, _rows(state), state, None, f"all of {upstream} (first run)"
             )
-        increment = files_added(snapshot.root, since=since, until=version, selection=selection)
+        increment = files_added(snapshot.location, since=since, until=version, selection=selection)
         if since > version or not increment.append_only:
             why = _why_not_append_only(upstream, since, version, increment)
             if not incremental.allow_full_reread:

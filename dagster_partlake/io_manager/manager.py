@@ -663,7 +663,7 @@ def _lastupdated(
     commit that changed each one), so that the planner compares like with like."""
     from dagster_partlake.delta.partition_text import normalized
 
-    state = _STATES.at_version(snapshot.root, version, name=snapshot.name)
+    state = _STATES.at_version(snapshot.location, version, name=snapshot.name)
     codec = KeyCodec(columns, snapshot.column_types)
     spelled: list[dict[str | None, str | None]] = [{} for _ in state.partition_by]
     partitions: dict[str, int] = {}

@@ -203,7 +203,7 @@ class WriteSession:
         ]
         if not files or self.snapshot is None:
             return times
-        state = _STATES.at_version(self.snapshot.root, self.snapshot.version, name=self.name)
+        state = _STATES.at_version(self.snapshot.location, self.snapshot.version, name=self.name)
         for f in files:
             key = self.target.key_of(f.partition_values)
             updated = state.time_of(f.partition_values)
