@@ -90,15 +90,16 @@ lint: install
 # PostgreSQL restart, a re-created table, two partlake runs on one plan, the S3 server stopped
 # during a run (tests/test_s3_lake.py). About half an hour,
 # so not part of `make test`; run them nightly or before a release.
-test-faults: check-java install
+test-faults: check-java install test-deps
 	$(BIN)/python -m pytest -m faults tests/test_faults.py tests/test_s3_lake.py
 
 # Long end-to-end variants of paths `make test` covers once (about 20 minutes): a merge model's
 # later days refreshed in one range run under the daemon (CI checks the same runs through
-# `partlake plan` / `partlake run`).
+# `partlake plan` / `partlake run`); streams and incremental inputs with their tables on the S3
+# server (CI runs them on local disk).
 .PHONY: test-extended
-test-extended: check-java install
-	$(BIN)/python -m pytest -m extended tests/test_daemon.py
+test-extended: check-java install test-deps
+	$(BIN)/python -m pytest -m extended tests/test_daemon.py tests/test_s3_lake.py
 
 # delta-spark's feature matrix beyond CI's case (tests/delta/test_delta_spark_tables.py).
 .PHONY: test-delta-matrix

@@ -663,7 +663,11 @@ class TestPostgresInstance:
         with postgres_server() as postgres, spark_connect(tmp / "spark", env) as remote:
             label = "postgres + Spark Connect + S3"
             storage = postgres.dagster_yaml()
-            with refreshed_demo(tmp, label, storage, remote, lake_env=lake_env) as demo:
+            # Filled by `partlake run` (one process on the Connect server) as the SQLite class
+            # is: the daemon's own fill is the same sensor path as the refresh, a minute longer.
+            with refreshed_demo(
+                tmp, label, storage, remote, lake_env=lake_env, filled_by_partlake=True
+            ) as demo:
                 yield demo
 
     def test_sensor_refreshes_exactly_the_closure_under_the_daemon(

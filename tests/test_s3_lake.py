@@ -346,6 +346,7 @@ def ids_in(delta: DeltaTable, column: str = "id") -> list[int]:
 
 
 @pytest.mark.spark
+@pytest.mark.extended  # outside CI: CI has the local stream and incremental tests
 def test_incremental_inputs_on_s3_read_exactly_the_new_rows(
     spark_s3: object, s3: S3Server, instance: DagsterInstance, tmp_path: Path, monkeypatch
 ) -> None:
@@ -422,6 +423,7 @@ def _incremental_consumer(name: str, incremental: object) -> AssetsDefinition:
 
 
 @pytest.mark.spark
+@pytest.mark.extended  # outside CI: CI has the local stream and incremental tests
 def test_a_stream_on_s3_commits_each_landed_row_once_then_nothing_new(
     spark_s3: object, s3: S3Server, instance: DagsterInstance, tmp_path: Path, monkeypatch
 ) -> None:
