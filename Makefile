@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install jars demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots demo-s3
+.PHONY: install jars s3-server demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots demo-s3
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -18,13 +18,18 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-install: $(VENV)/.installed jars
+install: $(VENV)/.installed jars s3-server
 
 # Spark's JARs for s3a:// and Delta (hadoop-aws, the AWS SDK bundle, delta-spark, delta-storage),
 # from Maven Central with `mvn dependency:copy` into .partlake/jars; the list is
 # dagster_partlake/spark/jars.py. Skips what is there, so a second run takes well under a second.
 jars: $(VENV)/.installed
 	@$(BIN)/python -m dagster_partlake.spark.jars fetch
+
+# The S3 server of `make demo-s3` and the S3 tests: s3proxy's JAR from Maven Central into
+# .partlake/jars/tools (skipped when it is there), so nothing needs the network at run time.
+s3-server: $(VENV)/.installed
+	@$(BIN)/python scripts/s3_server.py install > /dev/null
 
 check-java:
 	@scripts/check_java.sh
