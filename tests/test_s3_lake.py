@@ -3,11 +3,13 @@ CLI in subprocesses (tests/s3_defs.py): two concurrent runs on different partiti
 both land, on the same partition the last one wins whole; `plan`, `run` and `history` on S3; a
 plan with nothing changed makes at most one LIST per table and no GET of a data file (counted at
 the server's door by scripts/s3_counter.py); on the lake the concurrent runs filled, `maintain`
-(compact, vacuum, checkpoint: nothing stale), `delete`, `history`, `restore` and `sql render`; wrong
+(compact, vacuum, checkpoint: nothing stale), `delete`, `history`, `restore` and `sql render`,
+then Dagster's automation evaluation of `partlake_stale()` finds what `partlake plan` finds; wrong
 credentials, a missing bucket and a wrong endpoint each give one clear line naming the table.
-In real Dagster runs on the shared Spark: incremental inputs (log-based, watermark) and a stream
-(landing folder, checkpoint and tables on S3) read exactly what is new. The fault drill
-(`make test-faults`, marker `faults`): the S3 server stopped during a run and started again."""
+In real Dagster runs on the shared Spark (`make test-extended`): incremental inputs (log-based,
+watermark) and a stream (landing folder, checkpoint and tables on S3) read exactly what is new.
+The fault drill (`make test-faults`, marker `faults`): the S3 server stopped during a run and
+started again."""
 
 from __future__ import annotations
 
@@ -293,6 +295,51 @@ def test_maintain_delete_history_restore_and_sql_on_s3(s3: S3Server, diff_lake: 
     assert "31 partition(s): 2024-01-01|us, 2024-01-02|us ... 2024-01-31|us" in rendered.stdout, (
         rendered.stdout
     )
+
+
+def test_partlake_stale_on_s3_finds_what_partlake_plan_finds(
+    s3: S3Server, diff_lake: DiffLake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster's own automation evaluation of `partlake_stale()` over the S3 lake the CLI test
+    restored (in this process: the condition runs in the code server, not in a subprocess of
+    ours): exactly the partitions `partlake plan` finds, each under its reason."""
+    import importlib
+
+    from dagster import AssetKey, AssetsDefinition, DagsterInstance, evaluate_automation_conditions
+
+    from dagster_partlake import partlake_stale
+    from tests.test_freshness import _true_labels
+
+    env = s3_env(diff_lake.tmp, s3, "diff", "stale", S3_TEST_PARTS="p1,p2")
+    plan = run_partlake("plan", "-m", MODULE, "--json", env=env, timeout=180)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    found = {(i["asset"], i["partition"], i["reason"]) for i in json.loads(plan.stdout)}
+    assert found, "the CLI test leaves p1 stale (its restore): it did not run first"
+    for name in ("PARTLAKE_LAKE_ROOT", "PARTLAKE_HOME", "S3_TEST_PARTS", *s3.storage_options()):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.setenv("PARTLAKE_CACHE_DIR", str(tmp_path / "state-cache"))
+    defs = importlib.reload(importlib.import_module(MODULE)).defs  # its lake root from the env
+    stale = partlake_stale()
+    automated = Definitions(
+        assets=[
+            a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=stale))
+            if isinstance(a, AssetsDefinition)
+            else a
+            for a in defs.assets  # type: ignore[union-attr]
+        ],
+        resources=defs.resources,
+    )
+    with DagsterInstance.ephemeral() as instance:
+        result = evaluate_automation_conditions(automated, instance)
+    requested = {
+        (name, partition)
+        for name in ("parts", "part_totals")
+        for partition in result.get_requested_partitions(AssetKey(name))
+    }
+    assert requested == {(name, partition) for name, partition, _ in found}
+    for name, _, reason in found:
+        (evaluated,) = [r for r in result.results if r.key == AssetKey(name)]
+        assert reason in _true_labels(evaluated), (name, reason)
 
 
 def test_concurrent_runs_on_one_partition_the_last_wins_whole(s3: S3Server, tmp_path: Path) -> None:
