@@ -72,9 +72,14 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real S3 server (s3proxy, `scripts/s3_server.py`) for the test session, on
-    127.0.0.1 and a free port, storing under a temporary folder, with the bucket `lake`."""
-    from tests.servers import s3_server
+    127.0.0.1, with the bucket `lake`: the one `.ci/run` started (its state folder in
+    `$PARTLAKE_TEST_S3_STATE`; `.ci/run` stops it), else one started here on a free port,
+    storing under a temporary folder, and stopped at the end of the session."""
+    from tests.servers import running_s3_server, s3_server
 
+    if os.environ.get("PARTLAKE_TEST_S3_STATE"):
+        yield running_s3_server(Path(os.environ["PARTLAKE_TEST_S3_STATE"]))
+        return
     with s3_server(tmp_path_factory.mktemp("s3")) as server:
         yield server
 

@@ -375,6 +375,29 @@ def s3_script(state: Path, *args: str, timeout: float = 180) -> subprocess.Compl
     )
 
 
+def running_s3_server(state: Path, bucket: str = "lake") -> S3Server:
+    """The s3proxy that `scripts/s3_server.py --state <state> start` started (`.ci/run` does, and
+    stops it by its PID when the tests end); its secret from the state's properties file."""
+    import json
+
+    info = json.loads((state / "server.json").read_text())
+    lines = (state / "s3proxy.properties").read_text().splitlines()
+    secret = next(x.split("=", 1)[1] for x in lines if x.startswith("s3proxy.credential="))
+    running = s3_script(state, "status")
+    assert running.returncode == 0, f"the S3 server of {state} is not running: {running.stdout}"
+    return S3Server(
+        endpoint=info["endpoint"],
+        access_key=info["access_key"],
+        secret_key=secret,
+        region=info["region"],
+        bucket=bucket,
+        data=Path(info["data"]),
+        state=state,
+        pid=info["pid"],
+        started_seconds=info["started_seconds"],
+    )
+
+
 @contextmanager
 def s3_server(root: Path, bucket: str = "lake") -> Iterator[S3Server]:
     """s3proxy on 127.0.0.1 and a free port, its data under `root`, with `bucket`; a fresh
