@@ -402,7 +402,6 @@ def running_s3_server(state: Path, bucket: str = "lake") -> S3Server:
 def s3_server(root: Path, bucket: str = "lake") -> Iterator[S3Server]:
     """s3proxy on 127.0.0.1 and a free port, its data under `root`, with `bucket`; a fresh
     random secret key; stopped by its PID (the script's `stop`) whatever happens inside."""
-    import json
     import secrets
 
     state = root / "s3-state"
@@ -415,17 +414,6 @@ def s3_server(root: Path, bucket: str = "lake") -> Iterator[S3Server]:
     )  # fmt: skip
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        info = json.loads((state / "server.json").read_text())
-        yield S3Server(
-            endpoint=info["endpoint"],
-            access_key=info["access_key"],
-            secret_key=secret,
-            region=info["region"],
-            bucket=bucket,
-            data=Path(info["data"]),
-            state=state,
-            pid=info["pid"],
-            started_seconds=info["started_seconds"],
-        )
+        yield running_s3_server(state, bucket)
     finally:
         s3_script(state, "stop", timeout=60)
