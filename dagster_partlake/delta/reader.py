@@ -16,12 +16,13 @@ Delta and plans no Delta snapshot (measured: `docs/guides/delta-spark.md`).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from dagster_partlake.delta.native import DELTA_EXTENSION, delta_on_session, replace_where
+from dagster_partlake.delta.partition_text import normalized
 from dagster_partlake.delta.schema import arrow_to_spark
 from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
@@ -31,6 +32,8 @@ from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from dagster_partlake.delta.schema import DeltaType
 
 # One loaded version of a table (the name this module's readers have always used).
 TableSnapshot = Snapshot
@@ -123,12 +126,12 @@ def read_files(
     if features:
         df = _delta_read(spark, snapshot, files, selection, features)
         return ReadResult(df.select(*columns), snapshot.version, tuple(files))
-    moments = {c for c, t in snapshot.column_types.items() if t in ("timestamp", "timestamp_ntz")}
+    types = snapshot.column_types
     for f in files:
         expected = [
             f"{col}={HIVE_NULL if val is None else val}" for col, val in f.partition_values.items()
         ]
-        if not _same_folders(_folders(f.path), expected, moments):
+        if not _same_folders(_folders(f.path), expected, types):
             raise PartlakeConfigError(
                 f"file {f.path} of table {snapshot.name} is not in the folder "
                 f"'{'/'.join(expected)}/' under the table root, so Spark cannot restore its "
@@ -149,32 +152,23 @@ def _folders(log_path: str) -> list[str]:
     return [unquote(unquote(segment)) for segment in log_path.split("/")[:-1]]
 
 
-def _same_folders(found: list[str], expected: list[str], moments: set[str]) -> bool:
-    """Whether a file's folders name its partition values: the same to the letter, or for a
-    timestamp column (`moments`) the same moment: Spark's Delta writes `at=2024-01-01 01:30:00`
-    where the log says `2024-01-01 01:30:00.000000`, and Spark reads the folder back as it."""
+def _same_folders(found: list[str], expected: list[str], types: Mapping[str, DeltaType]) -> bool:
+    """Whether a file's folders name its partition values: the same to the letter, or the same
+    value as partlake keys it (`partition_text.normalized`: Spark's Delta writes a timestamp's
+    folder as `at=2024-01-01 01:30:00` where the log says `2024-01-01 01:30:00.000000`, and
+    Spark reads the folder back as that value)."""
     if found == expected:
         return True
     if len(found) != len(expected):
         return False
     for folder, wanted in zip(found, expected, strict=True):
-        if folder == wanted:
-            continue
         col, _, value = folder.partition("=")
         wanted_col, _, wanted_value = wanted.partition("=")
-        if col != wanted_col or col not in moments:
+        if col != wanted_col or col not in types:
             return False
-        if _moment(value) is None or _moment(value) != _moment(wanted_value):
+        if folder != wanted and normalized([value], types[col]) != [wanted_value]:
             return False
     return True
-
-
-def _moment(text: str) -> dt.datetime | None:
-    """`text` as a timestamp, or None when it is not one."""
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
 
 
 def delta_read_features(snapshot: Snapshot) -> list[str]:
