@@ -106,10 +106,10 @@ test-faults: check-java install test-deps
 test-extended: check-java install test-deps
 	$(BIN)/python -m pytest -m extended tests/test_daemon.py tests/test_s3_lake.py
 
-# delta-spark's feature matrix beyond CI's case (tests/delta/test_delta_spark_tables.py).
+# delta-spark's feature matrix alone (tests/delta/test_delta_spark_tables.py; also in make test).
 .PHONY: test-delta-matrix
 test-delta-matrix: check-java install
-	$(BIN)/python -m pytest -m delta_matrix tests/delta/test_delta_spark_tables.py
+	$(BIN)/python -m pytest tests/delta/test_delta_spark_tables.py
 
 # The soak (benchmarks/soak.py): the example under dagster dev with the sensor on while source
 # partitions are rewritten at random for MINUTES; JSON in benchmarks/out/soak.json.
