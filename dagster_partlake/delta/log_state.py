@@ -671,10 +671,11 @@ def _with_version(table: pa.Table, version: int) -> pa.Table:
     )
 
 
-# In a commit of adds alone: a line that is not an add, and a data change flag that is not true.
-_NOT_ADD = re.compile(rb'\n(?!\{"add":\{)')
+# In a commit of adds alone: a line that is neither an add nor a txn (delta-rs writes those last:
+# partlake's writer names each partition it wrote), and a data change flag that is not true.
+_NOT_ADD = re.compile(rb'\n(?!\{"add":\{|\{"txn":\{)')
 _NOT_CHANGING = re.compile(rb'"dataChange"\s*:\s*(?!true)')
-_LEADING = ((_META, "metaData"), (_PROTOCOL, "protocol"), (b'{"txn"', "txn"))
+_LEADING = ((_META, "metaData"), (_PROTOCOL, "protocol"))
 
 
 @dataclass(frozen=True)
@@ -696,23 +697,22 @@ class _BulkCommit:
 
 
 def _adds_only(files: LogFiles, version: int) -> _BulkCommit | None:
-    """The JSON commit `version` when every line of it but its first-line commitInfo and some
-    leading metaData, protocol and txn lines is an add not marked `dataChange` other than true,
-    and it has no partlake record made through delta-spark (whose time is its own); else None.
-    Two searches of its bytes, no parse: the checkpoint written after it holds the same files
-    (and says whether one has a deletion vector)."""
+    """The JSON commit `version` when every line of it but its first-line commitInfo, the
+    metaData and protocol lines that start a block and its txn lines is an add not marked
+    `dataChange` other than true, and it has no partlake record made through delta-spark (whose
+    time is its own); else None. Two searches of its bytes, no parse: the checkpoint written
+    after it holds the same files (and says whether one has a deletion vector)."""
     seen = _Seen()
     metas: list[tuple[str, dict[str, Any]]] = []
     for block in _blocks(files, commit_name(version), seen, first_only=True):
         start = 0
-        while start < len(block) and not block.startswith(b'{"add":{', start):
+        while start < len(block) and not block.startswith((b'{"add":{', b'{"txn":{'), start):
             end = block.find(b"\n", start)
             end = len(block) if end < 0 else end
             kind = next((k for prefix, k in _LEADING if block.startswith(prefix, start)), None)
             if kind is None:
                 return None
-            if kind != "txn":
-                metas.append((kind, json.loads(block[start:end])[kind]))
+            metas.append((kind, json.loads(block[start:end])[kind]))
             start = end + 1
         other = _NOT_ADD.search(block, start)
         if other is not None and other.end() < len(block):

@@ -122,6 +122,18 @@ def test_one_large_commit_checkpointed_reads_as_its_json(tmp_path: Path) -> None
     assert changed_in == {("a",): 0, ("b",): 0}
 
 
+def test_txn_lines_after_the_adds_as_partlake_s_writer_commits(tmp_path: Path) -> None:
+    """delta-rs writes a commit's txn actions after its adds (partlake's writer one a
+    partition): they change no partition, and the replay still takes the checkpoint's files."""
+    root = tmp_path / "t"
+    adds = [file_add(root, "a", "a", 1_000), file_add(root, "b", "b", 2_000)]
+    txns = [{"txn": {"appId": f"partlake-{v}", "version": 1_000}} for v in ("a", "b")]
+    compact_commit(root, 0, *created(), *adds, *txns)
+    assert _adds_only(LogFiles(str(root)), 0) is not None
+    _, newest, _, changed_in = checkpointed_as_json(root)
+    assert (newest, changed_in) == ({("a",): 1_000, ("b",): 2_000}, {("a",): 0, ("b",): 0})
+
+
 def test_a_created_table_filled_by_its_second_commit(tmp_path: Path) -> None:
     """delta-rs' own commits: an empty table, then one write, checkpointed after it."""
     root = tmp_path / "t"
@@ -151,8 +163,9 @@ def _deletion_vector(root: Path) -> list[dict[str, Any]]:
 
 
 def _later_line(root: Path) -> list[dict[str, Any]]:
-    # A txn line after the adds: the searches look for adds alone past the leading lines.
-    return [file_add(root, "a", "a", 1_000), {"txn": {"appId": "x", "version": 1}}]
+    # A change data file among the adds: the searches find adds and txn lines alone.
+    cdc = {"path": "_change_data/c.parquet", "partitionValues": {"p": "a"}, "size": 1}
+    return [file_add(root, "a", "a", 1_000), {"cdc": {**cdc, "dataChange": False}}]
 
 
 SHAPES = {
