@@ -244,8 +244,12 @@ class _Replay:
         changes = _Changes(vocabulary)
         for version, kind, action in metas:
             changes.meta(version, kind, action)
+        alone = None  # the bulk commit when no commit follows its checkpoint: it decides alone
         if bulk is not None and rows.bulk is not None:
-            bulk.apply(changes, rows.bulk)
+            if self.after:
+                bulk.apply(changes, rows.bulk)
+            else:
+                alone = bulk.version
             before = before[:-1]
         rows.bulk = None
         for table in _tagged_tables(
@@ -258,19 +262,28 @@ class _Replay:
         for table in after:
             decoded = _Decoded(vocabulary, table)
             changes.add(decoded, rows.add_json(decoded, checkpoint=False))
-        return self._state(layout, vocabulary, rows, changes, held)
+        return self._state(layout, rows, changes, held, alone=alone)
 
     def _state(
         self,
         layout: Layout,
-        vocabulary: _Vocabulary,
         rows: _Rows,
         changes: _Changes,
         held: list[int],
+        *,
+        alone: int | None = None,
     ) -> LogState:
         import numpy as np
 
         newest, counts = rows.per_partition()
+        if alone is not None:
+            # Every live file came from the commit `alone` (`_bulk_commit`), newer than any other
+            # change: each live partition changed there, at its files' newest time.
+            pids = counts.id_array()
+            give_back()
+            versions = np.full(len(pids), alone, np.int64)
+            changed_in = IntMap.from_ids(VALUES, pids, versions)
+            return LogState(self.version, layout, newest, counts, changed_in, tuple(held))
         times = changes.reduced(self.files, since=changes.repartitioned - 1, live=rows.ids)
         pids, versions, when = times.newest_changes()
         live = np.isin(pids, counts.id_array()) if len(pids) else np.zeros(0, bool)
@@ -672,9 +685,11 @@ def _with_version(table: pa.Table, version: int) -> pa.Table:
 
 
 # In a commit of adds alone: a line that is neither an add nor a txn (delta-rs writes those last:
-# partlake's writer names each partition it wrote), and a data change flag that is not true.
+# partlake's writer names each partition it wrote), and a data change flag that is not true (any
+# key ending so: searched by its tail, a third faster, and a key of another name only costs the
+# parse the search would have spared).
 _NOT_ADD = re.compile(rb'\n(?!\{"add":\{|\{"txn":\{)')
-_NOT_CHANGING = re.compile(rb'"dataChange"\s*:\s*(?!true)')
+_NOT_CHANGING = re.compile(rb'Change"\s*:\s*(?!t)')
 _LEADING = ((_META, "metaData"), (_PROTOCOL, "protocol"))
 
 
@@ -1403,9 +1418,11 @@ def _blocks(
                 if end < 0:
                     continue
                 chunk, skipping = chunk[end + 1 :], False
-            data = carry + chunk
-            cut = data.rfind(b"\n") + 1
-            whole, carry = data[:cut], data[cut:]
+            cut = chunk.rfind(b"\n") + 1  # (a carry holds no newline)
+            if cut:  # one copy of the chunk's whole lines, not two
+                whole, carry = carry + memoryview(chunk)[:cut], chunk[cut:]
+            else:
+                whole, carry = b"", carry + chunk
             if not first_only:
                 spans = list(_line_starts(whole, _COMMIT_INFO))
             elif opening and whole.startswith(_COMMIT_INFO):

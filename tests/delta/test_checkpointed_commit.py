@@ -134,6 +134,47 @@ def test_txn_lines_after_the_adds_as_partlake_s_writer_commits(tmp_path: Path) -
     assert (newest, changed_in) == ({("a",): 1_000, ("b",): 2_000}, {("a",): 0, ("b",): 0})
 
 
+def test_commits_after_the_checkpoint_change_what_they_touch(tmp_path: Path) -> None:
+    """The bulk commit's changes under the commits that follow its checkpoint: a remove of one
+    of its files (that file then followed one by one), a compaction (no change), an append."""
+    root = tmp_path / "t"
+    adds = [file_add(root, f"{v}{i}", v, 1_000 * i) for v in "abc" for i in (1, 2)]
+    compact_commit(root, 0, *created(), *adds)
+    DeltaTable(str(root)).create_checkpoint()
+    gone = {k: adds[0]["add"][k] for k in ("path", "partitionValues", "size")}
+    compact_commit(
+        root,
+        1,
+        {"commitInfo": {"timestamp": 50_000}},
+        {"remove": {**gone, "dataChange": True, "deletionTimestamp": 50_000}},
+    )
+    compact_commit(
+        root,
+        2,
+        {"commitInfo": {"timestamp": 60_000}},
+        *[
+            {
+                "remove": {
+                    **{k: a["add"][k] for k in ("path", "partitionValues", "size")},
+                    "dataChange": False,
+                }
+            }
+            for a in adds[2:4]
+        ],
+        file_add(root, "b3", "b", 60_000, dataChange=False),
+    )
+    compact_commit(root, 3, {"commitInfo": {"timestamp": 70_000}}, file_add(root, "c3", "c", 7))
+    with_checkpoint = replayed(root)
+    log = root / "_delta_log"
+    for path in [*log.glob("*.checkpoint*.parquet"), log / "_last_checkpoint"]:
+        path.unlink()
+    assert replayed(root) == with_checkpoint
+    _, newest, counts, changed_in = with_checkpoint
+    assert newest == {("a",): 50_000, ("b",): 2_000, ("c",): 7}
+    assert counts == {("a",): 1, ("b",): 1, ("c",): 3}
+    assert changed_in == {("a",): 1, ("b",): 0, ("c",): 3}
+
+
 def test_a_created_table_filled_by_its_second_commit(tmp_path: Path) -> None:
     """delta-rs' own commits: an empty table, then one write, checkpointed after it."""
     root = tmp_path / "t"
