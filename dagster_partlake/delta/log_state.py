@@ -22,7 +22,11 @@ partition. So a read replays the log itself, in bulk:
   deletion vector for each of their rows); their commitInfo lines are never parsed whole (a
   partlake record of a large commit is most of its bytes): only their first bytes are read for
   the commit's time (`change_rule.commit_clock`), and where the first pass found a commit's
-  only one on its first line, no other line is searched for one.
+  only one on its first line, no other line is searched for one. One commit is not parsed:
+  when the log holds every commit up to the checkpoint and only the checkpoint's own adds
+  files, two searches of its bytes showing adds alone, each data-changing (`_adds_only`), its
+  changes are the checkpoint's files (read anyway), which no deletion vector may mark (a table
+  written by one large commit, checkpointed after it: partlake's writer does so).
 
 A file is its path plus its deletion vector; it is live when the last action naming it is an add.
 Only files some later action names are followed one by one, in log order; for the rest only
@@ -47,6 +51,7 @@ are read through their buffers.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -222,6 +227,11 @@ class _Replay:
         layout = Layout.of(metadata)
         vocabulary = _Vocabulary(layout)
         rows = _Rows(vocabulary, removed)
+        held = [v for v in self.listing.commits if v <= self.version]
+        start = self.after[0] if self.after else self.version + 1
+        before = [v for v in held if v < start]  # read only for when partitions changed
+        bulk = self._bulk_commit(before, tops)
+        rows.bulk = None if bulk is None else []
         for path, is_json in tops:
             if is_json:
                 for block in _blocks(self.files, path):
@@ -234,9 +244,14 @@ class _Replay:
         changes = _Changes(vocabulary)
         for version, kind, action in metas:
             changes.meta(version, kind, action)
-        held = [v for v in self.listing.commits if v <= self.version]
-        start = self.after[0] if self.after else self.version + 1
-        before = [v for v in held if v < start]  # read only for when partitions changed
+        alone = None  # the bulk commit when no commit follows its checkpoint: it decides alone
+        if bulk is not None and rows.bulk is not None:
+            if self.after:
+                bulk.apply(changes, rows.bulk)
+            else:
+                alone = bulk.version
+            before = before[:-1]
+        rows.bulk = None
         for table in _tagged_tables(
             vocabulary, self.files, self._paths(before), changes, file_keys=False
         ):
@@ -247,19 +262,28 @@ class _Replay:
         for table in after:
             decoded = _Decoded(vocabulary, table)
             changes.add(decoded, rows.add_json(decoded, checkpoint=False))
-        return self._state(layout, vocabulary, rows, changes, held)
+        return self._state(layout, rows, changes, held, alone=alone)
 
     def _state(
         self,
         layout: Layout,
-        vocabulary: _Vocabulary,
         rows: _Rows,
         changes: _Changes,
         held: list[int],
+        *,
+        alone: int | None = None,
     ) -> LogState:
         import numpy as np
 
         newest, counts = rows.per_partition()
+        if alone is not None:
+            # Every live file came from the commit `alone` (`_bulk_commit`), newer than any other
+            # change: each live partition changed there, at its files' newest time.
+            pids = counts.id_array()
+            give_back()
+            versions = np.full(len(pids), alone, np.int64)
+            changed_in = IntMap.from_ids(VALUES, pids, versions)
+            return LogState(self.version, layout, newest, counts, changed_in, tuple(held))
         times = changes.reduced(self.files, since=changes.repartitioned - 1, live=rows.ids)
         pids, versions, when = times.newest_changes()
         live = np.isin(pids, counts.id_array()) if len(pids) else np.zeros(0, bool)
@@ -276,6 +300,21 @@ class _Replay:
 
     def _paths(self, versions: Iterable[int]) -> list[tuple[int, str]]:
         return [(v, commit_name(v)) for v in versions]
+
+    def _bulk_commit(self, before: list[int], tops: list[tuple[str, bool]]) -> _BulkCommit | None:
+        """The commit that added every file of the checkpoint, when the log holds every commit
+        from the first up to the checkpoint's, no older one than the checkpoint's names an add,
+        and the checkpoint's own holds data-changing adds alone (`_adds_only`): its changes are
+        then the checkpoint's files (`_Rows.bulk`), which need not be parsed again from its
+        JSON (a table written by one large commit, checkpointed after it). None otherwise."""
+        checkpoint = self.checkpoint
+        if checkpoint is None or any(is_json for _, is_json in tops):
+            return None
+        if before != list(range(checkpoint.version + 1)):
+            return None
+        if any(_names_adds(self.files, commit_name(v)) for v in reversed(before[:-1])):
+            return None
+        return _adds_only(self.files, checkpoint.version)
 
     def _checkpoint_tops(
         self,
@@ -645,6 +684,66 @@ def _with_version(table: pa.Table, version: int) -> pa.Table:
     )
 
 
+# In a commit of adds alone: a line that is neither an add nor a txn (delta-rs writes those last:
+# partlake's writer names each partition it wrote), and a data change flag that is not true (any
+# key ending so: searched by its tail, a third faster, and a key of another name only costs the
+# parse the search would have spared).
+_NOT_ADD = re.compile(rb'\n(?!\{"add":\{|\{"txn":\{)')
+_NOT_CHANGING = re.compile(rb'Change"\s*:\s*(?!t)')
+_LEADING = ((_META, "metaData"), (_PROTOCOL, "protocol"))
+
+
+@dataclass(frozen=True)
+class _BulkCommit:
+    """A JSON commit of data-changing adds alone (`_adds_only`): its version, its commitInfo
+    as `_blocks` saw it, and its metaData and protocol actions."""
+
+    version: int
+    seen: _Seen
+    metas: tuple[tuple[str, dict[str, Any]], ...]
+
+    def apply(self, changes: _Changes, files: list[tuple[Ids, list[Codes], Times]]) -> None:
+        """Give `changes` this commit as the checkpoint's `files` (`_Rows.bulk`) say it."""
+        for kind, action in self.metas:
+            changes.meta(self.version, kind, action)
+        changes.clock(self.version, self.seen)
+        for positions, codes, times in files:
+            changes.add_adds(self.version, positions, codes, times)
+
+
+def _adds_only(files: LogFiles, version: int) -> _BulkCommit | None:
+    """The JSON commit `version` when every line of it but its first-line commitInfo, the
+    metaData and protocol lines that start a block and its txn lines is an add not marked
+    `dataChange` other than true, and it has no partlake record made through delta-spark (whose
+    time is its own); else None. Two searches of its bytes, no parse: the checkpoint written
+    after it holds the same files (and says whether one has a deletion vector)."""
+    seen = _Seen()
+    metas: list[tuple[str, dict[str, Any]]] = []
+    for block in _blocks(files, commit_name(version), seen, first_only=True):
+        start = 0
+        while start < len(block) and not block.startswith((b'{"add":{', b'{"txn":{'), start):
+            end = block.find(b"\n", start)
+            end = len(block) if end < 0 else end
+            kind = next((k for prefix, k in _LEADING if block.startswith(prefix, start)), None)
+            if kind is None:
+                return None
+            metas.append((kind, json.loads(block[start:end])[kind]))
+            start = end + 1
+        other = _NOT_ADD.search(block, start)
+        if other is not None and other.end() < len(block):
+            return None
+        if _NOT_CHANGING.search(block, start):
+            return None
+    if seen.native:
+        return None
+    return _BulkCommit(version, seen, tuple(metas))
+
+
+def _names_adds(files: LogFiles, path: str) -> bool:
+    """Whether the JSON commit at `path` may hold an add action (its bytes name one)."""
+    return any(b'"add"' in block for block in _blocks(files, path))
+
+
 class _Changes:
     """The data-changing actions of a replay's JSON commits, for `change_rule.ChangeTimes`."""
 
@@ -701,6 +800,19 @@ class _Changes:
             column.append(chunk if unknown.all() else chunk[unknown])
         self.new_times.append(new_times)
         self.stamps.append((versions, stamps))
+
+    def add_adds(self, version: int, positions: Ids, codes: list[Codes], times: Times) -> None:
+        """Data-changing adds of new files by the commit `version`: per file its position among
+        the live files or -1, the partition value codes of those at -1, its modification
+        time."""
+        np = self.vocabulary.np
+        versions = np.full(len(times), version, np.int64)
+        self.versions.append(versions)
+        self.live.append(positions)
+        for column, chunk in zip(self.codes, codes, strict=True):
+            column.append(chunk)
+        self.new_times.append(times)
+        self.stamps.append((versions, times))
 
     def reduced(self, files: LogFiles, *, since: int, live: Ids | None = None) -> ChangeTimes:
         """The collected changes as a `ChangeTimes` of partition ids (commits after `since`;
@@ -1003,6 +1115,10 @@ class _Rows:
         self.seq = 0
         self.size = 0
         self.ids: Ids | None = None
+        # The checkpoint's files as one commit's adds (`_Replay._bulk_commit`): per batch their
+        # positions (or -1), the codes of those at -1, their times; None: not wanted, or one
+        # has a deletion vector (its time is not its file's).
+        self.bulk: list[tuple[Ids, list[Codes], Times]] | None = None
 
     def add_checkpoint(self, files: LogFiles, path: str) -> None:
         """The add actions of a Parquet checkpoint file (classic, a part, a V2 top-level file or
@@ -1020,8 +1136,8 @@ class _Rows:
             wanted.append("add.partitionValues")
         if self.named:
             wanted.append("add.path")
-            if "deletionVector" in children:
-                wanted.append("add.deletionVector")
+        if "deletionVector" in children and (self.named or self.bulk is not None):
+            wanted.append("add.deletionVector")
         for batch in source.iter_batches(_BATCH, columns=wanted, use_threads=False):
             added = batch.column(0)
             at = _true(np, pc.is_valid(added))
@@ -1041,7 +1157,14 @@ class _Rows:
                 if "deletionVector" in children:
                     vectors = pc.struct_field(chosen, "deletionVector")
                 keys = _file_keys(pc.struct_field(chosen, "path"), vectors)
-            self._keep(values, _ints(np, times, np.int64)[at], keys, None)
+            t = _ints(np, times, np.int64)[at]
+            positions = self._keep(values, t, keys, None)
+            if self.bulk is not None and "deletionVector" in children:
+                if _bools(np, pc.is_valid(pc.struct_field(added, "deletionVector")))[at].any():
+                    self.bulk = None
+            if self.bulk is not None:
+                followed = positions < 0
+                self.bulk.append((positions, [v[followed] for v in values], t))
 
     def add_json(self, decoded: _Decoded, *, checkpoint: bool) -> Ids:
         """The actions of parsed JSON lines: a JSON checkpoint's adds, or a commit's adds and
@@ -1295,9 +1418,11 @@ def _blocks(
                 if end < 0:
                     continue
                 chunk, skipping = chunk[end + 1 :], False
-            data = carry + chunk
-            cut = data.rfind(b"\n") + 1
-            whole, carry = data[:cut], data[cut:]
+            cut = chunk.rfind(b"\n") + 1  # (a carry holds no newline)
+            if cut:  # one copy of the chunk's whole lines, not two
+                whole, carry = carry + memoryview(chunk)[:cut], chunk[cut:]
+            else:
+                whole, carry = b"", carry + chunk
             if not first_only:
                 spans = list(_line_starts(whole, _COMMIT_INFO))
             elif opening and whole.startswith(_COMMIT_INFO):
