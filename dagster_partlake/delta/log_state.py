@@ -481,6 +481,9 @@ class _Vocabulary:
         self.np, self.pa = np, pa
         self.layout = layout
         self.words: dict[str | None, int] = {None: 0}
+        # The codes of the dictionaries `_codes` saw last: a checkpoint's batches of one row
+        # group share theirs (at 1M partitions ~10,000 values coded again for every batch).
+        self._coded: list[tuple[pa.Array, Codes]] = []
 
     @property
     def partition_by(self) -> tuple[str, ...]:
@@ -489,6 +492,17 @@ class _Vocabulary:
     def code(self, word: str | None) -> int:
         """The code of a partition value in this read (an empty value is no value)."""
         return self.words.setdefault(word or None, len(self.words))
+
+    def mapping(self, dictionary: pa.Array) -> Codes:
+        """The codes of a dictionary's values, then of None (the code of a null index)."""
+        for seen, codes in self._coded:
+            if seen.equals(dictionary):
+                return codes
+        codes = self.np.array(
+            [self.code(w) for w in dictionary.to_pylist()] + [self.code(None)], self.np.int32
+        )
+        self._coded = [(dictionary, codes), *self._coded[:3]]
+        return codes
 
     def ids(self, columns: Sequence[Codes], size: int) -> npt.NDArray[np.int64]:
         """The ids in `VALUES` of `size` partitions given as code columns, their values keyed
@@ -1307,10 +1321,7 @@ def _codes(vocabulary: _Vocabulary, column: pa.Array) -> Codes:
     np = vocabulary.np
     encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
     indices = encoded.indices
-    mapping = np.array(
-        [vocabulary.code(w) for w in encoded.dictionary.to_pylist()] + [vocabulary.code(None)],
-        np.int32,
-    )
+    mapping = vocabulary.mapping(encoded.dictionary)
     at = _ints(np, indices, np.int32)
     if indices.null_count:
         at = np.where(_bools(np, pc.is_valid(indices)), at, len(mapping) - 1)
@@ -1411,18 +1422,27 @@ def _blocks(
     with files.open(path) as commit:
         carry, skipping, opening = b"", False, True  # opening: `carry` starts the file
         while chunk := commit.read(_BLOCK):
+            head = 0  # where the chunk's lines start: past a commitInfo line dropped here
             if skipping:  # inside a commitInfo line: drop up to its end
                 end = chunk.find(b"\n")
                 if seen is not None:
                     seen.feed(chunk if end < 0 else chunk[:end])
                 if end < 0:
                     continue
-                chunk, skipping = chunk[end + 1 :], False
-            cut = chunk.rfind(b"\n") + 1  # (a carry holds no newline)
+                head, skipping = end + 1, False
+            elif opening and not carry and chunk.startswith(_COMMIT_INFO):
+                end = chunk.find(b"\n")
+                if end >= 0:  # the first line, ended here: dropped before the chunk is copied
+                    if leading is not None:
+                        leading.append(True)
+                    if seen is not None:
+                        seen.start(chunk[:end])
+                    head, opening = end + 1, False
+            cut = chunk.rfind(b"\n", head) + 1  # (a carry holds no newline)
             if cut:  # one copy of the chunk's whole lines, not two
-                whole, carry = carry + memoryview(chunk)[:cut], chunk[cut:]
+                whole, carry = carry + memoryview(chunk)[head:cut], chunk[cut:]
             else:
-                whole, carry = b"", carry + chunk
+                whole, carry = b"", carry + memoryview(chunk)[head:]
             if not first_only:
                 spans = list(_line_starts(whole, _COMMIT_INFO))
             elif opening and whole.startswith(_COMMIT_INFO):

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from dagster_partlake.delta import log_state
 from dagster_partlake.delta.log_files import LogFiles
 from dagster_partlake.delta.log_state import _adds_only, read_log_state
 from dagster_partlake.delta.record import CommitRecord, to_user_metadata
@@ -255,3 +256,48 @@ def test_an_older_commit_that_adds_keeps_the_parse(tmp_path: Path) -> None:
     compact_commit(root, 1, {"commitInfo": {"timestamp": 9_500}}, newer)
     _, newest, counts, changed_in = checkpointed_as_json(root)
     assert (newest, counts, changed_in) == ({("a",): 4_000}, {("a",): 2}, {("a",): 1})
+
+
+@pytest.mark.parametrize("block", [16, 40, 97, 1 << 22])
+def test_a_first_line_commit_info_is_dropped_at_any_block_size(
+    block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commitInfo that opens a commit is dropped before its chunk is copied (ended in the
+    first chunk, or a later one at small blocks): the other lines come out whole and in order,
+    the commitInfo counts as the first line, and its bytes reach the `_Seen`."""
+    root = tmp_path / "t"
+    adds = [file_add(root, f"f{i}", "ab"[i % 2], 1_000 + i) for i in range(5)]
+    compact_commit(root, 0, *created(), *adds)
+    monkeypatch.setattr(log_state, "_BLOCK", block)
+    lines = (root / "_delta_log" / f"{0:020d}.json").read_bytes().splitlines(keepends=True)
+    for first_only in (False, True):
+        seen, leading = log_state._Seen(), []
+        blocks = list(
+            log_state._blocks(
+                LogFiles(str(root)), f"{0:020d}.json", seen, leading=leading, first_only=first_only
+            )
+        )
+        assert b"".join(blocks) == b"".join(lines[1:])
+        assert all(b.endswith(b"\n") for b in blocks)
+        info = lines[0].rstrip(b"\n")  # (a line longer than a block: its start, then fed)
+        assert leading == [True] and seen.found and info.startswith(seen.head)
+        assert seen.head == info or info.endswith(seen.tail)
+    assert _adds_only(LogFiles(str(root)), 0) is not None
+    monkeypatch.undo()
+    assert checkpointed_as_json(root)[2] == {("a",): 3, ("b",): 2}
+
+
+def test_checkpoint_batches_sharing_dictionaries_code_as_the_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint read a few rows at a time: each batch's partition value dictionaries are
+    coded once and reused for the batches that repeat them (`_Vocabulary.mapping`); the state
+    equals the read of the JSON commits."""
+    root = tmp_path / "t"
+    adds = [file_add(root, f"f{i}", f"v{i % 7}", 1_000 + i) for i in range(40)]
+    compact_commit(root, 0, *created(), *adds[:20])
+    compact_commit(root, 1, {"commitInfo": {"timestamp": 9_500}}, *adds[20:])
+    monkeypatch.setattr(log_state, "_BATCH", 3)
+    _, newest, counts, _ = checkpointed_as_json(root)
+    assert sum(counts.values()) == 40 and len(counts) == 7
+    assert newest[("v5",)] == 1_033  # its newest file, f33 (33 % 7 == 5; 40 is past the last)
