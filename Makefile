@@ -98,13 +98,15 @@ lint: install
 test-faults: check-java install test-deps
 	$(BIN)/python -m pytest -m faults tests/test_faults.py tests/test_s3_lake.py
 
-# Long end-to-end variants of paths `make test` covers once (about 20 minutes): a merge model's
+# Long end-to-end variants of paths `make test` covers once (about 25 minutes): a merge model's
 # later days refreshed in one range run under the daemon (CI checks the same runs through
-# `partlake plan` / `partlake run`); streams and incremental inputs with their tables on the S3
-# server (CI runs them on local disk).
+# `partlake plan` / `partlake run`); a failing partition's back-off under the daemon (CI checks
+# it in the test's process, tests/test_invalidation.py); streams and incremental inputs with
+# their tables on the S3 server (CI runs them on local disk); the whole example on a standalone
+# cluster (CI runs a standalone cluster's Delta reads and appends on S3, tests/test_spark_jars.py).
 .PHONY: test-extended
 test-extended: check-java install test-deps
-	$(BIN)/python -m pytest -m extended tests/test_daemon.py tests/test_s3_lake.py
+	$(BIN)/python -m pytest -m extended tests/test_daemon.py tests/test_s3_lake.py tests/test_clusters.py
 
 # delta-spark's feature matrix alone (tests/delta/test_delta_spark_tables.py; also in make test).
 .PHONY: test-delta-matrix

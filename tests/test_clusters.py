@@ -1,4 +1,5 @@
-"""The same example assets on local Spark, a Spark Connect server and a standalone cluster.
+"""The same example assets on local Spark, a Spark Connect server and a standalone cluster
+(the last in `make test-extended`).
 
 Every server is started here from the pip-installed pyspark, on 127.0.0.1, and stopped by PID.
 """
@@ -83,7 +84,7 @@ def fingerprint(lake: Path) -> dict[str, dict[tuple, tuple[int, str]]]:
     return result
 
 
-def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> None:
+def test_local_spark_and_a_spark_connect_server_give_identical_tables(tmp_path: Path) -> None:
     local_lake, local_env = fresh_lake(tmp_path, "local")
     refresh(local_env, "--max-parallel", "2")
     expected = fingerprint(local_lake)
@@ -156,7 +157,15 @@ def test_local_connect_and_standalone_give_identical_tables(tmp_path: Path) -> N
     assert pid is not None and not os.path.exists(f"/proc/{pid}/status") or _zombie(pid)
     assert fingerprint(connect_lake) == expected
 
-    # Standalone cluster: one master and two workers.
+
+@pytest.mark.extended
+def test_a_standalone_cluster_gives_the_tables_of_local_spark(tmp_path: Path) -> None:
+    """The whole example through `partlake run` on a standalone cluster (one master, two
+    workers). CI covers a standalone cluster once, reading and appending Delta on S3
+    (`tests/test_spark_jars.py`); this long variant runs in `make test-extended`."""
+    local_lake, local_env = fresh_lake(tmp_path, "local")
+    refresh(local_env, "--max-parallel", "2")
+    expected = fingerprint(local_lake)
     cluster_lake, cluster_env = fresh_lake(tmp_path, "standalone")
     master_port = free_port()
     cluster_root = str(tmp_path / "cluster")

@@ -528,6 +528,7 @@ class TestSqliteInstance:
         assert set().union(*(covered(r) for r in finished_since(damaged_at))) == free | held
         assert all(r["status"] == "SUCCESS" for r in finished_since(damaged_at))
 
+    @pytest.mark.extended  # back-off in CI: test_invalidation.py, in the test's process
     def test_failing_partition_is_retried_with_back_off_not_every_tick(
         self, refreshed: Refreshed
     ) -> None:

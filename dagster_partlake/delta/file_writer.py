@@ -22,6 +22,11 @@ _ESCAPED = {chr(c) for c in range(0x01, 0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # Longer strings would need Delta's truncation rules for maxValues; such columns get no stats.
 MAX_STAT_STRING = 32
+# Rows are buffered into row groups of up to this many rows or bytes (Spark's own writer cuts
+# them at 128 MB): mapInArrow hands a task batches of 10,000 rows, and one row group per batch made
+# files of a thousand row groups, 70% slower to write at 10M rows and slower for every reader.
+ROW_GROUP_ROWS = 1_048_576
+ROW_GROUP_BYTES = 128 * 1024 * 1024
 
 
 def escape_folder_value(value: str | None) -> str:
@@ -135,6 +140,8 @@ class _OpenFile:
             fs.create_dir("/".join([root.rstrip("/"), *folders]), recursive=True)
         self.stream = fs.open_output_stream(self.full)
         self.writer = pq.ParquetWriter(self.stream, schema, compression="snappy")
+        self.pending: list[Any] = []  # pieces of the next row group
+        self.pending_rows = self.pending_bytes = 0
         self.partition_values = {
             c: (None if v is None or v == "" else v)
             for c, v in zip(partition_by, values, strict=True)
@@ -159,7 +166,12 @@ class _OpenFile:
     ) -> None:
         import pyarrow.compute as pc
 
-        self.writer.write_table(piece.select(list(data_columns)))
+        data = piece.select(list(data_columns))
+        self.pending.append(data)
+        self.pending_rows += data.num_rows
+        self.pending_bytes += data.nbytes
+        if self.pending_rows >= ROW_GROUP_ROWS or self.pending_bytes >= ROW_GROUP_BYTES:
+            self._flush(whole=False)
         self.rows += piece.num_rows
         for column in flag_columns:
             flagged = pc.sum(pc.fill_null(piece.column(column), False).cast("int64")).as_py() or 0
@@ -198,7 +210,24 @@ class _OpenFile:
         self.low[column] = low if column not in self.low else min(self.low[column], low)
         self.high[column] = high if column not in self.high else max(self.high[column], high)
 
+    def _flush(self, *, whole: bool = True) -> None:
+        """Write the buffered rows as row groups of `ROW_GROUP_ROWS` (past `ROW_GROUP_BYTES`: all
+        of them); `whole=False` keeps a last group smaller than that for the rows to come."""
+        import pyarrow as pa
+
+        if not self.pending:
+            return
+        together = pa.concat_tables(self.pending)  # the pieces' buffers, not copied
+        cut = together.num_rows
+        if not whole and self.pending_bytes < ROW_GROUP_BYTES:
+            cut -= together.num_rows % ROW_GROUP_ROWS
+        self.writer.write_table(together.slice(0, cut), row_group_size=ROW_GROUP_ROWS)
+        rest = together.slice(cut)
+        self.pending = [rest] if rest.num_rows else []
+        self.pending_rows, self.pending_bytes = rest.num_rows, rest.nbytes if rest.num_rows else 0
+
     def close(self) -> str:
+        self._flush()
         self.writer.close()  # the stream stays open: the writer did not open it
         size = int(self.stream.tell())
         self.stream.close()
