@@ -39,68 +39,66 @@ reader sees both forms alike.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypedDict, cast
 
-from dagster_partlake.columnar.interner import KEYS, Key, KeyList
+from dagster_partlake.columnar.interner import Key
 from dagster_partlake.columnar.intmap import IntMap
+from dagster_partlake.delta.payload import (
+    FORMAT,
+    MAINTENANCE_KEY,
+    RECORD_KEY,
+    USER_METADATA,
+    USER_METADATA_PREFIX,
+    WHOLE_TABLE_ID,
+    CommitPayload,
+    commit_metadata,
+    compact_pairs,
+    empty_ids,
+    to_user_metadata,
+)
 from dagster_partlake.errors import PartlakeError
 
-RECORD_KEY = "partlake"
-FORMAT = 2
-# Key of the custom commit metadata of maintenance commits (restore, compaction, vacuum, row
-# deletes): not a `CommitRecord`, so no reader takes them for partlake writes.
-MAINTENANCE_KEY = "partlake_maintenance"
-# Partition id of an unpartitioned table: its key in records and its commit conflict id.
-WHOLE_TABLE_ID = "__all__"
-# Delta's one free-form commitInfo field that delta-spark's writers fill (a string).
-USER_METADATA = "userMetadata"
-# How a partlake payload in `userMetadata` starts (`to_user_metadata` writes it so).
-USER_METADATA_PREFIX = '{"partlake'
+__all__ = [
+    "FORMAT",
+    "MAINTENANCE_KEY",
+    "RECORD_KEY",
+    "USER_METADATA",
+    "USER_METADATA_PREFIX",
+    "WHOLE_TABLE_ID",
+    "CommitRecord",
+    "DeleteRecord",
+    "commit_metadata",
+    "compact_pairs",
+    "records_of",
+    "to_user_metadata",
+]
 
-
-def to_user_metadata(payload: Mapping[str, Any]) -> str:
-    """A commit's partlake payload (`{"partlake": {...}, "partlake_commit": ...}`) as the
-    string delta-spark stores in `commitInfo.userMetadata`: compact JSON, its partlake keys
-    first (readers recognise it by its first bytes)."""
-    ordered = dict(sorted(payload.items(), key=lambda item: not item[0].startswith("partlake")))
-    text = json.dumps(ordered, separators=(",", ":"))
-    if not text.startswith(USER_METADATA_PREFIX):
-        raise ValueError("a partlake payload must hold a key starting with 'partlake'")
-    return text
-
-
-def commit_metadata(info: Mapping[str, Any], *, compact: bool = False) -> Mapping[str, Any]:
-    """A commit's `commitInfo` as partlake reads its custom metadata: as it is (delta-rs puts
-    partlake's keys there), or with the partlake keys of its `userMetadata` (a delta-spark
-    commit, `to_user_metadata`) added; a record there gets its commit's own time as its
-    `commit_time_ms`. `compact`: large objects of ints as `IntMap`s (`compact_pairs`).
-
-    Raises:
-        PartlakeError: the userMetadata starts like partlake's but is not a JSON object.
-    """
-    text = info.get(USER_METADATA)
-    if not isinstance(text, str) or not text.startswith(USER_METADATA_PREFIX):
-        return info
-    try:
-        body = json.loads(text, object_pairs_hook=compact_pairs if compact else None)
-    except ValueError as error:
-        raise PartlakeError(
-            f"a commit's userMetadata starts like a partlake record but is not JSON ({error}); "
-            "it was not written by dagster_partlake. Write other userMetadata there."
-        ) from error
-    if not isinstance(body, Mapping):
-        return info
-    merged = {**info, **{k: v for k, v in body.items() if k.startswith("partlake")}}
-    record = merged.get(RECORD_KEY)
-    if isinstance(record, Mapping) and record.get("commit_time_ms") is None:
-        clock = info.get("inCommitTimestamp", info.get("timestamp"))
-        if isinstance(clock, int) and not isinstance(clock, bool):
-            merged[RECORD_KEY] = {**record, "commit_time_ms": clock}
-    return merged
+# The order of a record's entries on disk (format 2), kept so its bytes stay those every
+# earlier reader knows.
+_LAYOUT = (
+    "format",
+    "run_id",
+    "asset_key",
+    "partition_keys",
+    "code_version",
+    "upstream_versions",
+    "consumed",
+    "rows_by_partition",
+    "empty_partition_keys",
+    "write_id",
+    "commit_time_ms",
+    "kind",
+    "kept",
+    "content_hashes",
+    "metrics",
+    "snapshot_ms",
+    "watermarks",
+    "consumed_files",
+    "stream",
+)
 
 
 @dataclass(frozen=True)
@@ -144,18 +142,7 @@ class CommitRecord:
     @cached_property  # asked once per written partition: 100,000 of them in one commit
     def empty_partition_ids(self) -> frozenset[str]:
         """Written partitions that got no rows (the write removed their data)."""
-        rows_by_partition = self.rows_by_partition or {}
-        # partition_ids, not partition_keys: a whole-table write lists no keys, and its one id
-        # (WHOLE_TABLE_ID) is a plain tuple, which takes the general path below.
-        written_ids = self.partition_ids
-        if isinstance(rows_by_partition, IntMap) and isinstance(written_ids, KeyList):
-            zeros = rows_by_partition.keys_with(0, among=written_ids.ids.astype("int64"))
-            return frozenset(zeros)  # compact
-        zeros = [pid for pid, rows in rows_by_partition.items() if rows == 0]
-        if not zeros:
-            return frozenset()
-        written = set(self.partition_ids)
-        return frozenset(pid for pid in zeros if pid in written)
+        return empty_ids(self.rows_by_partition, self.partition_ids)
 
     def written_last_updated(self, partition_id: str) -> int | None:
         """The lastUpdated this commit left the partition with (None: it has no rows)."""
@@ -169,41 +156,49 @@ class CommitRecord:
         """The record as one commit attempt writes it."""
         return replace(self, write_id=write_id, commit_time_ms=commit_time_ms)
 
-    def to_commit_info(self) -> dict[str, dict[str, object]]:
-        """`{"partlake": {...}}` for the commit's custom metadata."""
-        body: dict[str, object] = {
-            "format": FORMAT,
+    def to_payload(self) -> CommitPayload:
+        """The record as the storage layer commits it: its Delta-level fields, the others
+        opaque (what was consumed as per-partition columns)."""
+        small: dict[str, Any] = {
             "run_id": self.run_id,
             "asset_key": self.asset_key,
-            "partition_keys": list(self.partition_keys),
             "code_version": self.code_version,
             "upstream_versions": dict(self.upstream_versions),
-            "consumed": {name: dict(parts) for name, parts in self.consumed.items()},
-            "rows_by_partition": (
-                None if self.rows_by_partition is None else dict(self.rows_by_partition)
-            ),
-            "empty_partition_keys": sorted(self.empty_partition_ids),
-            "write_id": self.write_id,
         }
-        if self.commit_time_ms is not None:
-            body["commit_time_ms"] = self.commit_time_ms
+        columns: dict[str, Mapping[str, Mapping[str, int]]] = {}
+        if self.consumed:
+            columns["consumed"] = self.consumed
+        else:
+            small["consumed"] = {}
         if self.kind is not None:
-            body["kind"] = self.kind
-        if self.kept:
-            body["kept"] = dict(self.kept)
+            small["kind"] = self.kind
         if self.content_hashes:
-            body["content_hashes"] = dict(self.content_hashes)
+            small["content_hashes"] = dict(self.content_hashes)
         if self.metrics:
-            body["metrics"] = dict(self.metrics)
+            small["metrics"] = dict(self.metrics)
         if self.snapshot_ms is not None:
-            body["snapshot_ms"] = self.snapshot_ms
+            small["snapshot_ms"] = self.snapshot_ms
         if self.watermarks:
-            body["watermarks"] = {k: dict(v) for k, v in self.watermarks.items()}
+            small["watermarks"] = {k: dict(v) for k, v in self.watermarks.items()}
         if self.consumed_files:
-            body["consumed_files"] = {k: list(v) for k, v in self.consumed_files.items()}
+            small["consumed_files"] = {k: list(v) for k, v in self.consumed_files.items()}
         if self.stream_query is not None:
-            body["stream"] = {"query": self.stream_query, "batch_id": self.stream_batch}
-        return {RECORD_KEY: body}
+            small["stream"] = {"query": self.stream_query, "batch_id": self.stream_batch}
+        return CommitPayload(
+            partition_keys=self.partition_keys,
+            write_id=self.write_id,
+            commit_time_ms=self.commit_time_ms,
+            rows_by_partition=self.rows_by_partition,
+            kept=self.kept,
+            small=small,
+            columns=columns,
+            layout=_LAYOUT,
+            table_version=self.table_version,
+        )
+
+    def to_commit_info(self) -> dict[str, dict[str, object]]:
+        """`{"partlake": {...}}` for the commit's custom metadata."""
+        return self.to_payload().to_commit_info()
 
     def small_fields(self) -> dict[str, object]:
         """The record's fields but those holding a value per written partition (the written
@@ -267,6 +262,53 @@ class CommitRecord:
         )
 
     @classmethod
+    def from_payload(cls, payload: CommitPayload) -> CommitRecord:
+        """The record a payload carries: its opaque entries read as a record's fields.
+
+        Raises:
+            PartlakeError: the payload carries no asset key (not written by partlake).
+        """
+        small = payload.small
+        if "asset_key" not in small:
+            where = (
+                "a commit" if payload.table_version is None else f"commit {payload.table_version}"
+            )
+            raise PartlakeError(
+                f"{where} carries a partlake record without asset_key; it was not written by "
+                "dagster_partlake's writer. Remove the 'partlake' entry from that writer's "
+                "commit metadata."
+            )
+        consumed = payload.columns.get("consumed", small.get("consumed") or {})
+        return cls(
+            asset_key=str(small["asset_key"]),
+            partition_keys=payload.partition_keys,
+            code_version=small.get("code_version"),
+            run_id=small.get("run_id"),
+            consumed=dict(consumed),
+            upstream_versions={
+                str(k): int(v) for k, v in (small.get("upstream_versions") or {}).items()
+            },
+            rows_by_partition=payload.rows_by_partition,
+            write_id=payload.write_id,
+            commit_time_ms=payload.commit_time_ms,
+            kind=small.get("kind"),
+            kept=payload.kept,
+            content_hashes={str(k): str(v) for k, v in (small.get("content_hashes") or {}).items()},
+            metrics={str(k): int(v) for k, v in (small.get("metrics") or {}).items()},
+            snapshot_ms=None if small.get("snapshot_ms") is None else int(small["snapshot_ms"]),
+            watermarks={
+                str(k): {"value": str(v["value"]), "type": str(v["type"])}
+                for k, v in (small.get("watermarks") or {}).items()
+            },
+            consumed_files={
+                str(k): tuple(str(f) for f in v)
+                for k, v in (small.get("consumed_files") or {}).items()
+            },
+            **_stream_fields(small.get("stream")),
+            table_version=payload.table_version,
+        )
+
+    @classmethod
     def from_commit_info(
         cls, info: Mapping[str, Any], *, table_version: int | None = None, compact: bool = False
     ) -> CommitRecord | None:
@@ -278,69 +320,8 @@ class CommitRecord:
         Raises:
             PartlakeError: the record is malformed or from a newer format.
         """
-        body = commit_metadata(info, compact=compact).get(RECORD_KEY)
-        if not isinstance(body, Mapping):
-            return None
-        where = f"commit {table_version}" if table_version is not None else "a commit"
-        fmt = body.get("format", 1)
-        if not isinstance(fmt, int) or fmt > FORMAT:
-            raise PartlakeError(
-                f"{where} carries a partlake record of format {fmt!r}, newer than this "
-                f"dagster_partlake reads ({FORMAT}); upgrade dagster_partlake."
-            )
-        missing = [k for k in ("asset_key", "partition_keys") if k not in body]
-        if missing:
-            raise PartlakeError(
-                f"{where} carries a partlake record without {', '.join(missing)}; it was not "
-                "written by dagster_partlake's writer. Remove the 'partlake' entry from that "
-                "writer's commit metadata."
-            )
-        rows = body.get("rows_by_partition")
-        if rows is None and body.get("empty_partition_keys"):
-            # Some writers recorded only the empty partitions.
-            rows = {str(k): 0 for k in body["empty_partition_keys"]}
-        time_ms = body.get("commit_time_ms")
-        # Compact: a commit that wrote a million partitions is a few arrays, not millions of
-        # dict entries.
-        per_partition = _per_partition if compact else _as_dict
-        written = body["partition_keys"]
-        keys: Sequence[str]
-        if isinstance(written, KeyList) and compact:  # read in bulk (`delta.commit_scan`)
-            keys = written
-        else:
-            listed = [str(k) for k in written or ()]
-            keys = _interned(listed) if compact else tuple(listed)
-        return cls(
-            asset_key=str(body["asset_key"]),
-            partition_keys=keys,
-            code_version=body.get("code_version"),
-            run_id=body.get("run_id"),
-            consumed={
-                str(name): per_partition(parts)
-                for name, parts in (body.get("consumed") or {}).items()
-            },
-            upstream_versions={
-                str(k): int(v) for k, v in (body.get("upstream_versions") or {}).items()
-            },
-            rows_by_partition=None if rows is None else per_partition(rows),
-            write_id=str(body.get("write_id") or ""),
-            commit_time_ms=None if time_ms is None else int(time_ms),
-            kind=body.get("kind"),
-            kept=per_partition(body.get("kept") or {}),
-            content_hashes={str(k): str(v) for k, v in (body.get("content_hashes") or {}).items()},
-            metrics={str(k): int(v) for k, v in (body.get("metrics") or {}).items()},
-            snapshot_ms=None if body.get("snapshot_ms") is None else int(body["snapshot_ms"]),
-            watermarks={
-                str(k): {"value": str(v["value"]), "type": str(v["type"])}
-                for k, v in (body.get("watermarks") or {}).items()
-            },
-            consumed_files={
-                str(k): tuple(str(f) for f in v)
-                for k, v in (body.get("consumed_files") or {}).items()
-            },
-            **_stream_fields(body.get("stream")),
-            table_version=table_version,
-        )
+        payload = CommitPayload.from_commit_info(info, table_version=table_version, compact=compact)
+        return None if payload is None else cls.from_payload(payload)
 
 
 class _StreamFields(TypedDict, total=False):
@@ -356,38 +337,6 @@ def _stream_fields(stream: object) -> _StreamFields:
         "stream_query": str(stream["query"]),
         "stream_batch": None if batch is None else int(batch),
     }
-
-
-def _per_partition(values: Mapping[Any, Any]) -> Mapping[str, int]:
-    """Partition id -> int, column-wise over the interned ids (an `IntMap` of ints only, read
-    like the dict it replaces)."""
-    if isinstance(values, IntMap):
-        return cast("Mapping[str, int]", values)
-    built = IntMap[Key].build(KEYS, ((str(k), int(v)) for k, v in values.items()))
-    return cast("Mapping[str, int]", built)
-
-
-def _interned(partition_ids: list[str]) -> Sequence[str]:
-    """`partition_ids` as their ids in `KEYS` (a commit may have written a million)."""
-    import numpy as np
-
-    return KeyList(np.asarray(KEYS.ids_of(partition_ids), np.int32))
-
-
-def compact_pairs(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:
-    """`object_pairs_hook` for reading a record compactly: a large object of ints (what a
-    write consumed, its rows per partition) becomes an `IntMap` as it is parsed, so a commit of
-    a million partitions never exists as dicts of a million entries."""
-    if len(pairs) >= _LARGE and all(type(v) is int for _, v in pairs):
-        return cast("Mapping[str, Any]", IntMap[Key].build(KEYS, pairs))
-    return dict(pairs)
-
-
-_LARGE = 256
-
-
-def _as_dict(values: Mapping[Any, Any]) -> dict[str, int]:
-    return {str(k): int(v) for k, v in values.items()}
 
 
 def records_of(infos: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[CommitRecord, ...]:
