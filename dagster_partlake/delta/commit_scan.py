@@ -23,7 +23,7 @@ from dagster_partlake.columnar.interner import KEYS, Key, KeyList
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.columnar.text import integers, windows
-from dagster_partlake.delta.record import RECORD_KEY, compact_pairs
+from dagster_partlake.delta.payload import RECORD_KEY, compact_pairs
 
 if TYPE_CHECKING:
     import numpy as np

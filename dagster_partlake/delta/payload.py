@@ -119,8 +119,9 @@ class CommitPayload:
     # (group -> column name -> partition id -> int).
     small: Mapping[str, Any] = field(default_factory=dict)
     columns: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
-    # The order of the entries on disk (its writer's; () for `_OWN`, then the opaque ones).
-    layout: tuple[str, ...] = ()
+    # The order of the entries on disk (its writer's; () for `_OWN`, then the opaque ones): how
+    # they are written, not what they are.
+    layout: tuple[str, ...] = field(default=(), compare=False)
     format: int = FORMAT
     # Not written: the table version the payload was read from.
     table_version: int | None = None
@@ -169,6 +170,62 @@ class CommitPayload:
         body = {name: entries[name] for name in order if name in entries}
         body.update((name, value) for name, value in entries.items() if name not in body)
         return {RECORD_KEY: body}
+
+    def small_fields(self) -> dict[str, object]:
+        """The entries but those holding a value per written partition, as plain JSON values
+        (what a state cache stores beside `named_columns`; `from_columns` reads both back)."""
+        body: dict[str, object] = {"format": self.format, "write_id": self.write_id}
+        if self.commit_time_ms is not None:
+            body["commit_time_ms"] = self.commit_time_ms
+        body.update((name, _plain(value)) for name, value in self.small.items())
+        return body
+
+    def named_columns(self) -> dict[str, Mapping[str, int]]:
+        """The per-partition int columns by name: `rows_by_partition`, `kept` and each
+        group's as `<group>/<name>`."""
+        named: dict[str, Mapping[str, int]] = {
+            f"{group}/{name}": values
+            for group, columns in self.columns.items()
+            for name, values in columns.items()
+        }
+        if self.rows_by_partition is not None:
+            named[_ROWS] = self.rows_by_partition
+        named["kept"] = self.kept
+        return named
+
+    @classmethod
+    def from_columns(
+        cls,
+        small: Mapping[str, object],
+        partition_keys: Sequence[str],
+        named: Mapping[str, IntMap[Key]],
+        table_version: int | None,
+    ) -> CommitPayload:
+        """The compact payload of `small_fields()` and `named_columns()` (as `IntMap`s over
+        interned keys) with its written partitions.
+
+        Raises:
+            PartlakeError: the small fields are from a newer format.
+        """
+        body = {**small, _WRITTEN: []}
+        payload = cls.from_commit_info(
+            {RECORD_KEY: body}, table_version=table_version, compact=True
+        )
+        assert payload is not None
+        columns: dict[str, dict[str, Mapping[str, int]]] = {}
+        for name, values in named.items():
+            group, _, column = name.partition("/")
+            if column:
+                columns.setdefault(group, {})[column] = cast("Mapping[str, int]", values)
+        rows = named.get(_ROWS)
+        kept = named.get("kept")
+        return replace(
+            payload,
+            partition_keys=partition_keys,
+            rows_by_partition=None if rows is None else cast("Mapping[str, int]", rows),
+            kept=payload.kept if kept is None else cast("Mapping[str, int]", kept),
+            columns={**payload.columns, **columns},
+        )
 
     @classmethod
     def from_commit_info(
@@ -225,6 +282,15 @@ class CommitPayload:
             format=fmt,
             table_version=table_version,
         )
+
+
+def _plain(value: object) -> object:
+    """`value` with its mappings as dicts and its sequences as lists (JSON and marshal)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _is_column_group(value: object) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from dagster_partlake.delta.defaults import DEFAULT_KEEP_LOG_HOURS
 from dagster_partlake.delta.reader import open_table
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import log_versions
 from dagster_partlake.errors import PartlakeError
@@ -116,7 +117,7 @@ def _record_versions(root: str | TableLocation) -> set[int]:
         if record.commit_time_ms is not None and pids - newest_timed:
             needed.add(version)
             newest_timed |= pids
-        if record.snapshot_ms is not None and not snapshot_seen:
+        if not snapshot_seen and CommitRecord.from_payload(record).snapshot_ms is not None:
             needed.add(version)
             snapshot_seen = True
     return needed

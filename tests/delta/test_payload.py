@@ -152,3 +152,46 @@ def test_a_committed_payload_is_the_commit_info_on_disk(tmp_path: Path) -> None:
         commit_time_ms=landed.commit_time_ms,
         table_version=landed.version,
     )
+
+
+def test_a_state_cache_keeps_payloads_as_the_log_has_them(tmp_path: Path) -> None:
+    """Payloads read from the log, kept on disk by a persisted state and loaded back by a new
+    cache are the same payloads, and decode to the same records."""
+    from dagster_partlake.delta.state import StateCache
+
+    root = tmp_path / "t"
+    keys = [f"2024-01-{i % 28 + 1:02d}|r{i // 28:03d}" for i in range(300)]  # read compactly
+    write_deltalake(str(root), pa.table({"p": keys[:1], "v": [1]}), partition_by=["p"])
+    location = as_location(str(root))
+    big = dataclasses.replace(
+        RECORD,
+        partition_keys=tuple(keys),
+        consumed={"raw": {k: 1700 + i for i, k in enumerate(keys)}, "dim": {}},
+        rows_by_partition={k: i % 3 for i, k in enumerate(keys)},
+        kept={keys[1]: 1600},
+    )
+    for record in (RECORD, big):
+        commit(
+            location,
+            open_snapshot(location, table_name="t"),
+            lambda _snapshot: Actions(),
+            payload=lambda commit_id, now_ms, record=record: record.committed(
+                write_id=commit_id, commit_time_ms=now_ms
+            ).to_commit_info(),
+            name="t",
+        )
+    cold = StateCache().sync(str(root))
+    assert cold is not None and [p.table_version for p in cold.commits] == [1, 2]
+    StateCache(persist_dir=str(tmp_path / "cache")).sync(str(root))
+    loaded = StateCache(persist_dir=str(tmp_path / "cache")).persisted(str(root))
+    assert loaded is not None and loaded.commits == cold.commits
+    for payload, record in zip(loaded.commits, (RECORD, big), strict=True):
+        decoded = CommitRecord.from_payload(payload)
+        assert decoded == dataclasses.replace(
+            record,
+            write_id=payload.write_id,
+            commit_time_ms=payload.commit_time_ms,
+            table_version=payload.table_version,
+        )
+    assert isinstance(loaded.commits[1].columns["consumed"]["raw"], IntMap)
+    assert loaded.commits[1].empty_partition_ids == {k for i, k in enumerate(keys) if i % 3 == 0}
