@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dagster_partlake.delta.payload import CommitPayload
 from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.selection import PartitionSelection
@@ -52,7 +53,7 @@ class Snapshot:
     _files: list[LiveFile] | None = field(default=None, repr=False)
     _stats_columns: tuple[str, ...] = ()
     _versions: list[int] | None = field(default=None, repr=False)
-    _records: dict[int, CommitRecord | None] = field(default_factory=dict, repr=False)
+    _payloads: dict[int, CommitPayload | None] = field(default_factory=dict, repr=False)
 
     @property
     def root(self) -> str:
@@ -133,34 +134,39 @@ class Snapshot:
             self._versions = [v for v in log_versions(self.location) if v <= self.version]
         return self._versions
 
-    def newest_first(self) -> Iterator[tuple[int, CommitRecord | None]]:
-        """(version, record) of each JSON commit up to the snapshot's version, newest first.
+    def newest_first(self) -> Iterator[tuple[int, CommitPayload | None]]:
+        """(version, payload) of each JSON commit up to the snapshot's version, newest first.
         Reads commit files directly (no listing), each once per snapshot; only when one is
         missing (a checkpoint trimmed the log) does it list the log for the ones left."""
         version = self.version
         while version >= 0:
             try:
-                yield version, self.record(version)
+                yield version, self.payload(version)
             except FileNotFoundError:
                 for older in reversed([v for v in self.versions() if v < version]):
-                    yield older, self.record(older)
+                    yield older, self.payload(older)
                 return
             version -= 1
 
+    def payload(self, version: int) -> CommitPayload | None:
+        """The partlake payload of one commit (read once per snapshot)."""
+        from dagster_partlake.delta.table import read_payload
+
+        if version not in self._payloads:
+            self._payloads[version] = read_payload(self.location, version, missing_ok=False)
+        return self._payloads[version]
+
     def record(self, version: int) -> CommitRecord | None:
-        """The partlake record of one commit (read once per snapshot)."""
-        from dagster_partlake.delta.table import read_record
+        """The partlake record of one commit (its `payload`, decoded)."""
+        payload = self.payload(version)
+        return None if payload is None else CommitRecord.from_payload(payload)
 
-        if version not in self._records:
-            self._records[version] = read_record(self.location, version, missing_ok=False)
-        return self._records[version]
-
-    def latest_records(
+    def latest_payloads(
         self, partition_ids: Sequence[str], *, named: bool = False
-    ) -> dict[str, CommitRecord]:
-        """The newest record that wrote each of `partition_ids` (absent: none did).
+    ) -> dict[str, CommitPayload]:
+        """The newest payload that wrote each of `partition_ids` (absent: none did).
 
-        `named`: only records of commits that named their partitions in application
+        `named`: only payloads of commits that named their partitions in application
         transactions (`partition_txn_id`: replacing writes and appends; not merges, whose
         transactions name table partitions). The snapshot then knows when each id was last
         written without reading a commit: an id never named is absent at once, and the search
@@ -173,8 +179,16 @@ class Snapshot:
             floor = min((t for t in times.values() if t is not None), default=None)
         if not wanted:
             return {}
-        records = (record for _, record in self.newest_first())
-        return newest_per_id(records, wanted, floor_ms=floor)
+        payloads = (payload for _, payload in self.newest_first())
+        return newest_per_id(payloads, wanted, floor_ms=floor)
+
+    def latest_records(
+        self, partition_ids: Sequence[str], *, named: bool = False
+    ) -> dict[str, CommitRecord]:
+        """The newest record that wrote each of `partition_ids` (`latest_payloads`, decoded)."""
+        found = self.latest_payloads(partition_ids, named=named)
+        decoded = {id(p): CommitRecord.from_payload(p) for p in found.values()}
+        return {pid: decoded[id(p)] for pid, p in found.items()}
 
     def last_updated(self, selection: PartitionSelection, key_of: Any) -> dict[str, int]:
         """lastUpdated per partition id (`key_of` maps a file's partition values to it) of

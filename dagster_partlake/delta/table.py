@@ -12,10 +12,11 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 from urllib.parse import unquote
 
-from dagster_partlake.delta.record import CommitRecord, compact_pairs
+from dagster_partlake.delta.payload import CommitPayload, compact_pairs
+from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
 from dagster_partlake.errors import TableUnreadableError, UnreadableTableFeatureError
 from dagster_partlake.layout import LAST_CHECKPOINT, LOG_DIR, commit_name, commit_version
@@ -364,12 +365,12 @@ def commit_actions(
     return info, adds, removes
 
 
-def read_record(
+def read_payload(
     root: Where, version: int, *, compact: bool = False, missing_ok: bool = True
-) -> CommitRecord | None:
-    """The partlake record of one commit (None if partlake did not write it, or, with
+) -> CommitPayload | None:
+    """The partlake payload of one commit (None if partlake did not write it, or, with
     `missing_ok`, the log no longer has the commit; `compact`: see
-    `CommitRecord.from_commit_info`).
+    `CommitPayload.from_commit_info`).
 
     Raises:
         FileNotFoundError: the log has no such commit (without `missing_ok`).
@@ -383,9 +384,21 @@ def read_record(
                     break
         except ValueError as error:  # a damaged commit file
             raise unreadable(root, error) from error
-        return CommitRecord.from_commit_info(info, table_version=version)
+        return CommitPayload.from_commit_info(info, table_version=version)
     info = _compact_commit_info(root, version) if compact else commit_info(root, version)
-    return CommitRecord.from_commit_info(info, table_version=version, compact=compact)
+    return CommitPayload.from_commit_info(info, table_version=version, compact=compact)
+
+
+def read_record(
+    root: Where, version: int, *, compact: bool = False, missing_ok: bool = True
+) -> CommitRecord | None:
+    """The partlake record of one commit (`read_payload`, decoded).
+
+    Raises:
+        FileNotFoundError: the log has no such commit (without `missing_ok`).
+    """
+    payload = read_payload(root, version, compact=compact, missing_ok=missing_ok)
+    return None if payload is None else CommitRecord.from_payload(payload)
 
 
 def _compact_commit_info(root: Where, version: int) -> dict[str, Any]:
@@ -512,18 +525,19 @@ def same_inputs_commit(
     if opened is None:
         return None
     wanted = set(record.partition_ids)
-    for version, found in opened.newest_first():
-        if found is None:
+    for version, payload in opened.newest_first():
+        if payload is None:
             if _changes_data(opened.location, version):
                 # Another writer changed data since (an out-of-band rewrite): writing again is
                 # the repair, not a second commit of the same.
                 return None
             continue  # maintenance (compaction, checkpoint): no partition's data changed
-        if found.commit_time_ms is not None and found.commit_time_ms < floor:
+        if payload.commit_time_ms is not None and payload.commit_time_ms < floor:
             return None
-        touched = wanted.intersection(found.partition_ids)
+        touched = wanted.intersection(payload.partition_ids)
         if not touched:
             continue
+        found = CommitRecord.from_payload(payload)
         same = (
             touched == wanted
             and found.run_id != record.run_id
@@ -553,6 +567,18 @@ def _changes_data(root: Where, version: int) -> bool:
     return False
 
 
+class _Written(Protocol):
+    """What `newest_per_id` asks of a commit: a payload or a record."""
+
+    @property
+    def partition_ids(self) -> Sequence[str]: ...
+    @property
+    def commit_time_ms(self) -> int | None: ...
+
+
+_W = TypeVar("_W", bound=_Written)
+
+
 def latest_records(root: Where, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
     """The newest partlake record that wrote each of `partition_ids` (absent: none did), read
     from the log newest first until every id is found."""
@@ -561,16 +587,16 @@ def latest_records(root: Where, partition_ids: Sequence[str]) -> dict[str, Commi
 
 
 def newest_per_id(
-    records: Iterable[CommitRecord | None],
+    records: Iterable[_W | None],
     partition_ids: Iterable[str],
     *,
     floor_ms: int | None = None,
-) -> dict[str, CommitRecord]:
+) -> dict[str, _W]:
     """The first of `records` (newest first; None: not a partlake commit) that wrote each of
     `partition_ids`, reading no further than needed (nor past a record older than
     `floor_ms`)."""
     wanted = set(partition_ids)
-    found: dict[str, CommitRecord] = {}
+    found: dict[str, _W] = {}
     for record in records:
         if not wanted:
             break

@@ -320,8 +320,9 @@ def find_rollback(
     (None, None) when there is nothing to undo, or (None, why it cannot be done)."""
     undone: list[int] = []
     oldest = snapshot.version
-    for version, record in snapshot.newest_first():
+    for version, payload in snapshot.newest_first():
         oldest = version
+        record = None if payload is None else snapshot.record(version)
         if record is None or record.kind != "merge":
             continue  # not a unit of work: a delete, a compaction, a restore ...
         position = units(record.partition_keys)

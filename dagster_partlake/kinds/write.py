@@ -293,7 +293,8 @@ def _newest_snapshot(session: WriteSession) -> int | None:
     snapshot = session.snapshot
     if snapshot is None:
         return None
-    for _, found in snapshot.newest_first():
+    for version, payload in snapshot.newest_first():
+        found = None if payload is None else snapshot.record(version)
         if found is not None and found.snapshot_ms is not None:
             return found.snapshot_ms
     return None
