@@ -41,13 +41,7 @@ RECORD_STRINGS = RECORD_NAMES | {"kind", "stream"}
 # Modules of delta/ that still name record fields, and why (issue 32, point 5): remove a module
 # from here when it is clean (the test says so).
 NOT_YET_CLEAN = {
-    "__init__.py": "exports CommitRecord (to be a lazy name of the records layer)",
-    "record.py": "defines CommitRecord (to move to a records layer above delta/)",
-    "table.py": "the record queries (read_record, find_record, run_records, newest_record, "
-    "same_inputs_commit, latest_records) still live here",
-    "snapshot.py": "Snapshot.record and latest_records decode payloads into records",
-    "writer.py": "commit_staged / write_partitions take a CommitRecord; once_per_inputs",
-    "history.py": "HistoryEntry's run id and code version columns",
+    "__init__.py": "still exports CommitRecord by name (a lazy name of the records layer)",
     "commit_scan.py": "the bulk reader picks the `consumed` group by name",
 }
 

@@ -10,12 +10,16 @@ the state cache need. Everything else is opaque here: the `small` JSON-able entr
 `columns`, groups of per-partition int columns (a top-level entry whose every value is an
 object of ints: a commit that wrote a million partitions holds them as `IntMap`s, never as
 dicts). What those entries mean is the records layer's business
-(`dagster_partlake.delta.record.CommitRecord`, `to_payload` / `from_payload`).
+(`dagster_partlake.records.record.CommitRecord`, `to_payload` / `from_payload`).
 
 A payload of a newer `format` than `FORMAT` is refused ("upgrade"): a reader of format 1 would
 take format 2's kept partitions for rewritten ones. `to_commit_info` writes the entries in the
 payload's `layout` (the order its writer gave), so the bytes on disk are those readers of
 every earlier dagster_partlake know.
+
+A row delete's commit carries no payload but a `DeleteRecord` under `MAINTENANCE_KEY` (the
+predicate, the rows and files it removed, the partitions it touched): every reader of payloads
+sees it as a change of those partitions by someone other than their writer.
 """
 
 from __future__ import annotations
@@ -341,3 +345,49 @@ _LARGE = 256
 
 def _as_dict(values: Mapping[Any, Any]) -> dict[str, int]:
     return {str(k): int(v) for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class DeleteRecord:
+    """What a row delete records in its commit (under `MAINTENANCE_KEY`, operation "delete")."""
+
+    predicate: str  # the Spark SQL condition whose matching rows were removed
+    rows_deleted: int
+    files_removed: int  # files rewritten (or dropped when every row matched)
+    files_added: int  # the rewritten files' remaining rows
+    partitions: tuple[str, ...]  # partition ids touched (Dagster partition keys)
+    delete_id: str  # finds the commit in the log once it landed
+    partition: str | None = None  # the `--partition` the delete was limited to
+
+    OPERATION = "delete"
+
+    def to_commit_info(self) -> dict[str, dict[str, object]]:
+        """`{"partlake_maintenance": {"operation": "delete", ...}}` for the commit metadata."""
+        body: dict[str, object] = {
+            "operation": self.OPERATION,
+            "id": self.delete_id,
+            "predicate": self.predicate,
+            "rows_deleted": self.rows_deleted,
+            "files_removed": self.files_removed,
+            "files_added": self.files_added,
+            "partitions": list(self.partitions),
+        }
+        if self.partition is not None:
+            body["partition"] = self.partition
+        return {MAINTENANCE_KEY: body}
+
+    @classmethod
+    def from_commit_info(cls, info: Mapping[str, Any]) -> DeleteRecord | None:
+        """The delete record of a commit's `commitInfo` (None: the commit is no delete)."""
+        body = commit_metadata(info).get(MAINTENANCE_KEY)
+        if not isinstance(body, Mapping) or body.get("operation") != cls.OPERATION:
+            return None
+        return cls(
+            predicate=str(body.get("predicate", "")),
+            rows_deleted=int(body.get("rows_deleted") or 0),
+            files_removed=int(body.get("files_removed") or 0),
+            files_added=int(body.get("files_added") or 0),
+            partitions=tuple(str(p) for p in body.get("partitions") or ()),
+            delete_id=str(body.get("id") or ""),
+            partition=None if body.get("partition") is None else str(body["partition"]),
+        )

@@ -3,9 +3,9 @@ asks of it.
 
 `open_snapshot` loads the table through its location (delta-rs reads the newest checkpoint and the
 JSON commits after it); the schema, the partition columns, the live files of any selection, the
-application transaction versions and the commit records of its partitions all come from that one
-load (`Snapshot.records` reads commit files newest first, each at most once). `refresh` follows
-only the commits made since, as a conflicting commit's retry does. `delta.table.LOG_READS`
+application transaction versions and the commit payloads of its partitions all come from that
+one load (`Snapshot.newest_first` reads commit files newest first, each at most once). `refresh`
+follows only the commits made since, as a conflicting commit's retry does. `delta.table.LOG_READS`
 counts the loads and follows of this process, which is how a test shows one read of the log per
 write.
 """
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.payload import CommitPayload
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.table import (
@@ -156,11 +155,6 @@ class Snapshot:
             self._payloads[version] = read_payload(self.location, version, missing_ok=False)
         return self._payloads[version]
 
-    def record(self, version: int) -> CommitRecord | None:
-        """The partlake record of one commit (its `payload`, decoded)."""
-        payload = self.payload(version)
-        return None if payload is None else CommitRecord.from_payload(payload)
-
     def latest_payloads(
         self, partition_ids: Sequence[str], *, named: bool = False
     ) -> dict[str, CommitPayload]:
@@ -181,14 +175,6 @@ class Snapshot:
             return {}
         payloads = (payload for _, payload in self.newest_first())
         return newest_per_id(payloads, wanted, floor_ms=floor)
-
-    def latest_records(
-        self, partition_ids: Sequence[str], *, named: bool = False
-    ) -> dict[str, CommitRecord]:
-        """The newest record that wrote each of `partition_ids` (`latest_payloads`, decoded)."""
-        found = self.latest_payloads(partition_ids, named=named)
-        decoded = {id(p): CommitRecord.from_payload(p) for p in found.values()}
-        return {pid: decoded[id(p)] for pid, p in found.items()}
 
     def last_updated(self, selection: PartitionSelection, key_of: Any) -> dict[str, int]:
         """lastUpdated per partition id (`key_of` maps a file's partition values to it) of

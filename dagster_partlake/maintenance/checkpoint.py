@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from dagster_partlake.delta.defaults import DEFAULT_KEEP_LOG_HOURS
 from dagster_partlake.delta.reader import open_table
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import log_versions
 from dagster_partlake.errors import PartlakeError
 from dagster_partlake.layout import LOG_DIR, commit_version
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation
 
 

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, cast
 
 from dagster_partlake.columnar.interner import KEYS, VALUES, Key, KeyList, Values
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.partitions.keys import KeyCodec
 from dagster_partlake.planning.definition import PartitionState, Record
 from dagster_partlake.planning.graph import LakeAsset
 from dagster_partlake.planning.state_maps import RecordMap, StateMap
+from dagster_partlake.records.record import CommitRecord
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -14,10 +14,10 @@ from deltalake import write_deltalake
 from dagster_partlake.columnar.interner import KeyList
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.delta.payload import WHOLE_TABLE_ID, CommitPayload, to_user_metadata
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.snapshot import open_snapshot
 from dagster_partlake.delta.transaction import Actions, commit
 from dagster_partlake.errors import PartlakeError
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import as_location
 
 RECORD = CommitRecord(

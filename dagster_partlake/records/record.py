@@ -28,13 +28,18 @@ since a format-2 reader would take the deleted partitions for freshly written on
 `dagster_partlake.incremental.streams`) is read by older readers as the plain append it also
 is: format 2 still.
 
+The storage layer (`delta/`) commits, reads and caches a record as its payload
+(`dagster_partlake.delta.payload.CommitPayload`: the format, write id, commit time and the
+partitions written, kept and left empty, the rest opaque); `to_payload` / `from_payload` convert,
+and the bytes on disk are the record's JSON, the same as before the payload existed.
+
 delta-spark puts no custom keys in `commitInfo`: a commit made through Spark's Delta (the
 `delta-spark` writer, `dagster_partlake.delta.native`) carries the same record as a JSON object
-string in Delta's `userMetadata` (`to_user_metadata`), without a commit time, which it learns
-only as it commits: the record's `commit_time_ms` is that commit's own time (its
+string in Delta's `userMetadata` (`delta.payload.to_user_metadata`), without a commit time,
+which it learns only as it commits: the record's `commit_time_ms` is that commit's own time (its
 `inCommitTimestamp`, else `timestamp`), which is also the time the log reader gives the
-partitions it changed (`dagster_partlake.delta.change_rule`). `commit_metadata` is how every
-reader sees both forms alike.
+partitions it changed (`dagster_partlake.delta.change_rule`). `delta.payload.commit_metadata` is how
+every reader sees both forms alike.
 """
 
 from __future__ import annotations
@@ -48,33 +53,12 @@ from dagster_partlake.columnar.interner import Key
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.delta.payload import (
     FORMAT,
-    MAINTENANCE_KEY,
     RECORD_KEY,
-    USER_METADATA,
-    USER_METADATA_PREFIX,
     WHOLE_TABLE_ID,
     CommitPayload,
-    commit_metadata,
-    compact_pairs,
     empty_ids,
-    to_user_metadata,
 )
 from dagster_partlake.errors import PartlakeError
-
-__all__ = [
-    "FORMAT",
-    "MAINTENANCE_KEY",
-    "RECORD_KEY",
-    "USER_METADATA",
-    "USER_METADATA_PREFIX",
-    "WHOLE_TABLE_ID",
-    "CommitRecord",
-    "DeleteRecord",
-    "commit_metadata",
-    "compact_pairs",
-    "records_of",
-    "to_user_metadata",
-]
 
 # The order of a record's entries on disk (format 2), kept so its bytes stay those every
 # earlier reader knows.
@@ -343,49 +327,3 @@ def records_of(infos: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[CommitRe
     """The partlake records among `(version, commitInfo)` pairs, in the given order."""
     found = (CommitRecord.from_commit_info(info, table_version=v) for v, info in infos)
     return tuple(r for r in found if r is not None)
-
-
-@dataclass(frozen=True)
-class DeleteRecord:
-    """What a row delete records in its commit (under `MAINTENANCE_KEY`, operation "delete")."""
-
-    predicate: str  # the Spark SQL condition whose matching rows were removed
-    rows_deleted: int
-    files_removed: int  # files rewritten (or dropped when every row matched)
-    files_added: int  # the rewritten files' remaining rows
-    partitions: tuple[str, ...]  # partition ids touched (Dagster partition keys)
-    delete_id: str  # finds the commit in the log once it landed
-    partition: str | None = None  # the `--partition` the delete was limited to
-
-    OPERATION = "delete"
-
-    def to_commit_info(self) -> dict[str, dict[str, object]]:
-        """`{"partlake_maintenance": {"operation": "delete", ...}}` for the commit metadata."""
-        body: dict[str, object] = {
-            "operation": self.OPERATION,
-            "id": self.delete_id,
-            "predicate": self.predicate,
-            "rows_deleted": self.rows_deleted,
-            "files_removed": self.files_removed,
-            "files_added": self.files_added,
-            "partitions": list(self.partitions),
-        }
-        if self.partition is not None:
-            body["partition"] = self.partition
-        return {MAINTENANCE_KEY: body}
-
-    @classmethod
-    def from_commit_info(cls, info: Mapping[str, Any]) -> DeleteRecord | None:
-        """The delete record of a commit's `commitInfo` (None: the commit is no delete)."""
-        body = commit_metadata(info).get(MAINTENANCE_KEY)
-        if not isinstance(body, Mapping) or body.get("operation") != cls.OPERATION:
-            return None
-        return cls(
-            predicate=str(body.get("predicate", "")),
-            rows_deleted=int(body.get("rows_deleted") or 0),
-            files_removed=int(body.get("files_removed") or 0),
-            files_added=int(body.get("files_added") or 0),
-            partitions=tuple(str(p) for p in body.get("partitions") or ()),
-            delete_id=str(body.get("id") or ""),
-            partition=None if body.get("partition") is None else str(body["partition"]),
-        )
