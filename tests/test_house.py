@@ -42,7 +42,6 @@ RECORD_STRINGS = RECORD_NAMES | {"kind", "stream"}
 # from here when it is clean (the test says so).
 NOT_YET_CLEAN = {
     "__init__.py": "still exports CommitRecord by name (a lazy name of the records layer)",
-    "commit_scan.py": "the bulk reader picks the `consumed` group by name",
 }
 
 

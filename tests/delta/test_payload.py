@@ -195,3 +195,31 @@ def test_a_state_cache_keeps_payloads_as_the_log_has_them(tmp_path: Path) -> Non
         )
     assert isinstance(loaded.commits[1].columns["consumed"]["raw"], IntMap)
     assert loaded.commits[1].empty_partition_ids == {k for i, k in enumerate(keys) if i % 3 == 0}
+
+
+def test_a_large_payload_read_in_bulk_is_what_json_reads_of_any_group() -> None:
+    """The bulk reader takes any group of int columns (not only a record's), and leaves large
+    objects of strings and of small objects to `json`."""
+    from dagster_partlake.delta.commit_scan import scan_commit_info
+
+    keys = [f"2024-01-{i % 28 + 1:02d}|r{i // 28:03d}" for i in range(3000)]
+    body = json.loads(BARE_BEFORE)["partlake"]
+    body.update(
+        partition_keys=keys,
+        rows_by_partition={k: i % 4 for i, k in enumerate(keys)},
+        empty_partition_keys=sorted(k for i, k in enumerate(keys) if i % 4 == 0),
+        consumed={"raw": {k: 1700 + i for i, k in enumerate(keys)}},
+        future_group={"a": {k: i for i, k in enumerate(keys)}, "b": {}},
+        content_hashes={k: f"{i}:1:2" for i, k in enumerate(keys)},
+        watermarks={f"up{i}": {"value": str(i), "type": "long"} for i in range(300)},
+    )
+    line = json.dumps({"commitInfo": {"timestamp": 1, "partlake": body}}, separators=(",", ":"))
+    scanned = CommitPayload.from_commit_info(scan_commit_info(line.encode()), compact=True)
+    parsed = CommitPayload.from_commit_info(json.loads(line)["commitInfo"], compact=True)
+    assert scanned is not None and parsed is not None
+    assert isinstance(scanned.partition_keys, KeyList)
+    assert isinstance(scanned.columns["future_group"]["a"], IntMap)
+    assert set(scanned.columns) == {"consumed", "future_group"}
+    assert scanned == parsed
+    # The same entries (a compact payload lists a column's partitions in interned order).
+    assert json.loads(_compact(scanned.to_commit_info())) == {"partlake": body}
