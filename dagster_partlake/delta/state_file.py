@@ -52,7 +52,10 @@ Where = tuple[int, int, str]
 # 4: lastUpdated is the time of the commit that changed a partition (`delta.change_rule`), with
 # the version of that commit (`changed_in`) and the partition columns' physical names: a state
 # saved by format 3 (its files' newest modification time) is read anew, never mixed in.
-FORMAT = (4, marshal.version, *sys.version_info[:2])
+# 5: each commit's payload (`CommitPayload.small_fields`, `named_columns`): all its small
+# entries, where format 4 kept a record's known fields only (it dropped a stream's query and
+# batch), so a format-4 state is read anew rather than compared unequal to the log's.
+FORMAT = (5, marshal.version, *sys.version_info[:2])
 _LENGTH = struct.Struct("<Q")
 
 

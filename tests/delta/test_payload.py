@@ -156,7 +156,8 @@ def test_a_committed_payload_is_the_commit_info_on_disk(tmp_path: Path) -> None:
 
 def test_a_state_cache_keeps_payloads_as_the_log_has_them(tmp_path: Path) -> None:
     """Payloads read from the log, kept on disk by a persisted state and loaded back by a new
-    cache are the same payloads, and decode to the same records."""
+    cache are the same payloads, and decode to the same records (a stream's query and batch
+    too, which the format-4 state file dropped)."""
     from dagster_partlake.delta.state import StateCache
 
     root = tmp_path / "t"
