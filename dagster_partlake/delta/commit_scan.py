@@ -4,13 +4,13 @@ A commit that wrote a million partitions carries a payload of about 50 MB: the k
 its per-partition int columns (a record's lastUpdated of every partition it read, per upstream).
 `json.loads` makes a string, an int and a pair per entry (about 250 MB for a moment, and a second
 per payload). Here the line's structure is found with numpy instead: its strings (between its
-unescaped quotes) and its brackets, commas and colons outside them, with their depth. The payload's values that hold one
-entry per partition (`partition_keys`, `rows_by_partition`, `kept`, and the int columns of its
-groups: objects of objects, `delta.payload`) are read in bulk where they have the compact form
-partlake's writer gives them (strings without escapes, integer values, no spaces), straight from
-the line's bytes into `KEYS` (`Interner.ids_of_text`); the rest of the line is read by
-`json.loads` with those values cut out. Anything of another form is read by `json.loads` too, so
-the result is what `json.loads` gives, in the compact form of payloads
+unescaped quotes) and its brackets, commas and colons outside them, with their depth. The
+payload's values that hold one entry per partition (`partition_keys`, `rows_by_partition`,
+`kept`, and the int columns of its groups: objects of objects, `delta.payload`) are read in bulk
+where they have the compact form partlake's writer gives them (strings without escapes, integer
+values, no spaces), straight from the line's bytes into `KEYS` (`Interner.ids_of_text`); the rest
+of the line is read by `json.loads` with those values cut out. Anything of another form is read
+by `json.loads` too, so the result is what `json.loads` gives, in the compact form of payloads
 (`CommitPayload.from_commit_info(..., compact=True)`: a `KeyList` and `IntMap`s).
 """
 
