@@ -33,10 +33,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from dagster_partlake.delta import PartitionSelection, write_partitions
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.table import live_files, load_table
-from dagster_partlake.delta.writer import commit_staged, stage_partitions
+from dagster_partlake.delta.writer import stage_partitions
 from dagster_partlake.kinds.merge import merge_rows
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import commit_staged
 
 TARGET_RATIO = 0.2
 

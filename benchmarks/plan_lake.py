@@ -179,7 +179,7 @@ def _link_file(root: str, table: str, date: str, region: str, name: str) -> str:
 
 def _partlake_info(asset: str, keys: Sequence[str], now_ms: int, consumed: dict) -> dict:
     """The commit record DeltaPartitionIOManager writes for these partitions."""
-    from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.records.record import CommitRecord
 
     return (
         CommitRecord(

@@ -74,7 +74,7 @@ def build_table(
         RemoveAction,
     )
 
-    from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.records.record import CommitRecord
 
     shutil.rmtree(root, ignore_errors=True)
     table = DeltaTable.create(

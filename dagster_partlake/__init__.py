@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from dagster_partlake.lazy import lazy_names
 
 if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X as X`)
-    from dagster_partlake.delta.record import CommitRecord as CommitRecord
     from dagster_partlake.errors import CommitConflictError as CommitConflictError
     from dagster_partlake.errors import InvalidPredicateError as InvalidPredicateError
     from dagster_partlake.errors import PartitionMismatchError as PartitionMismatchError
@@ -47,6 +46,7 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     from dagster_partlake.planning.runs import PlannedRun as PlannedRun
     from dagster_partlake.planning.runs import RunPlan as RunPlan
     from dagster_partlake.planning.runs import plan_runs as plan_runs
+    from dagster_partlake.records.record import CommitRecord as CommitRecord
     from dagster_partlake.spark.resource import SparkResource as SparkResource
     from dagster_partlake.sql.component import SqlModels as SqlModels
     from dagster_partlake.sql.definition import sql_assets as sql_assets
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
 # no-op `partlake run` imports only the modules its path needs). `__all__` is its keys; a test
 # ties it to the TYPE_CHECKING imports above and to the API reference page.
 _LAZY = {
-    "CommitRecord": "dagster_partlake.delta.record",
+    "CommitRecord": "dagster_partlake.records.record",
     "CommitConflictError": "dagster_partlake.errors",
     "InvalidPredicateError": "dagster_partlake.errors",
     "PartitionMismatchError": "dagster_partlake.errors",

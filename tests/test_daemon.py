@@ -306,7 +306,7 @@ def check_lake_on_s3(refreshed: Refreshed, s3: S3Server) -> None:
 
     from deltalake import DeltaTable
 
-    from dagster_partlake.delta.table import newest_record
+    from dagster_partlake.records.queries import newest_record
     from dagster_partlake.storage.location import table_location
     from definitions.ingest import generate
 
@@ -449,7 +449,8 @@ class TestSqliteInstance:
         [first] = [r for r in runs if ("marts/user_activity", "2024-01-02|us") in covered(r)]
         assert ranged["creationTime"] >= committed(dev, first["runId"])["marts/user_activity"]
         assert len({r["tags"]["partlake/refresh"] for r in runs}) == 1, runs
-        from dagster_partlake.delta.table import log_versions, read_record
+        from dagster_partlake.delta.table import log_versions
+        from dagster_partlake.records.queries import read_record
 
         path = refreshed.lake / "warehouse" / "marts" / "user_activity"
         records = [read_record(str(path), v) for v in log_versions(str(path))]

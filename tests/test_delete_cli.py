@@ -22,13 +22,13 @@ from pyspark.sql import functions as F
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, model_kind_metadata
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.writer import write_partitions
 from dagster_partlake.maintenance.delete import delete_rows
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.orchestration.sources import partlake_source
 from dagster_partlake.partitions.keys import selection_for_keys
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.writes import write_partitions
 from tests.conftest import cli_env, delta_rows, run_partlake
 
 pytestmark = pytest.mark.spark

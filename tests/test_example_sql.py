@@ -237,7 +237,8 @@ def test_a_merge_models_later_days_refresh_in_one_run(tmp_path: Path, lake: Path
         re.MULTILINE,
     )
     assert [d for d, _ in later] == days[1:], refreshed.stdout
-    from dagster_partlake.delta.table import log_versions, read_record
+    from dagster_partlake.delta.table import log_versions
+    from dagster_partlake.records.queries import read_record
 
     records = [r for v in log_versions(activity) if (r := read_record(activity, v)) is not None]
     last = [r for r in records if r.run_id == records[-1].run_id]

@@ -462,7 +462,8 @@ def test_two_partlake_runs_on_one_stale_plan_commit_each_partition_once(
     the data is exact."""
     import datetime as dt
 
-    from dagster_partlake.delta.table import log_versions, read_record
+    from dagster_partlake.delta.table import log_versions
+    from dagster_partlake.records.queries import read_record
     from definitions.ingest import write_partition
 
     env = cli_env(tmp_path, lake)

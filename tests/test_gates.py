@@ -23,7 +23,6 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_asset_checks
-from dagster_partlake.delta.writer import write_partitions
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.gates.spec import (
     accepted_values,
@@ -34,6 +33,7 @@ from dagster_partlake.gates.spec import (
     unique,
 )
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
+from dagster_partlake.records.writes import write_partitions
 from dagster_partlake.storage.location import table_path
 from tests.conftest import delta_files, delta_rows
 

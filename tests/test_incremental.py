@@ -21,9 +21,9 @@ from dagster_partlake import (
     partlake_source,
 )
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import newest_record
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.queries import newest_record
 from dagster_partlake.storage.location import table_path
 from tests.conftest import delta_rows
 

@@ -24,14 +24,15 @@ from pyspark.sql import functions as F
 from dagster_partlake import DeltaPartitionIOManager, SparkResource, partlake_source
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import log_versions, read_record
-from dagster_partlake.delta.writer import write_partitions
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.kinds.spec import model_kind, model_kind_metadata
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.partitions.keys import dimension_columns, selection_for_keys
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import PlanningSession, make_plan
+from dagster_partlake.records.queries import read_record
+from dagster_partlake.records.writes import write_partitions
 from dagster_partlake.storage.location import table_path
 from tests.conftest import delta_files, delta_rows
 
@@ -170,8 +171,8 @@ def test_append_adds_rows_and_a_retried_commit_of_the_same_run_adds_nothing(
     # A step retried after its commit landed (same run id): nothing is added twice.
     version = log_versions(path)[-1]
     run_id = last_record(lake, "change_log").run_id
-    from dagster_partlake.delta.record import CommitRecord
     from dagster_partlake.kinds.write import WriteTarget, write_output
+    from dagster_partlake.records.record import CommitRecord
 
     target = WriteTarget(
         root=path,
@@ -315,8 +316,8 @@ def test_merge_on_dimension_partitions_rewrites_only_files_that_can_hold_a_key(
     spark, lake: Path
 ) -> None:
     """Delta statistics then partitions: a batch of high keys leaves the low-key file alone."""
-    from dagster_partlake.delta.record import CommitRecord
     from dagster_partlake.kinds.merge import merge_rows
+    from dagster_partlake.records.record import CommitRecord
 
     path = table_path(str(lake), ["accounts"])
     day = dt.date(2024, 1, 1)

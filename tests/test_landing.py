@@ -14,11 +14,11 @@ from dagster import Definitions, materialize
 from deltalake import DeltaTable
 
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import newest_record
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.orchestration.sources import partlake_source
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.queries import newest_record
 from tests.conftest import REPO_ROOT, delta_rows, subprocess_env
 from tests.landing_defs import consumer, drop_file, landing_assets, resources
 

@@ -9,10 +9,11 @@ from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import log_versions, read_record
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.queries import read_record
 from dagster_partlake.storage.location import table_path
 
 pytestmark = pytest.mark.spark

@@ -38,11 +38,12 @@ from dagster_partlake.delta.native import (
 )
 from dagster_partlake.delta.selection import Box, DateRanges, PartitionSelection
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import log_versions, read_record
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.queries import read_record
 from dagster_partlake.storage.location import TableLocation
 from tests.conftest import delta_rows
 

@@ -45,10 +45,11 @@ from dagster_partlake import (
     partlake_source,
 )
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import log_versions, newest_record, read_record
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.orchestration.runner import refresh
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.queries import newest_record, read_record
 from dagster_partlake.storage.location import table_location
 from tests import stream_defs
 from tests.conftest import REPO_ROOT, run_partlake, subprocess_env

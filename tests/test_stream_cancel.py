@@ -20,9 +20,10 @@ import pytest
 from dagster import materialize
 from deltalake import DeltaTable
 
-from dagster_partlake.delta.table import log_versions, read_record
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.faults import POINTS_FILE
 from dagster_partlake.layout import log_dir
+from dagster_partlake.records.queries import read_record
 from tests import stream_defs
 from tests.conftest import cli_env
 from tests.servers import DagsterDev, dagster_dev, wait_until

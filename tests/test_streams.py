@@ -20,10 +20,9 @@ from dagster import AssetKey, materialize
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.stream_source import StreamSourceError
-from dagster_partlake.delta.table import log_versions, read_record
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.incremental.streams import StreamSpec, stream_of
 from dagster_partlake.layout import STREAM_DIR
@@ -40,6 +39,8 @@ from dagster_partlake.planning.planner import (
 )
 from dagster_partlake.planning.replan import changed_partitions, full, replan
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.queries import read_record
+from dagster_partlake.records.record import CommitRecord
 from tests import stream_defs
 from tests.conftest import REPO_ROOT, cli_env, delta_files, run_partlake, subprocess_env
 

@@ -12,10 +12,11 @@ from pyspark.sql import DataFrame
 
 from dagster_partlake import DeltaPartitionIOManager, SparkResource
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import commit_info, latest_records
+from dagster_partlake.delta.table import commit_info
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.session import make_plan
+from dagster_partlake.records.queries import latest_records
 from tests.conftest import delta_rows
 
 pytestmark = pytest.mark.spark

@@ -126,8 +126,8 @@ def table_target(graph: LakeGraph, asset: str, partition: str | None) -> History
         PartlakeError: the asset is unknown, a folder of files, or decoupled with a partition.
         PartitionMismatchError: `partition` is not one of the asset's partition keys.
     """
+    from dagster_partlake.delta.payload import WHOLE_TABLE_ID
     from dagster_partlake.delta.reader import open_table
-    from dagster_partlake.delta.record import WHOLE_TABLE_ID
     from dagster_partlake.partitions.keys import KeyCodec, selection_for_keys, validate_keys
 
     found = graph.assets.get(asset)

@@ -20,7 +20,7 @@ def history_command(module: str, asset: str, partition: str | None, as_json: boo
     what the Delta log still has (checkpointing may have removed older commits)."""
     import json
 
-    from dagster_partlake.delta.history import table_history
+    from dagster_partlake.records.history import table_history
 
     target = history_target(module, asset, partition)
     entries = table_history(

@@ -18,7 +18,7 @@ newest commit that changed it:
   the commit file's modification time.
 
 A commit partlake made through delta-spark (the `delta-spark` writer: its record is in
-`commitInfo.userMetadata`, `dagster_partlake.delta.record`) changes every partition it changed
+`commitInfo.userMetadata`, `dagster_partlake.delta.payload`) changes every partition it changed
 at its own time, whatever times Spark gave its files: its record learns no other time before
 it commits, and it takes that one when read.
 

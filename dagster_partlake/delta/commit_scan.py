@@ -1,16 +1,17 @@
-"""A large commitInfo line read with numpy: a partlake record without an object per partition.
+"""A large commitInfo line read with numpy: a partlake payload without an object per partition.
 
-A commit that wrote a million partitions carries a record of about 50 MB: the keys it wrote and,
-per upstream asset, the lastUpdated of every partition it read. `json.loads` makes a string, an
-int and a pair per entry (about 250 MB for a moment, and a second per record). Here the line's
-structure is found with numpy instead: its strings (between its unescaped quotes) and its
-brackets, commas and colons outside them, with their depth. The record's values that hold one
-entry per partition (`partition_keys`, `consumed`, `rows_by_partition`, `kept`) are read in bulk
+A commit that wrote a million partitions carries a payload of about 50 MB: the keys it wrote and
+its per-partition int columns (a record's lastUpdated of every partition it read, per upstream).
+`json.loads` makes a string, an int and a pair per entry (about 250 MB for a moment, and a second
+per payload). Here the line's structure is found with numpy instead: its strings (between its
+unescaped quotes) and its brackets, commas and colons outside them, with their depth. The
+payload's values that hold one entry per partition (`partition_keys`, `rows_by_partition`,
+`kept`, and the int columns of its groups: objects of objects, `delta.payload`) are read in bulk
 where they have the compact form partlake's writer gives them (strings without escapes, integer
 values, no spaces), straight from the line's bytes into `KEYS` (`Interner.ids_of_text`); the rest
 of the line is read by `json.loads` with those values cut out. Anything of another form is read
-by `json.loads` too, so the result is what `json.loads` gives, in the compact form of records
-(`CommitRecord.from_commit_info(..., compact=True)`: a `KeyList` and `IntMap`s).
+by `json.loads` too, so the result is what `json.loads` gives, in the compact form of payloads
+(`CommitPayload.from_commit_info(..., compact=True)`: a `KeyList` and `IntMap`s).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dagster_partlake.columnar.interner import KEYS, Key, KeyList
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.columnar.text import integers, windows
-from dagster_partlake.delta.record import RECORD_KEY, compact_pairs
+from dagster_partlake.delta.payload import RECORD_KEY, compact_pairs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -128,12 +129,24 @@ class _Line:
                 value: object = self.keys(mark) if name == "partition_keys" else self.numbers(mark)
                 if value is not None:
                     found.append((start, end, (name,), value))
-            elif name == "consumed":
-                for upstream, (s, e, inner) in self.children(mark):
+            elif self.opens_objects(mark):  # a group of per-partition columns, maybe
+                for column, (s, e, inner) in self.children(mark):
                     value = self.numbers(inner) if inner is not None and e - s >= _LARGE else None
                     if value is not None:
-                        found.append((s, e, ("consumed", upstream), value))
+                        found.append((s, e, (name, column), value))
         return found
+
+    def opens_objects(self, mark: int) -> bool:
+        """Whether the object opened at `mark` starts with a member whose value is an object
+        (checked on its first member only: an object of strings is never walked)."""
+        if self.kinds[mark] != ord("{") or mark + 2 >= len(self.marks):
+            return False
+        colon, opener = mark + 1, mark + 2
+        return bool(
+            self.kinds[colon] == ord(":")
+            and self.kinds[opener] == ord("{")
+            and self.marks[opener] == self.marks[colon] + 1
+        )
 
     def children(self, mark: int) -> list[tuple[str, tuple[int, int, int | None]]]:
         """The members of the object opened at mark `mark`: (key, (value start, value end,
@@ -266,7 +279,7 @@ def _escaped(
 
 
 # The key sequence interned last, as (key lengths, the keys' bytes joined, their ids): a commit
-# that consumed its upstream's partitions one to one names the keys it wrote again, and so do
+# that read its upstream's partitions one to one names the keys it wrote again, and so do
 # the next asset's records; a sequence equal to it byte for byte is not cut into words again.
 _last: tuple[npt.NDArray[np.int32], bytes, npt.NDArray[np.int64]] | None = None
 

@@ -29,7 +29,7 @@ from dagster_partlake.layout import LOG_DIR, commit_name
 from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
-    from dagster_partlake.delta.record import CommitRecord
+    from dagster_partlake.delta.payload import CommitPayload
     from dagster_partlake.storage.store import Entry
 
 # A commit read to learn that it exists is kept for its reader up to this size; a larger one is
@@ -177,10 +177,10 @@ class LogFiles:
             return below
         return self.path(name)
 
-    def record(self, version: int) -> CommitRecord | None:
-        """The compact partlake record of the commit `version` (None: partlake did not write
+    def payload(self, version: int) -> CommitPayload | None:
+        """The compact partlake payload of the commit `version` (None: partlake did not write
         it, or the log no longer holds it), from what `has_commit` kept when it can."""
-        from dagster_partlake.delta.record import CommitRecord
+        from dagster_partlake.delta.payload import CommitPayload
         from dagster_partlake.delta.table import compact_commit_info, note_read, unreadable
 
         note_read("commit", self.location)
@@ -191,4 +191,4 @@ class LogFiles:
             return None  # `checkpoint_table` deleted it: it held no needed record
         except ValueError as error:  # a damaged commit file
             raise unreadable(self.location, error) from error
-        return CommitRecord.from_commit_info(info, table_version=version, compact=True)
+        return CommitPayload.from_commit_info(info, table_version=version, compact=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
-from dagster_partlake.delta.record import to_user_metadata
+from dagster_partlake.delta.payload import to_user_metadata
 from dagster_partlake.delta.selection import DateRanges, PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot, partition_txn_id
 from dagster_partlake.delta.table import commit_actions

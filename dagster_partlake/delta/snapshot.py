@@ -3,9 +3,9 @@ asks of it.
 
 `open_snapshot` loads the table through its location (delta-rs reads the newest checkpoint and the
 JSON commits after it); the schema, the partition columns, the live files of any selection, the
-application transaction versions and the commit records of its partitions all come from that one
-load (`Snapshot.records` reads commit files newest first, each at most once). `refresh` follows
-only the commits made since, as a conflicting commit's retry does. `delta.table.LOG_READS`
+application transaction versions and the commit payloads of its partitions all come from that
+one load (`Snapshot.newest_first` reads commit files newest first, each at most once). `refresh`
+follows only the commits made since, as a conflicting commit's retry does. `delta.table.LOG_READS`
 counts the loads and follows of this process, which is how a test shows one read of the log per
 write.
 """
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.delta.payload import CommitPayload
 from dagster_partlake.delta.schema import delta_types
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.table import (
@@ -52,7 +52,7 @@ class Snapshot:
     _files: list[LiveFile] | None = field(default=None, repr=False)
     _stats_columns: tuple[str, ...] = ()
     _versions: list[int] | None = field(default=None, repr=False)
-    _records: dict[int, CommitRecord | None] = field(default_factory=dict, repr=False)
+    _payloads: dict[int, CommitPayload | None] = field(default_factory=dict, repr=False)
 
     @property
     def root(self) -> str:
@@ -133,34 +133,34 @@ class Snapshot:
             self._versions = [v for v in log_versions(self.location) if v <= self.version]
         return self._versions
 
-    def newest_first(self) -> Iterator[tuple[int, CommitRecord | None]]:
-        """(version, record) of each JSON commit up to the snapshot's version, newest first.
+    def newest_first(self) -> Iterator[tuple[int, CommitPayload | None]]:
+        """(version, payload) of each JSON commit up to the snapshot's version, newest first.
         Reads commit files directly (no listing), each once per snapshot; only when one is
         missing (a checkpoint trimmed the log) does it list the log for the ones left."""
         version = self.version
         while version >= 0:
             try:
-                yield version, self.record(version)
+                yield version, self.payload(version)
             except FileNotFoundError:
                 for older in reversed([v for v in self.versions() if v < version]):
-                    yield older, self.record(older)
+                    yield older, self.payload(older)
                 return
             version -= 1
 
-    def record(self, version: int) -> CommitRecord | None:
-        """The partlake record of one commit (read once per snapshot)."""
-        from dagster_partlake.delta.table import read_record
+    def payload(self, version: int) -> CommitPayload | None:
+        """The partlake payload of one commit (read once per snapshot)."""
+        from dagster_partlake.delta.table import read_payload
 
-        if version not in self._records:
-            self._records[version] = read_record(self.location, version, missing_ok=False)
-        return self._records[version]
+        if version not in self._payloads:
+            self._payloads[version] = read_payload(self.location, version, missing_ok=False)
+        return self._payloads[version]
 
-    def latest_records(
+    def latest_payloads(
         self, partition_ids: Sequence[str], *, named: bool = False
-    ) -> dict[str, CommitRecord]:
-        """The newest record that wrote each of `partition_ids` (absent: none did).
+    ) -> dict[str, CommitPayload]:
+        """The newest payload that wrote each of `partition_ids` (absent: none did).
 
-        `named`: only records of commits that named their partitions in application
+        `named`: only payloads of commits that named their partitions in application
         transactions (`partition_txn_id`: replacing writes and appends; not merges, whose
         transactions name table partitions). The snapshot then knows when each id was last
         written without reading a commit: an id never named is absent at once, and the search
@@ -173,8 +173,8 @@ class Snapshot:
             floor = min((t for t in times.values() if t is not None), default=None)
         if not wanted:
             return {}
-        records = (record for _, record in self.newest_first())
-        return newest_per_id(records, wanted, floor_ms=floor)
+        payloads = (payload for _, payload in self.newest_first())
+        return newest_per_id(payloads, wanted, floor_ms=floor)
 
     def last_updated(self, selection: PartitionSelection, key_of: Any) -> dict[str, int]:
         """lastUpdated per partition id (`key_of` maps a file's partition values to it) of

@@ -21,8 +21,9 @@ keys it by its URI. A `StateCache(persist_dir=...)` also keeps each state on dis
 column-wise form (`marshal`, stamped with the commit file it was read at), so a new process
 loads it without reading the log and follows only the commits made since.
 
-Commits made by dagster_partlake carry a `CommitRecord` (what was written and what was read);
-`TableState.commits` lists them, oldest first, for the planner's records.
+Commits made by dagster_partlake carry a payload (`delta.payload.CommitPayload`: which
+partitions they wrote and when, the rest opaque here); `TableState.commits` lists them, oldest
+first, for the planner's records (`CommitRecord.from_payload`).
 
 A folder source (Hive-style `col=value/` sub-folders, any files) has no log: its lastUpdated per
 partition is the newest file modification time, found by a walk (one listing on an object
@@ -52,7 +53,7 @@ from dagster_partlake.delta.log_state import (
     read_file_actions,
     read_log_state,
 )
-from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.delta.payload import CommitPayload
 from dagster_partlake.delta.table import is_delta_error, unreadable
 from dagster_partlake.errors import (
     PartlakeError,
@@ -88,7 +89,7 @@ class TableState:
     # Column-wise over the interned partition values (`dagster_partlake.planning.state_maps`):
     last_updated: IntMap[Values]  # partition values -> newest modification time (ms)
     touched_in: IntMap[Values] = field(default_factory=lambda: IntMap(VALUES))  # -> version
-    commits: tuple[CommitRecord, ...] = ()  # partlake commit records, oldest first
+    commits: tuple[CommitPayload, ...] = ()  # partlake commit payloads, oldest first
     # Set when this state was derived from the state at version `follows` by its new commits:
     # the partitions whose lastUpdated or version may differ from that one's (not persisted).
     follows: int | None = field(default=None, compare=False)
@@ -332,7 +333,7 @@ def _state_of_log(
 
 
 def _touched_in(
-    commits: Sequence[CommitRecord],
+    commits: Sequence[CommitPayload],
     last_updated: IntMap[Values],
     previous: TableState | None,
     touched: Ids | None,
@@ -526,14 +527,14 @@ def _partition_changes(np: ModuleType, actions: FileActions) -> tuple[Ids, Ids, 
 
 def _partlake_commits(
     files: LogFiles, held: Iterable[int], version: int, previous: TableState | None
-) -> tuple[CommitRecord, ...]:
-    """The records of `previous` and of the JSON commits `held` (the versions the log holds)
+) -> tuple[CommitPayload, ...]:
+    """The payloads of `previous` and of the JSON commits `held` (the versions the log holds)
     after it, up to `version`."""
     known = previous.commits if previous is not None else ()
     since = previous.version if previous is not None else -1
     # Only the commits after the cached version, read from their JSON files (exact versions;
     # commits older than the log retention are gone, and so are their records).
-    new = (files.record(v) for v in held if since < v <= version)
+    new = (files.payload(v) for v in held if since < v <= version)
     return (*known, *(r for r in new if r is not None))
 
 

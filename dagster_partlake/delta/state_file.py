@@ -1,15 +1,15 @@
 """The on-disk form of a table state: a small header and raw columns, read by memory map.
 
-A state of a million partitions, with the partlake records of a commit that wrote all of them,
+A state of a million partitions, with the partlake payloads of a commit that wrote all of them,
 is a few arrays, and so is its file: a `marshal` header (what the state was read at, the table's
-partition columns, each record's small fields, and where each column lies) followed by raw int32
+partition columns, each payload's small fields, and where each column lies) followed by raw int32
 and int64 columns. Partition values are stored per partition column as codes into that column's
-distinct values; the record fields with one value per partition (what was consumed, rows, kept
-partitions) and the written partition keys as codes into one list of the file's partition keys,
-itself stored as word columns (a key's parts between `|`, each as codes into its distinct
-parts). A reader maps the file and copies only the columns it asks for (a source's records are
-never read), and interns values and keys from those codes (`Interner.ids_of_words`): no Python
-object per partition.
+distinct values; a payload's per-partition int columns (`CommitPayload.named_columns`: rows,
+kept partitions, its opaque groups) and the written partition keys as codes into one list of the
+file's partition keys, itself stored as word columns (a key's parts between `|`, each as codes
+into its distinct parts). A reader maps the file and copies only the columns it asks for (a
+source's payloads are never read), and interns values and keys from those codes
+(`Interner.ids_of_words`): no Python object per partition.
 
 marshal's format is tied to the Python version, which is stamped in the header and checked.
 """
@@ -33,7 +33,7 @@ from dagster_partlake.columnar.interner import (
     WordColumn,
 )
 from dagster_partlake.columnar.intmap import ABSENT, IntMap
-from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.delta.payload import CommitPayload
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -52,10 +52,11 @@ Where = tuple[int, int, str]
 # 4: lastUpdated is the time of the commit that changed a partition (`delta.change_rule`), with
 # the version of that commit (`changed_in`) and the partition columns' physical names: a state
 # saved by format 3 (its files' newest modification time) is read anew, never mixed in.
-FORMAT = (4, marshal.version, *sys.version_info[:2])
+# 5: each commit's payload (`CommitPayload.small_fields`, `named_columns`): all its small
+# entries, where format 4 kept a record's known fields only (it dropped a stream's query and
+# batch), so a format-4 state is read anew rather than compared unequal to the log's.
+FORMAT = (5, marshal.version, *sys.version_info[:2])
 _LENGTH = struct.Struct("<Q")
-# Record fields holding one int per written partition (`IntMap`s in a compact record).
-_PER_PARTITION = ("rows_by_partition", "kept")
 
 
 class _Writer:
@@ -161,9 +162,9 @@ def _word_columns(header: Mapping[str, Any], reader: _Reader) -> list[WordColumn
 
 
 def _dump_records(
-    np: ModuleType, writer: _Writer, records: Sequence[CommitRecord]
+    np: ModuleType, writer: _Writer, records: Sequence[CommitPayload]
 ) -> tuple[list[dict[str, object]], dict[str, object] | None]:
-    """Each record's small fields, and its per-partition columns as codes into one key list."""
+    """Each payload's small fields, and its per-partition columns as codes into one key list."""
     per_record: list[dict[str, tuple[Ints, Ints | None]]] = []
     every: list[Ints] = []
     for record in records:
@@ -197,11 +198,8 @@ def _key_ids(np: ModuleType, keys: Sequence[str]) -> Ints:
     return np.asarray(KEYS.ids_of(list(keys)), np.int64)
 
 
-def _per_partition_fields(record: CommitRecord) -> dict[str, IntMap[Key]]:
-    fields: dict[str, Mapping[str, int] | None] = {
-        f"consumed/{u}": v for u, v in record.consumed.items()
-    }
-    fields.update({name: getattr(record, name) for name in _PER_PARTITION})
+def _per_partition_fields(record: CommitPayload) -> dict[str, IntMap[Key]]:
+    fields = record.named_columns()
     found: dict[str, IntMap[Key]] = {}
     for name, values in fields.items():
         if isinstance(values, IntMap) and values.interner is KEYS:
@@ -292,8 +290,8 @@ def _int_map(interner: Interner[K], ids: npt.ArrayLike, values: npt.ArrayLike) -
     return IntMap.of_slots(interner, base, slots)
 
 
-def records_of(header: Mapping[str, Any], reader: _Reader) -> tuple[CommitRecord, ...]:
-    """The partlake records of the state, as compact records (see `CommitRecord`)."""
+def records_of(header: Mapping[str, Any], reader: _Reader) -> tuple[CommitPayload, ...]:
+    """The partlake payloads of the state, compact (see `CommitPayload.from_columns`)."""
     import numpy as np
 
     if not header["commits"]:
@@ -309,6 +307,6 @@ def records_of(header: Mapping[str, Any], reader: _Reader) -> tuple[CommitRecord
             for name, (codes, values) in columns.items()
         }
         records.append(
-            CommitRecord.from_columns(commit["info"], written, fields, commit["version"])
+            CommitPayload.from_columns(commit["info"], written, fields, commit["version"])
         )
     return tuple(records)

@@ -12,10 +12,10 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 from urllib.parse import unquote
 
-from dagster_partlake.delta.record import CommitRecord, compact_pairs
+from dagster_partlake.delta.payload import CommitPayload, compact_pairs
 from dagster_partlake.delta.selection import PartitionSelection, format_partition_value
 from dagster_partlake.errors import TableUnreadableError, UnreadableTableFeatureError
 from dagster_partlake.layout import LAST_CHECKPOINT, LOG_DIR, commit_name, commit_version
@@ -24,8 +24,6 @@ from dagster_partlake.storage.location import TableLocation, as_location
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
-
-    from dagster_partlake.delta.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -364,12 +362,12 @@ def commit_actions(
     return info, adds, removes
 
 
-def read_record(
+def read_payload(
     root: Where, version: int, *, compact: bool = False, missing_ok: bool = True
-) -> CommitRecord | None:
-    """The partlake record of one commit (None if partlake did not write it, or, with
+) -> CommitPayload | None:
+    """The partlake payload of one commit (None if partlake did not write it, or, with
     `missing_ok`, the log no longer has the commit; `compact`: see
-    `CommitRecord.from_commit_info`).
+    `CommitPayload.from_commit_info`).
 
     Raises:
         FileNotFoundError: the log has no such commit (without `missing_ok`).
@@ -383,9 +381,9 @@ def read_record(
                     break
         except ValueError as error:  # a damaged commit file
             raise unreadable(root, error) from error
-        return CommitRecord.from_commit_info(info, table_version=version)
+        return CommitPayload.from_commit_info(info, table_version=version)
     info = _compact_commit_info(root, version) if compact else commit_info(root, version)
-    return CommitRecord.from_commit_info(info, table_version=version, compact=compact)
+    return CommitPayload.from_commit_info(info, table_version=version, compact=compact)
 
 
 def _compact_commit_info(root: Where, version: int) -> dict[str, Any]:
@@ -440,107 +438,7 @@ def _line_span(log_file: BinaryIO, prefix: bytes) -> tuple[int, int] | None:
     return (found, position) if found is not None else None
 
 
-def find_record(
-    root: Where, *, since: int = 0, write_id: str | None = None, run_id: str | None = None
-) -> CommitRecord | None:
-    """The newest partlake record at version `since` or later with this write id or run id.
-
-    The version a commit got is known only from the log (delta-rs does not return it, and
-    `history()` misnumbered versions under concurrent writers), so it is searched newest first,
-    back to `since`: the table version before the commit, or 0.
-    """
-    for version in reversed(log_versions(root)):
-        if version < since:
-            break
-        record = read_record(root, version)
-        if record is None:
-            continue
-        if (write_id is not None and record.write_id == write_id) or (
-            run_id is not None and record.run_id == run_id
-        ):
-            return record
-    return None
-
-
-def run_records(
-    root: Where, run_id: str, *, since: int = 0, covering: Sequence[str] | None = None
-) -> list[CommitRecord]:
-    """The records of run `run_id`'s commits at version `since` or later, oldest first (a run
-    of an in-order kind commits each of its partitions on its own). Read newest first, back to
-    `since`, or until they name every partition id of `covering`."""
-    found: list[CommitRecord] = []
-    wanted = set(covering) if covering is not None else None
-    for version in reversed(log_versions(root)):
-        if version < since or (wanted is not None and found and not wanted):
-            break
-        record = read_record(root, version)
-        if record is not None and record.run_id == run_id:
-            found.append(record)
-            if wanted is not None:
-                wanted.difference_update(record.partition_ids)
-    return found[::-1]
-
-
-def newest_record(root: Where) -> CommitRecord | None:
-    """The newest partlake record in the table's log (None: partlake never wrote it)."""
-    for version in reversed(log_versions(root)):
-        record = read_record(root, version)
-        if record is not None:
-            return record
-    return None
-
-
-def same_inputs_commit(
-    snapshot: Snapshot | str | TableLocation, record: CommitRecord
-) -> CommitRecord | None:
-    """The newest commit of `record`'s partitions, if another run made it from the same inputs:
-    the same code version, the same lastUpdated of every upstream partition `record` read, the
-    same watermarks and landing files. Writing `record` as well would commit those partitions
-    twice for the same upstream versions.
-
-    Reads the snapshot's records newest first, only back to the oldest lastUpdated `record`
-    consumed: no commit before it can have read that data. A record that read nothing (an asset
-    without upstream data) never matches: running it again is how it refreshes."""
-    floor = min((t for parts in record.consumed.values() for t in parts.values()), default=None)
-    if floor is None:
-        return None
-    from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
-
-    opened = (
-        snapshot if isinstance(snapshot, Snapshot) else open_snapshot(snapshot, must_exist=False)
-    )
-    if opened is None:
-        return None
-    wanted = set(record.partition_ids)
-    for version, found in opened.newest_first():
-        if found is None:
-            if _changes_data(opened.location, version):
-                # Another writer changed data since (an out-of-band rewrite): writing again is
-                # the repair, not a second commit of the same.
-                return None
-            continue  # maintenance (compaction, checkpoint): no partition's data changed
-        if found.commit_time_ms is not None and found.commit_time_ms < floor:
-            return None
-        touched = wanted.intersection(found.partition_ids)
-        if not touched:
-            continue
-        same = (
-            touched == wanted
-            and found.run_id != record.run_id
-            and found.code_version == record.code_version
-            and all(
-                found.consumed.get(asset, {}).get(pid) == updated
-                for asset, parts in record.consumed.items()
-                for pid, updated in parts.items()
-            )
-            and dict(found.watermarks) == dict(record.watermarks)
-            and dict(found.consumed_files) == dict(record.consumed_files)
-        )
-        return found if same else None
-    return None
-
-
-def _changes_data(root: Where, version: int) -> bool:
+def changes_data(root: Where, version: int) -> bool:
     """Whether the commit `version` of `root` adds or removes data (dataChange true)."""
     try:
         for line in read_commit_lines(root, version):
@@ -553,24 +451,29 @@ def _changes_data(root: Where, version: int) -> bool:
     return False
 
 
-def latest_records(root: Where, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
-    """The newest partlake record that wrote each of `partition_ids` (absent: none did), read
-    from the log newest first until every id is found."""
-    records = (read_record(root, version) for version in reversed(log_versions(root)))
-    return newest_per_id(records, partition_ids)
+class _Written(Protocol):
+    """What `newest_per_id` asks of a commit: a payload or a record."""
+
+    @property
+    def partition_ids(self) -> Sequence[str]: ...
+    @property
+    def commit_time_ms(self) -> int | None: ...
+
+
+_W = TypeVar("_W", bound=_Written)
 
 
 def newest_per_id(
-    records: Iterable[CommitRecord | None],
+    records: Iterable[_W | None],
     partition_ids: Iterable[str],
     *,
     floor_ms: int | None = None,
-) -> dict[str, CommitRecord]:
+) -> dict[str, _W]:
     """The first of `records` (newest first; None: not a partlake commit) that wrote each of
     `partition_ids`, reading no further than needed (nor past a record older than
     `floor_ms`)."""
     wanted = set(partition_ids)
-    found: dict[str, CommitRecord] = {}
+    found: dict[str, _W] = {}
     for record in records:
         if not wanted:
             break

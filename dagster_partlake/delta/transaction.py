@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
-from dagster_partlake.delta.record import commit_metadata
+from dagster_partlake.delta.payload import commit_metadata
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot, partition_txn_id
 from dagster_partlake.delta.table import LiveFile, note_read, read_commit_lines, unreadable
 from dagster_partlake.errors import CommitConflictError, PartlakeError

@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from dagster import AssetCheckKey, AssetSpec
 
     from dagster_partlake.columnar.interner import Key
-    from dagster_partlake.delta.record import CommitRecord
     from dagster_partlake.planning.planner import StalePartition
+    from dagster_partlake.records.record import CommitRecord
 
 # The check op of an asset is named <asset path joined by __> + this suffix.
 CHECK_OP_SUFFIX = "_partlake_fresh"
@@ -163,8 +163,9 @@ def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
 def _evaluations(context: AssetCheckExecutionContext, key: AssetKey) -> list[AssetCheckEvaluation]:
     """This run's verdicts on the asset's partitions: the ones its commits wrote (one, or one
     per partition of an in-order kind's run), else a plan."""
-    from dagster_partlake.delta.record import WHOLE_TABLE_ID
-    from dagster_partlake.delta.table import run_records, table_exists
+    from dagster_partlake.delta.payload import WHOLE_TABLE_ID
+    from dagster_partlake.delta.table import table_exists
+    from dagster_partlake.records.queries import run_records
 
     io_manager = context.resources.io_manager
     root = io_manager.table_location(key)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.files import Extras
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.reader import read_files
-from dagster_partlake.delta.record import WHOLE_TABLE_ID
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.gates.evaluate import GateInput, KeyOf, evaluate, extras
 from dagster_partlake.gates.spec import GateFailedError, GateResult, Gates

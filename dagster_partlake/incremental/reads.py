@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 from dagster_partlake.delta.increments import files_added
 from dagster_partlake.delta.reader import TableSnapshot, read_files
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.table import LiveFile, newest_record, table_exists
+from dagster_partlake.delta.table import LiveFile, table_exists
 from dagster_partlake.errors import PartlakeError
 from dagster_partlake.incremental.spec import Incremental
+from dagster_partlake.records.queries import newest_record
 from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:

@@ -43,11 +43,11 @@ if TYPE_CHECKING:
     from dagster_partlake.kinds.write import KindWrite, WriteTarget
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.state import StateCache, folder_state
-from dagster_partlake.delta.table import newest_record, table_exists
+from dagster_partlake.delta.table import table_exists
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.gates.checks import log_gate_results
 from dagster_partlake.gates.spec import Gates
@@ -64,6 +64,8 @@ from dagster_partlake.partitions.keys import (
     validate_keys,
 )
 from dagster_partlake.processes import record_worker
+from dagster_partlake.records.queries import newest_record
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.spark.resource import SparkResource, take_session_starts
 from dagster_partlake.spec.model import (
     InputSpec,
@@ -477,7 +479,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
         result = read_snapshot(self.spark.spark_session, snapshot, PartitionSelection.everything())
         wanted = keys or [WHOLE_TABLE_ID]
-        records = snapshot.latest_records(wanted)
+        records = snapshot.latest_payloads(wanted)
         partitions = {
             pid: updated
             for pid, record in records.items()

@@ -34,12 +34,13 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.incremental.streams import StreamSpec
 from dagster_partlake.kinds.stream import BatchCommit, commit_progress, write_batch
 from dagster_partlake.layout import STREAM_DIR
 from dagster_partlake.partitions.keys import KeyCodec
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:

@@ -12,12 +12,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.files import WrittenFiles, discarded_on_failure
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.transaction import Actions
-from dagster_partlake.delta.writer import CommitResult
 from dagster_partlake.kinds.check import check_written, extras_of
 from dagster_partlake.kinds.outcome import KindWrite, unless_written
 from dagster_partlake.kinds.session import WriteSession
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import CommitResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

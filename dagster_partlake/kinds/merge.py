@@ -40,15 +40,17 @@ from dagster_partlake.delta.files import (
     discarded_on_failure,
     write_files,
 )
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.selection import Box, PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot
 from dagster_partlake.delta.table import LiveFile, commit_actions, load_table
 from dagster_partlake.delta.transaction import Actions, Readd
-from dagster_partlake.delta.writer import CommitResult
 from dagster_partlake.errors import SchemaMismatchError
 from dagster_partlake.kinds.session import WriteSession
 from dagster_partlake.kinds.spec import ModelKind
+from dagster_partlake.records.queries import record_at
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import CommitResult
 from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
@@ -320,8 +322,9 @@ def find_rollback(
     (None, None) when there is nothing to undo, or (None, why it cannot be done)."""
     undone: list[int] = []
     oldest = snapshot.version
-    for version, record in snapshot.newest_first():
+    for version, payload in snapshot.newest_first():
         oldest = version
+        record = None if payload is None else record_at(snapshot, version)
         if record is None or record.kind != "merge":
             continue  # not a unit of work: a delete, a compaction, a restore ...
         position = units(record.partition_keys)
@@ -345,7 +348,7 @@ def find_rollback(
     for version in versions:
         if version <= first or version in undone:
             continue
-        record = snapshot.record(version)
+        record = record_at(snapshot, version)
         if record is None or record.kind != "merge" or units(record.partition_keys) != "other":
             continue
         if any(selection.contains(values) for values in _partitions_of(location, [version])):

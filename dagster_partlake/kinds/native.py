@@ -26,11 +26,8 @@ from dagster_partlake.delta.native import (
     commit_with_delta_spark,
     replace_where,
 )
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import arrow_to_spark, delta_types
-from dagster_partlake.delta.table import read_record
 from dagster_partlake.delta.transaction import created
-from dagster_partlake.delta.writer import CommitResult
 from dagster_partlake.errors import PartitionMismatchError
 from dagster_partlake.kinds.check import check_batch
 from dagster_partlake.kinds.outcome import KindWrite, unless_written
@@ -38,6 +35,9 @@ from dagster_partlake.kinds.session import WriteSession
 
 # The setting is checked where the kinds are declared (light enough for a code location load).
 from dagster_partlake.kinds.spec import check_native_kind
+from dagster_partlake.records.queries import read_record
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import CommitResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.table import same_inputs_commit
-from dagster_partlake.delta.writer import AlreadyWritten, CommitResult
+from dagster_partlake.records.queries import same_inputs_commit
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import AlreadyWritten, CommitResult
 
 if TYPE_CHECKING:
     from dagster_partlake.delta.snapshot import Snapshot

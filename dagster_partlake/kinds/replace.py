@@ -16,14 +16,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.files import Extras, WrittenFiles, discarded_on_failure
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.transaction import Actions
-from dagster_partlake.delta.writer import CommitResult
 from dagster_partlake.kinds.check import check_written, extras_of
 from dagster_partlake.kinds.outcome import KindWrite, unless_written
 from dagster_partlake.kinds.session import WriteSession
 from dagster_partlake.kinds.tracked import content_hashes, hash_extras, unchanged
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import CommitResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import WrittenFiles, write_files
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import arrow_to_spark, spark_to_arrow
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot
 from dagster_partlake.delta.table import LiveFile
 from dagster_partlake.delta.transaction import Actions
-from dagster_partlake.delta.writer import CommitResult
 from dagster_partlake.errors import SchemaMismatchError
 from dagster_partlake.kinds.merge import RewriteResult, check_key_columns, check_keys
 from dagster_partlake.kinds.session import WriteSession
 from dagster_partlake.kinds.spec import ModelKind
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import CommitResult
 from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:

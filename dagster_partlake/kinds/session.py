@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import Extras, WrittenFiles
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
 from dagster_partlake.delta.state import StateCache
@@ -29,6 +29,8 @@ from dagster_partlake.delta.writer import table_schema, write_inside
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.metadata import PARTLAKE_WRITER, Writer
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
+from dagster_partlake.records.queries import latest_records_in
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation, as_location
 
 # Table states at the versions writes read (`WriteSession.last_updated`), one per process.
@@ -212,8 +214,10 @@ class WriteSession:
 
     def records(self, partition_ids: Sequence[str]) -> dict[str, CommitRecord]:
         """The newest record of a replacing write or an append that wrote each of
-        `partition_ids` (`Snapshot.latest_records(named=True)`)."""
-        return self.snapshot.latest_records(partition_ids, named=True) if self.snapshot else {}
+        `partition_ids` (`records.queries.latest_records_in`, `named`)."""
+        if self.snapshot is None:
+            return {}
+        return latest_records_in(self.snapshot, partition_ids, named=True)
 
     def schema_of(self, df: DataFrame) -> pa.Schema:
         """The table's schema after writing `df` (`delta.writer.table_schema`)."""

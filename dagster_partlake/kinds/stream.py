@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import WrittenFiles, discarded_on_failure, write_files
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
 from dagster_partlake.delta.transaction import Actions, TransactionDoneError, commit
 from dagster_partlake.delta.writer import table_schema
 from dagster_partlake.errors import PartitionMismatchError
 from dagster_partlake.faults import fault_point
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:

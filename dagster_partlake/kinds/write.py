@@ -43,9 +43,8 @@ from typing import TYPE_CHECKING
 
 from dagster import TimeWindowPartitionsDefinition
 
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.delta.writer import AlreadyWritten, CommitResult, StageSeconds
+from dagster_partlake.delta.writer import StageSeconds
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.faults import fault_point
 from dagster_partlake.kinds.append import unit_fields, write_append
@@ -59,6 +58,9 @@ from dagster_partlake.kinds.session import Batch, BatchCheck, WriteSession, Writ
 from dagster_partlake.kinds.units import unit_time
 from dagster_partlake.metadata import DELTA_SPARK_WRITER
 from dagster_partlake.partitions.keys import key_values
+from dagster_partlake.records.queries import record_at
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import AlreadyWritten, CommitResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -293,7 +295,8 @@ def _newest_snapshot(session: WriteSession) -> int | None:
     snapshot = session.snapshot
     if snapshot is None:
         return None
-    for _, found in snapshot.newest_first():
+    for version, payload in snapshot.newest_first():
+        found = None if payload is None else record_at(snapshot, version)
         if found is not None and found.snapshot_ms is not None:
             return found.snapshot_ms
     return None

@@ -16,6 +16,7 @@ from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import log_versions
 from dagster_partlake.errors import PartlakeError
 from dagster_partlake.layout import LOG_DIR, commit_version
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation
 
 
@@ -116,7 +117,7 @@ def _record_versions(root: str | TableLocation) -> set[int]:
         if record.commit_time_ms is not None and pids - newest_timed:
             needed.add(version)
             newest_timed |= pids
-        if record.snapshot_ms is not None and not snapshot_seen:
+        if not snapshot_seen and CommitRecord.from_payload(record).snapshot_ms is not None:
             needed.add(version)
             snapshot_seen = True
     return needed

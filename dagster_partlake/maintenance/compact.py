@@ -32,8 +32,8 @@ from dagster_partlake.delta.files import (
     discarded_on_failure,
     write_files,
 )
+from dagster_partlake.delta.payload import MAINTENANCE_KEY
 from dagster_partlake.delta.reader import open_table, read_files
-from dagster_partlake.delta.record import MAINTENANCE_KEY
 from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot
 from dagster_partlake.delta.table import LiveFile

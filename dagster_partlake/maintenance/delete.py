@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.files import WrittenFiles, write_files
-from dagster_partlake.delta.record import DeleteRecord
+from dagster_partlake.delta.payload import DeleteRecord
 from dagster_partlake.delta.schema import arrow_to_spark, delta_types
 from dagster_partlake.delta.selection import PartitionSelection, table_partition_id
 from dagster_partlake.delta.skipping import Bounds, ColumnBounds, file_test

@@ -17,7 +17,7 @@ from typing import Any
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.history import load_version, require_table
-from dagster_partlake.delta.record import MAINTENANCE_KEY
+from dagster_partlake.delta.payload import MAINTENANCE_KEY
 from dagster_partlake.delta.selection import PartitionSelection, table_partition_id
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
 from dagster_partlake.delta.table import LiveFile, commit_actions

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_partlake.delta.defaults import DEFAULT_RETENTION_HOURS
+from dagster_partlake.delta.payload import MAINTENANCE_KEY
 from dagster_partlake.delta.reader import open_table
-from dagster_partlake.delta.record import MAINTENANCE_KEY
 from dagster_partlake.delta.transaction import post_commit
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.layout import STAGING_DIR

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from dagster import DagsterError, DagsterInstance
 
 from dagster_partlake.compat import threadsafe_in_process_runs
-from dagster_partlake.delta.record import WHOLE_TABLE_ID
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import latest_records, log_versions, read_record, run_records
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.orchestration.pools import PoolWait, parallelism, pool_waits
 from dagster_partlake.orchestration.workers import (
     UNFINISHED,
@@ -43,6 +43,7 @@ from dagster_partlake.planning.graph import LakeGraph
 from dagster_partlake.planning.planner import Key, StalePartition
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession
+from dagster_partlake.records.queries import latest_records, read_record, run_records
 from dagster_partlake.spark.resource import SparkResource, running_session
 from dagster_partlake.storage.location import TableLocation
 

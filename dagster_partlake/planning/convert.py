@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, cast
 
 from dagster_partlake.columnar.interner import KEYS, VALUES, Key, KeyList, Values
 from dagster_partlake.columnar.intmap import ABSENT, NONE, IntMap
-from dagster_partlake.delta.record import WHOLE_TABLE_ID
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.partitions.keys import KeyCodec
 from dagster_partlake.planning.definition import PartitionState, Record
 from dagster_partlake.planning.graph import LakeAsset
 from dagster_partlake.planning.state_maps import RecordMap, StateMap
+from dagster_partlake.records.record import CommitRecord
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -272,9 +273,10 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
         return _stream_record(state)
     sources: list[Record] = []
     written: list[tuple[Sequence[int] | npt.NDArray[np.int64], list[int] | int]] = []
-    for commit in state.commits:  # oldest first: later writes replace earlier ones
-        if commit.commit_time_ms is None:
+    for payload in state.commits:  # oldest first: later writes replace earlier ones
+        if payload.commit_time_ms is None:
             continue  # written before partlake recorded what it consumed: treat as unknown
+        commit = CommitRecord.from_payload(payload)
         # Partition ids are partition keys, but a whole table's id, which is the key None.
         consumed: dict[str, Mapping[Key, int]] = {
             upstream: (
@@ -285,15 +287,15 @@ def to_records(asset: LakeAsset, state: TableState | None) -> RecordMap:
             for upstream, partitions in commit.consumed.items()
         }
         sources.append(Record(commit.code_version, None, consumed, commit.run_id))
-        raw_ids = commit.partition_ids
+        raw_ids = payload.partition_ids
         ids: Sequence[int] | npt.NDArray[np.int64]
         if isinstance(raw_ids, KeyList) and WHOLE_TABLE_ID not in raw_ids:
             ids = raw_ids.ids.astype("int64")  # a compact record's keys: their ids already
         else:
             ids = KEYS.ids_of(raw_ids if WHOLE_TABLE_ID not in raw_ids else map(_key, raw_ids))
-        values: list[int] | int = commit.commit_time_ms
-        if commit.kept or commit.empty_partition_ids:
-            values = [_unbox(commit.written_last_updated(raw)) for raw in commit.partition_ids]
+        values: list[int] | int = payload.commit_time_ms
+        if payload.kept or payload.empty_partition_ids:
+            values = [_unbox(payload.written_last_updated(raw)) for raw in payload.partition_ids]
         written.append((ids, values))
     if not any(len(ids) for ids, _ in written):
         return RecordMap.empty()
@@ -322,9 +324,10 @@ def _record_columns(
 
 
 def _stream_record(state: TableState) -> RecordMap:
-    newest = next((c for c in reversed(state.commits) if c.commit_time_ms is not None), None)
-    if newest is None:
+    timed = next((c for c in reversed(state.commits) if c.commit_time_ms is not None), None)
+    if timed is None:
         return RecordMap.empty()
+    newest = CommitRecord.from_payload(timed)
     consumed = {
         upstream: {_key(k): v for k, v in partitions.items()}
         for upstream, partitions in newest.consumed.items()

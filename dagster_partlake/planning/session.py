@@ -29,7 +29,7 @@ from dagster_partlake.columnar.interner import Key
 from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.delta.commit_scan import forget as forget_key_sequence
 from dagster_partlake.delta.state import StateCache, TableState, folder_state
-from dagster_partlake.delta.table import newest_record, table_exists
+from dagster_partlake.delta.table import table_exists
 from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
 from dagster_partlake.incremental.spec import Incremental
 from dagster_partlake.planning import cache as plan_cache
@@ -54,6 +54,7 @@ from dagster_partlake.planning.replan import (
     replan,
 )
 from dagster_partlake.planning.runs import RunPlan, runs_of
+from dagster_partlake.records.queries import newest_record
 from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ import dagster_partlake.delta.transaction as transaction_module
 import dagster_partlake.kinds.merge as merge_module
 import dagster_partlake.kinds.scd2 as scd2_module
 from dagster_partlake.delta import PartitionSelection
-from dagster_partlake.delta.record import CommitRecord
+from dagster_partlake.records.record import CommitRecord
 
 
 def main() -> None:

@@ -23,19 +23,20 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from dagster_partlake.delta.change_rule import commit_clock
+from dagster_partlake.delta.payload import MAINTENANCE_KEY
 from dagster_partlake.delta.protocol import (
     Protocol,
     check_readable,
     check_table_writable,
     check_writable,
 )
-from dagster_partlake.delta.record import MAINTENANCE_KEY, CommitRecord
 from dagster_partlake.delta.state import StateCache, TableState
 from dagster_partlake.errors import (
     TableFeatureError,
     TableUnreadableError,
     UnreadableTableFeatureError,
 )
+from dagster_partlake.records.record import CommitRecord
 from tests.delta.test_conformance import DATA, comparable, delta_rs_reading
 
 

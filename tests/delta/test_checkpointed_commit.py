@@ -21,7 +21,8 @@ from deltalake import DeltaTable, write_deltalake
 from dagster_partlake.delta import log_state
 from dagster_partlake.delta.log_files import LogFiles
 from dagster_partlake.delta.log_state import _adds_only, read_log_state
-from dagster_partlake.delta.record import CommitRecord, to_user_metadata
+from dagster_partlake.delta.payload import to_user_metadata
+from dagster_partlake.records.record import CommitRecord
 
 SCHEMA = {
     "type": "struct",

@@ -12,8 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from dagster_partlake.delta import PartitionSelection
-from dagster_partlake.delta.history import table_history
-from dagster_partlake.delta.record import CommitRecord, DeleteRecord
+from dagster_partlake.delta.payload import DeleteRecord
 from dagster_partlake.delta.selection import Box
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import commit_info
@@ -21,6 +20,8 @@ from dagster_partlake.errors import InvalidPredicateError
 from dagster_partlake.kinds.merge import merge_rows
 from dagster_partlake.kinds.scd2 import apply_snapshot
 from dagster_partlake.maintenance.delete import delete_rows
+from dagster_partlake.records.history import table_history
+from dagster_partlake.records.record import CommitRecord
 from tests.conftest import delta_files, delta_rows
 
 pytestmark = pytest.mark.spark

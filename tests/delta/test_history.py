@@ -22,9 +22,10 @@ from dagster_partlake.delta import (
     table_history,
     write_partitions,
 )
-from dagster_partlake.delta.table import commit_info, read_record
+from dagster_partlake.delta.table import commit_info
 from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.layout import commit_file
+from dagster_partlake.records.queries import read_record
 from tests.conftest import delta_rows, spark_rows
 
 pytestmark = pytest.mark.spark

@@ -28,11 +28,12 @@ from dagster_partlake.delta import (
     write_partitions,
 )
 from dagster_partlake.delta import writer as writer_module
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.snapshot import Snapshot
-from dagster_partlake.delta.table import latest_records, log_versions, read_record
+from dagster_partlake.delta.table import log_versions
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.layout import STAGING_DIR
+from dagster_partlake.records.queries import latest_records, read_record
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation
 from tests.conftest import cli_env, delta_rows, run_partlake
 from tests.delta.test_writer import COLUMNS, box, frame, rows_for

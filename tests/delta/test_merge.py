@@ -16,9 +16,9 @@ import pytest
 from deltalake import DeltaTable
 
 from dagster_partlake.delta import PartitionSelection
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.kinds.merge import merge_rows
 from dagster_partlake.kinds.scd2 import apply_snapshot
+from dagster_partlake.records.record import CommitRecord
 from tests.conftest import REPO_ROOT, delta_files, delta_rows, subprocess_env
 
 pytestmark = pytest.mark.spark

@@ -11,16 +11,13 @@ from pathlib import Path
 import pytest
 
 from dagster_partlake.delta.change_rule import commit_clock
-from dagster_partlake.delta.history import table_history
-from dagster_partlake.delta.record import (
-    CommitRecord,
-    commit_metadata,
-    to_user_metadata,
-)
+from dagster_partlake.delta.payload import commit_metadata, to_user_metadata
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.delta.table import read_record
 from dagster_partlake.delta.transaction import COMMIT_ID_KEY, landed_version
 from dagster_partlake.errors import PartlakeError
+from dagster_partlake.records.history import table_history
+from dagster_partlake.records.queries import read_record
+from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation, as_location
 from tests.delta.test_change_rule import commit, followed_and_cold, table
 

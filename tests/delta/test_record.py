@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_partlake.delta.record import WHOLE_TABLE_ID, CommitRecord
+from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.errors import PartlakeError
+from dagster_partlake.records.record import CommitRecord
 
 RECORD = CommitRecord(
     asset_key="clean_events",
@@ -164,7 +165,7 @@ def test_a_large_record_read_with_numpy_is_the_record_json_reads(line: bytes) ->
     the compact form, and gives the record `json` gives, in its compact form (`KeyList`,
     `IntMap`s), whatever the form (escapes, spaces, duplicate keys, long numbers)."""
     from dagster_partlake.delta.commit_scan import scan_commit_info
-    from dagster_partlake.delta.record import compact_pairs
+    from dagster_partlake.delta.payload import compact_pairs
 
     expected = dict(json.loads(line, object_pairs_hook=compact_pairs)["commitInfo"])
     scanned = scan_commit_info(line)

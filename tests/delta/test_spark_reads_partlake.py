@@ -23,7 +23,6 @@ from pyspark.sql import DataFrame
 
 from dagster_partlake import table_path
 from dagster_partlake.delta.reader import open_table, read_partitions
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.delta.schema import arrow_to_spark
 from dagster_partlake.delta.selection import Box, PartitionSelection
 from dagster_partlake.kinds.stream import write_batch
@@ -31,6 +30,7 @@ from dagster_partlake.maintenance.compact import compact_table
 from dagster_partlake.maintenance.delete import delete_rows
 from dagster_partlake.maintenance.restore import restore_partitions
 from dagster_partlake.orchestration.runner import refresh
+from dagster_partlake.records.record import CommitRecord
 from tests.conftest import lake_jars
 
 pytestmark = pytest.mark.spark

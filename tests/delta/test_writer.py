@@ -21,8 +21,8 @@ from dagster_partlake.delta import (
     vacuum_table,
     write_partitions,
 )
-from dagster_partlake.delta.record import CommitRecord
 from dagster_partlake.errors import PartitionMismatchError, SchemaMismatchError
+from dagster_partlake.records.record import CommitRecord
 from tests.conftest import delta_files, delta_rows, spark_rows
 
 pytestmark = pytest.mark.spark
@@ -423,8 +423,8 @@ def test_a_planned_write_commits_nothing_another_run_committed_from_the_same_inp
     file behind. A different input, a run that reads nothing, or a write without the rule
     commits as before."""
     from dagster_partlake.delta import stage_partitions
-    from dagster_partlake.delta.table import same_inputs_commit
-    from dagster_partlake.delta.writer import AlreadyWritten, commit_staged
+    from dagster_partlake.records.queries import same_inputs_commit
+    from dagster_partlake.records.writes import AlreadyWritten, commit_staged
 
     root = tmp_path / "t"
 

@@ -20,8 +20,9 @@ import time
 from pyspark.sql import SparkSession
 
 from dagster_partlake.delta import Box, DateRanges, PartitionSelection
-from dagster_partlake.delta.record import CommitRecord
-from dagster_partlake.delta.writer import commit_staged, stage_partitions
+from dagster_partlake.delta.writer import stage_partitions
+from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import commit_staged
 
 
 def main() -> None:
