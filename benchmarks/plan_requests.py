@@ -32,8 +32,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks.backfill import PARTLAKE, PY, REPO, _free_port, _load, run_timed
+from benchmarks.backfill import PARTLAKE, PY, REPO, _free_port, run_timed
 from benchmarks.backfill_s3 import BUCKET, S3_SCRIPT, start_server
+from benchmarks.workload import load_average
 
 MODULE = "tests.s3_defs"
 TABLES = ("parts", "part_totals")
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         "code_location": f"{MODULE}: {', '.join(TABLES)}, {args.parts} partitions each",
         "machine": {
             "cores": os.cpu_count(),
-            "load_average_at_start": _load(),
+            "load_average_at_start": load_average(),
             "note": "a 2-core machine shared with other engineers' test runs and benchmarks",
         },
     }
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
             result[place] = measure(
                 env, place, args.repeats, counter if place == "s3" else None, endpoint
             )
-        result["machine"]["load_average_at_end"] = _load()
+        result["machine"]["load_average_at_end"] = load_average()
     finally:
         if proxy is not None:
             proxy.shutdown()

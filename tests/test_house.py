@@ -88,3 +88,20 @@ def test_the_storage_adapter_names_no_record_field() -> None:
     )
     clean = sorted(set(NOT_YET_CLEAN) - set(named))
     assert not clean, f"these delta/ modules are clean now: remove them from NOT_YET_CLEAN: {clean}"
+
+
+def test_every_benchmark_module_imports() -> None:
+    """A benchmark is run rarely, so a name it imports that moved away goes unnoticed until
+    someone needs its numbers (benchmarks/plan_requests.py imported a helper removed from
+    backfill.py for a stop): each module of benchmarks/ imports."""
+    import importlib
+
+    root = Path(__file__).resolve().parents[1]
+    failed = {}
+    for path in sorted((root / "benchmarks").glob("*.py")):
+        name = f"benchmarks.{path.stem}" if path.stem != "__init__" else "benchmarks"
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - every failure, named with its module
+            failed[name] = f"{type(error).__name__}: {error}"
+    assert not failed, failed

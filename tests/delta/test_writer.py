@@ -265,7 +265,7 @@ def test_a_files_rows_go_into_large_row_groups_not_one_per_arrow_batch(
     from pyspark.sql import functions as F
 
     from dagster_partlake.delta import file_writer
-    from dagster_partlake.delta.writer import commit_staged
+    from dagster_partlake.records.writes import commit_staged
 
     root = tmp_path / "groups"
     rows = 45_000
