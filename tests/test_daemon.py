@@ -604,6 +604,7 @@ class TestSqliteInstance:
         )
 
     @pytest.mark.browser
+    @pytest.mark.extended  # follows the back-off test, in make test-extended
     def test_the_ui_shows_a_failing_partition_holding_back_its_downstream(
         self, refreshed: Refreshed, tmp_path: Path
     ) -> None:
