@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from dagster_partlake.delta.payload import with_actions
+
 START = dt.date(1990, 1, 1)  # 10,000 days (the 1M size) end before today
 REGIONS = 100
 ASSETS = ("src", "a1", "a2", "a3")
@@ -232,7 +234,12 @@ def build_lake(layout: Layout, root: str) -> dict[str, Any]:
         linked = time.perf_counter()
         info = None
         if asset != "src":
-            info = _partlake_info(asset, layout.keys(), now_ms, {UPSTREAM[asset]: last_updated})
+            info = with_actions(
+                _partlake_info(asset, layout.keys(), now_ms, {UPSTREAM[asset]: last_updated}),
+                adds=len(adds),
+                removes=0,
+                data_change=True,
+            )
         create_table_with_add_actions(
             table,
             schema,
@@ -298,6 +305,9 @@ def _replace(
             actions.append(
                 RemoveAction(path, True, now_ms, old_size, {"date": date, "region": region})
             )
+    if info is not None:  # as partlake's transaction writes it
+        removes = sum(isinstance(a, RemoveAction) for a in actions)
+        info = with_actions(info, adds=len(actions) - removes, removes=removes, data_change=True)
     DeltaTable(table).create_write_transaction(
         actions,
         mode="append",

@@ -24,9 +24,12 @@ partition. So a read replays the log itself, in bulk:
   the commit's time (`change_rule.commit_clock`), and where the first pass found a commit's
   only one on its first line, no other line is searched for one. One commit is not parsed:
   when the log holds every commit up to the checkpoint and only the checkpoint's own adds
-  files, two searches of its bytes showing adds alone, each data-changing (`_adds_only`), its
-  changes are the checkpoint's files (read anyway), which no deletion vector may mark (a table
-  written by one large commit, checkpointed after it: partlake's writer does so).
+  files, and it holds adds alone, each data-changing, its changes are the checkpoint's files
+  (read anyway), which no deletion vector may mark (a table written by one large commit,
+  checkpointed after it: partlake's writer does so). partlake's own commits say so in the first
+  bytes of their payload (`_declared_bulk`: the count of their actions, `payload.with_actions`,
+  checked against the checkpoint's files); of any other, two searches of its bytes show it
+  (`_adds_only`).
 
 A file is its path plus its deletion vector; it is live when the last action naming it is an add.
 Only files some later action names are followed one by one, in log order; for the rest only
@@ -241,6 +244,11 @@ class _Replay:
                 rows.add_checkpoint(self.files, path)
         for path in sidecars:
             rows.add_checkpoint(self.files, path)
+        if bulk is not None and rows.bulk is not None and bulk.declared is not None:
+            if bulk.declared != sum(len(times) for _, _, times in rows.bulk):
+                # The checkpoint holds files its payload does not account for: the bytes decide.
+                bulk = _adds_only(self.files, bulk.version)
+                rows.bulk = None if bulk is None else rows.bulk
         changes = _Changes(vocabulary)
         for version, kind, action in metas:
             changes.meta(version, kind, action)
@@ -314,7 +322,8 @@ class _Replay:
             return None
         if any(_names_adds(self.files, commit_name(v)) for v in reversed(before[:-1])):
             return None
-        return _adds_only(self.files, checkpoint.version)
+        declared = _declared_bulk(self.files, checkpoint.version)
+        return declared if declared is not None else _adds_only(self.files, checkpoint.version)
 
     def _checkpoint_tops(
         self,
@@ -715,6 +724,9 @@ class _BulkCommit:
     version: int
     seen: _Seen
     metas: tuple[tuple[str, dict[str, Any]], ...]
+    # The adds its payload says it made (`_declared_bulk`), to be checked against the
+    # checkpoint's files; None: its bytes were searched (`_adds_only`).
+    declared: int | None = None
 
     def apply(self, changes: _Changes, files: list[tuple[Ids, list[Codes], Times]]) -> None:
         """Give `changes` this commit as the checkpoint's `files` (`_Rows.bulk`) say it."""
@@ -751,6 +763,53 @@ def _adds_only(files: LogFiles, version: int) -> _BulkCommit | None:
     if seen.native:
         return None
     return _BulkCommit(version, seen, tuple(metas))
+
+
+# A partlake payload opening with the actions of its commit (`payload.with_actions`): adds
+# alone, each changing data.
+_DECLARED = re.compile(
+    rb'"partlake":\{"format":\d+,"actions":\{"adds":(\d+),"removes":0,"data_change":true\}'
+)
+
+
+def _declared_bulk(files: LogFiles, version: int) -> _BulkCommit | None:
+    """The JSON commit `version` when its commitInfo line (its first) holds a partlake payload
+    that says the commit made data-changing adds alone (`payload.with_actions`, written by
+    partlake's transaction), with the metaData and protocol lines that follow it; else None.
+    Reads the commitInfo line and those lines, not the adds: the caller checks the count
+    against the checkpoint written after it (`_BulkCommit.declared`)."""
+    seen = _Seen()
+    with files.open(commit_name(version)) as commit:
+        chunk = commit.read(_BLOCK)
+        found = _DECLARED.search(chunk) if chunk.startswith(_COMMIT_INFO) else None
+        end = chunk.find(b"\n")
+        if found is None or not 0 <= found.start() < (len(chunk) if end < 0 else end):
+            return None
+        seen.start(chunk if end < 0 else chunk[:end])
+        while end < 0:  # the rest of a large commitInfo line: only searched for keys
+            chunk = commit.read(_BLOCK)
+            if not chunk:
+                return None
+            end = chunk.find(b"\n")
+            seen.feed(chunk if end < 0 else chunk[:end])
+        rest = chunk[end + 1 :]
+        metas: list[tuple[str, dict[str, Any]]] = []
+        while not rest.startswith((b'{"add":{', b'{"txn":{')):
+            kind = next((k for prefix, k in _LEADING if rest.startswith(prefix)), None)
+            if kind is None and len(rest) >= len(_META):
+                return None  # neither an add nor a leading metaData or protocol line
+            line_end = rest.find(b"\n")
+            if kind is None or line_end < 0:
+                more = commit.read(_BLOCK)
+                if not more:
+                    return None
+                rest += more
+                continue
+            metas.append((kind, json.loads(rest[:line_end])[kind]))
+            rest = rest[line_end + 1 :]
+    if seen.native:
+        return None
+    return _BulkCommit(version, seen, tuple(metas), declared=int(found.group(1)))
 
 
 def _names_adds(files: LogFiles, path: str) -> bool:

@@ -50,7 +50,9 @@ USER_METADATA_PREFIX = '{"partlake'
 _WRITTEN = "partition_keys"
 _ROWS = "rows_by_partition"
 _EMPTY = "empty_partition_keys"
-_OWN = ("format", _WRITTEN, _ROWS, _EMPTY, "write_id", "commit_time_ms", "kept")
+# What the commit's actions were, written by the transaction right after `format` (`with_actions`).
+ACTIONS = "actions"
+_OWN = ("format", ACTIONS, _WRITTEN, _ROWS, _EMPTY, "write_id", "commit_time_ms", "kept")
 
 
 def to_user_metadata(payload: Mapping[str, Any]) -> str:
@@ -62,6 +64,21 @@ def to_user_metadata(payload: Mapping[str, Any]) -> str:
     if not text.startswith(USER_METADATA_PREFIX):
         raise ValueError("a partlake payload must hold a key starting with 'partlake'")
     return text
+
+
+def with_actions(
+    metadata: Mapping[str, Any], *, adds: int, removes: int, data_change: bool
+) -> dict[str, Any]:
+    """`metadata` (a commit's custom metadata) with its payload, if it has one, saying what
+    the commit's actions are, right after its `format`: within the first bytes of a commitInfo
+    line however large the payload, so a cold read learns there that a commit holds
+    data-changing adds alone (`log_state._declared_bulk`), without searching its actions."""
+    body = metadata.get(RECORD_KEY)
+    if not isinstance(body, Mapping):
+        return dict(metadata)
+    counts = {"adds": adds, "removes": removes, "data_change": data_change}
+    rest = {k: v for k, v in body.items() if k not in ("format", ACTIONS)}
+    return {**metadata, RECORD_KEY: {"format": body.get("format", 1), ACTIONS: counts, **rest}}
 
 
 def commit_metadata(info: Mapping[str, Any], *, compact: bool = False) -> Mapping[str, Any]:

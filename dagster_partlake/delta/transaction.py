@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
-from dagster_partlake.delta.payload import commit_metadata
+from dagster_partlake.delta.payload import commit_metadata, with_actions
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot, partition_txn_id
 from dagster_partlake.delta.table import LiveFile, note_read, read_commit_lines, unreadable
 from dagster_partlake.errors import CommitConflictError, PartlakeError
@@ -169,7 +169,7 @@ def commit(
             # The work is done (files written), nothing committed yet: where fault drills kill.
             fault_point("before_commit", name)
         now_ms = int(time.time() * 1000)
-        metadata = {**payload(commit_id, now_ms), COMMIT_ID_KEY: commit_id}
+        metadata = _metadata(payload, commit_id, now_ms, todo)
         before = snapshot.version
         try:
             _commit_once(
@@ -194,6 +194,14 @@ def commit(
         f"writers kept changing it (last error: {last_error}); lower the number of parallel "
         "writers of this table or raise max_attempts. Nothing was committed."
     )
+
+
+def _metadata(payload: Payload, commit_id: str, now_ms: int, todo: Actions) -> dict[str, Any]:
+    """The commit's custom metadata: the caller's payload, saying what this attempt's actions
+    are (`with_actions`), and the commit's id."""
+    counts = {"adds": len(todo.adds), "removes": len(todo.removes)}
+    metadata = with_actions(payload(commit_id, now_ms), **counts, data_change=todo.data_change)
+    return {**metadata, COMMIT_ID_KEY: commit_id}
 
 
 def _writable(

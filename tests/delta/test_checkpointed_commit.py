@@ -2,9 +2,10 @@
 
 When the log holds every commit up to a checkpoint and only the checkpoint's own commit adds
 files, the cold replay takes the checkpoint's files as that commit's adds instead of parsing its
-JSON a second time, once two searches of its bytes show it holds data-changing adds alone. Each
-case here is read twice, with the checkpoint and from the JSON commits alone, which must agree:
-the cases the shortcut takes, and those it must leave to the parse.
+JSON a second time, once its payload's count of its actions (partlake's own commits) or two
+searches of its bytes show it holds data-changing adds alone. Each case here is read twice, with
+the checkpoint and from the JSON commits alone, which must agree: the cases the shortcut takes,
+and those it must leave to the parse.
 """
 
 from __future__ import annotations
@@ -302,3 +303,90 @@ def test_checkpoint_batches_sharing_dictionaries_code_as_the_json(
     _, newest, counts, _ = checkpointed_as_json(root)
     assert sum(counts.values()) == 40 and len(counts) == 7
     assert newest[("v5",)] == 1_033  # its newest file, f33 (33 % 7 == 5; 40 is past the last)
+
+
+def _partlake_commit(root: Path, values: list[str], when: int) -> int:
+    """A real commit of partlake's transaction (`delta.transaction.commit`) adding one file per
+    value of `p` to a new table; returns its version."""
+    from dagster_partlake.delta.files import WrittenFile
+    from dagster_partlake.delta.payload import CommitPayload
+    from dagster_partlake.delta.transaction import Actions, commit
+    from dagster_partlake.storage.location import as_location
+
+    written = []
+    for i, value in enumerate(values):
+        relative = file_add(root, f"f{i}", value, when)["add"]["path"]
+        size = (root / relative).stat().st_size
+        written.append(WrittenFile(relative, size, 1, {"p": value}))
+    payload = CommitPayload(partition_keys=tuple(sorted(set(values))))
+    committed = commit(
+        as_location(str(root)),
+        None,
+        lambda _snapshot: Actions(adds=written),
+        payload=lambda commit_id, now: payload.committed(
+            write_id=commit_id, commit_time_ms=now
+        ).to_commit_info(),
+        name="t",
+        schema=pa.schema([("v", pa.int64()), ("p", pa.string())]),
+        partition_by=["p"],
+    )
+    return committed.version
+
+
+def test_partlake_s_own_commit_says_it_holds_adds_alone_in_its_first_bytes(
+    tmp_path: Path,
+) -> None:
+    """partlake's transaction writes the counts of its actions at the start of its payload
+    (`payload.with_actions`): the cold read learns from the commitInfo line alone that the
+    commit holds data-changing adds alone, checks the count against the checkpoint's files,
+    and reads what the parse of the JSON reads."""
+    root = tmp_path / "t"
+    version = _partlake_commit(root, ["a", "b", "b", "c"], 1_000)
+    line = (root / "_delta_log" / f"{version:020d}.json").read_bytes().split(b"\n")[0]
+    assert b'"partlake":{"format":2,"actions":{"adds":4,"removes":0,"data_change":true}' in line
+    bulk = log_state._declared_bulk(LogFiles(str(root)), version)
+    assert bulk is not None and bulk.declared == 4 and bulk.seen.partlake
+    _, newest, counts, changed_in = checkpointed_as_json(root)
+    assert counts == {("a",): 1, ("b",): 2, ("c",): 1}
+    assert changed_in == {("a",): version, ("b",): version, ("c",): version}
+    assert set(newest) == {("a",), ("b",), ("c",)}
+
+
+def test_a_payload_whose_count_the_checkpoint_denies_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A payload that says its commit added more files than the checkpoint holds (the commit
+    also removed one, which its counts hide): its bytes decide (`_adds_only` finds the remove)
+    and the commit is parsed; the read agrees with the JSON alone."""
+    root = tmp_path / "t"
+    counts = {"adds": 3, "removes": 0, "data_change": True}
+    info = {"timestamp": 9_000, "partlake": {"format": 2, "actions": counts}}
+    compact_commit(root, 0, *created(info=info), *_remove_line(root))
+    assert log_state._declared_bulk(LogFiles(str(root)), 0) is not None
+    searched: list[int] = []
+    real = log_state._adds_only
+    monkeypatch.setattr(
+        log_state, "_adds_only", lambda files, v: searched.append(v) or real(files, v)
+    )
+    _, newest, counts_of, changed_in = checkpointed_as_json(root)
+    assert searched == [0]  # the declared count (3) is not the checkpoint's (2)
+    assert counts_of == {("a",): 1, ("b",): 1} and changed_in == {("a",): 0, ("b",): 0}
+    assert newest == {("a",): 1_000, ("b",): 2_000}
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        {"adds": 2, "removes": 1, "data_change": True},
+        {"adds": 2, "removes": 0, "data_change": False},
+    ],
+)
+def test_a_payload_that_declares_more_than_adds_is_left_to_the_bytes(
+    counts: dict[str, Any], tmp_path: Path
+) -> None:
+    root = tmp_path / "t"
+    info = {"timestamp": 9_000, "partlake": {"format": 2, "actions": counts}}
+    compact_commit(root, 0, *created(info=info), *_quiet_add(root))
+    assert log_state._declared_bulk(LogFiles(str(root)), 0) is None
+    _, newest, _, changed_in = checkpointed_as_json(root)
+    assert changed_in == {("a",): 0} and newest[("b",)] == 2_000

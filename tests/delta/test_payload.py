@@ -127,7 +127,8 @@ def test_newer_or_foreign_payloads_are_refused_clearly() -> None:
 
 def test_a_committed_payload_is_the_commit_info_on_disk(tmp_path: Path) -> None:
     """A real delta-rs commit through the one transaction: its commitInfo line holds the
-    payload's bytes as before."""
+    payload's bytes as before, and the transaction's count of its actions right after its
+    format (`with_actions`: no action here)."""
     root = tmp_path / "t"
     write_deltalake(str(root), pa.table({"p": ["a"], "v": [1]}), partition_by=["p"])
     location = as_location(str(root))
@@ -147,8 +148,10 @@ def test_a_committed_payload_is_the_commit_info_on_disk(tmp_path: Path) -> None:
         if line.startswith('{"commitInfo"')
     )
     info = json.loads(line)["commitInfo"]
-    expected = json.loads(BEFORE)["partlake"]
-    expected.update(write_id=landed.commit_id, commit_time_ms=landed.commit_time_ms)
+    before = json.loads(BEFORE)["partlake"]
+    before.update(write_id=landed.commit_id, commit_time_ms=landed.commit_time_ms)
+    counts = {"adds": 0, "removes": 0, "data_change": True}
+    expected = {"format": before.pop("format"), "actions": counts, **before}
     assert info["partlake"] == expected
     assert list(info["partlake"]) == list(expected)  # and in the same order
     read = CommitPayload.from_commit_info(info, table_version=landed.version)
