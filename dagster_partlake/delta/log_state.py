@@ -674,18 +674,21 @@ def _tagged_tables(
             if meta:
                 for kind, action in _meta_lines(block):
                     changes.meta(version, kind, action)
+            # Without a first pass, each block says what it holds (its two searches cost less
+            # than the parse of a deletion vector's null leaves in every row).
+            here = _Shape.of(block) if shapes is None else shape
             if len(block) >= _BLOCK // 4:  # large: its own parse, no copy to tag its lines
                 if pending:
                     yield _parse(
                         vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
                     )
                     pending, size, held = [], 0, _NONE
-                parsed = _parse(vocabulary, block, tagged=False, paths=file_keys, shape=shape)
+                parsed = _parse(vocabulary, block, tagged=False, paths=file_keys, shape=here)
                 yield _with_version(parsed, version)
                 continue
             tagged = (b"\n" + block).replace(b"\n{", b'\n{"_v":%d,' % version)[1:]
             pending.append(tagged if tagged.endswith(b"\n") else tagged + b"\n")
-            size, held = size + len(tagged), held | shape
+            size, held = size + len(tagged), held | here
             if size >= _BLOCK:
                 yield _parse(
                     vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
@@ -1108,9 +1111,10 @@ class _Actions:
         ]
         mask = _mask(pa, np, removes)
         path = pc.if_else(mask, pc.struct_field(gone, "path"), pc.struct_field(adds, "path"))
-        vector = pc.if_else(
-            mask, pc.struct_field(gone, "deletionVector"), pc.struct_field(adds, "deletionVector")
-        )
+        added_vectors, removed_vectors = _vectors(adds), _vectors(gone)
+        vector = None
+        if added_vectors is not None and removed_vectors is not None:
+            vector = pc.if_else(mask, removed_vectors, added_vectors)
         if path.null_count:
             raise CannotReplay("an action without a path")
         change = pc.if_else(
@@ -1120,7 +1124,9 @@ class _Actions:
         versions = _ints(np, _whole(table.column("_v")).take(at), np.int64).copy()
         modified = _nullable_ints(np, pc.struct_field(adds, "modificationTime"))
         deleted = _nullable_ints(np, pc.struct_field(gone, "deletionTimestamp"))
-        new = ~removes & ~_bools(np, pc.is_valid(pc.struct_field(adds, "deletionVector")))
+        new = ~removes
+        if added_vectors is not None:
+            new &= ~_bools(np, pc.is_valid(added_vectors))
         self.chunks.append(
             (
                 removes,
