@@ -28,7 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from dagster_partlake.columnar.interner import KEYS, Key, KeyList
 from dagster_partlake.columnar.intmap import IntMap
@@ -125,27 +125,15 @@ def empty_ids(
     return frozenset(pid for pid in zeros if pid in among)
 
 
-@dataclass(frozen=True)
-class CommitPayload:
-    """What one partlake commit's `partlake` entry is to the storage layer."""
+class WrittenPartitions:
+    """What a commit says of the partitions it wrote, from its `partition_keys`,
+    `rows_by_partition`, `kept` and `commit_time_ms`: the storage layer's `CommitPayload` and the
+    records layer's `CommitRecord` (frozen dataclasses both) answer alike."""
 
-    # Partition ids written; () for a whole table (compact: a `KeyList`).
     partition_keys: Sequence[str]
-    write_id: str = ""
-    commit_time_ms: int | None = None  # None: written before partlake recorded commit times
-    rows_by_partition: Mapping[str, int] | None = None  # partition id -> rows written
-    # Partition id -> the lastUpdated it kept: partitions the commit lists but did not rewrite.
-    kept: Mapping[str, int] = field(default_factory=dict)
-    # Opaque: the other entries, JSON-able, and the groups of per-partition int columns
-    # (group -> column name -> partition id -> int).
-    small: Mapping[str, Any] = field(default_factory=dict)
-    columns: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
-    # The order of the entries on disk (its writer's; () for `_OWN`, then the opaque ones): how
-    # they are written, not what they are.
-    layout: tuple[str, ...] = field(default=(), compare=False)
-    format: int = FORMAT
-    # Not written: the table version the payload was read from.
-    table_version: int | None = None
+    rows_by_partition: Mapping[str, int] | None
+    kept: Mapping[str, int]
+    commit_time_ms: int | None
 
     @property
     def partition_ids(self) -> Sequence[str]:
@@ -165,9 +153,32 @@ class CommitPayload:
             return None
         return self.commit_time_ms
 
-    def committed(self, *, write_id: str, commit_time_ms: int) -> CommitPayload:
-        """The payload as one commit attempt writes it."""
-        return replace(self, write_id=write_id, commit_time_ms=commit_time_ms)
+    def committed(self, *, write_id: str, commit_time_ms: int) -> Self:
+        """The commit's payload or record as one commit attempt writes it."""
+        return replace(cast(Any, self), write_id=write_id, commit_time_ms=commit_time_ms)
+
+
+@dataclass(frozen=True)
+class CommitPayload(WrittenPartitions):
+    """What one partlake commit's `partlake` entry is to the storage layer."""
+
+    # Partition ids written; () for a whole table (compact: a `KeyList`).
+    partition_keys: Sequence[str]
+    write_id: str = ""
+    commit_time_ms: int | None = None  # None: written before partlake recorded commit times
+    rows_by_partition: Mapping[str, int] | None = None  # partition id -> rows written
+    # Partition id -> the lastUpdated it kept: partitions the commit lists but did not rewrite.
+    kept: Mapping[str, int] = field(default_factory=dict)
+    # Opaque: the other entries, JSON-able, and the groups of per-partition int columns
+    # (group -> column name -> partition id -> int).
+    small: Mapping[str, Any] = field(default_factory=dict)
+    columns: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    # The order of the entries on disk (its writer's; () for `_OWN`, then the opaque ones): how
+    # they are written, not what they are.
+    layout: tuple[str, ...] = field(default=(), compare=False)
+    format: int = FORMAT
+    # Not written: the table version the payload was read from.
+    table_version: int | None = None
 
     def to_commit_info(self) -> dict[str, dict[str, object]]:
         """`{"partlake": {...}}` for the commit's custom metadata."""

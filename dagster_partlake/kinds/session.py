@@ -24,13 +24,14 @@ from dagster_partlake.delta.selection import PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import LiveFile
-from dagster_partlake.delta.transaction import Actions, Committed, commit
+from dagster_partlake.delta.transaction import Actions, Committed
 from dagster_partlake.delta.writer import table_schema, write_inside
 from dagster_partlake.kinds.spec import ModelKind
 from dagster_partlake.metadata import PARTLAKE_WRITER, Writer
 from dagster_partlake.partitions.keys import DimensionColumn, KeyCodec, selection_for_keys
 from dagster_partlake.records.queries import latest_records_in
 from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.records.writes import commit_record
 from dagster_partlake.storage.location import TableLocation, as_location
 
 # Table states at the versions writes read (`WriteSession.last_updated`), one per process.
@@ -278,27 +279,16 @@ class WriteSession:
         completes it once the attempt's actions are known); returns the commit and the record
         as committed (its write id, time and version). The table does not exist yet when the
         session's snapshot is None: the transaction creates it, and the session keeps it."""
-        committed_record: dict[str, CommitRecord] = {}
-
-        def payload(commit_id: str, now_ms: int) -> Mapping[str, Any]:
-            complete = finish(record) if finish is not None else record
-            landed = complete.committed(write_id=commit_id, commit_time_ms=now_ms)
-            committed_record["record"] = landed
-            return landed.to_commit_info()
-
-        done = commit(
+        return commit_record(
             self.location,
             self.snapshot,
             actions,
-            payload=payload,
+            record,
             name=self.name,
             schema=schema,
             partition_by=self.target.partition_by,
             partition_ids=partition_ids,
             app_transaction=app_transaction,
             max_attempts=self.target.max_attempts,
+            finish=finish,
         )
-        landed = committed_record["record"]
-        from dataclasses import replace
-
-        return done, replace(landed, table_version=done.version)

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import Any, TypedDict, cast
 
 from dagster_partlake.columnar.interner import Key
@@ -54,9 +53,8 @@ from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.delta.payload import (
     FORMAT,
     RECORD_KEY,
-    WHOLE_TABLE_ID,
     CommitPayload,
-    empty_ids,
+    WrittenPartitions,
 )
 from dagster_partlake.errors import PartlakeError
 
@@ -86,7 +84,7 @@ _LAYOUT = (
 
 
 @dataclass(frozen=True)
-class CommitRecord:
+class CommitRecord(WrittenPartitions):
     """What one partlake commit wrote and read."""
 
     asset_key: str
@@ -117,28 +115,6 @@ class CommitRecord:
     stream_batch: int | None = None
     # Not written: the table version the record was read from.
     table_version: int | None = None
-
-    @property
-    def partition_ids(self) -> Sequence[str]:
-        """The written partitions' ids: their keys, or `WHOLE_TABLE_ID` for a whole table."""
-        return self.partition_keys or (WHOLE_TABLE_ID,)
-
-    @cached_property  # asked once per written partition: 100,000 of them in one commit
-    def empty_partition_ids(self) -> frozenset[str]:
-        """Written partitions that got no rows (the write removed their data)."""
-        return empty_ids(self.rows_by_partition, self.partition_ids)
-
-    def written_last_updated(self, partition_id: str) -> int | None:
-        """The lastUpdated this commit left the partition with (None: it has no rows)."""
-        if partition_id in self.kept:
-            return self.kept[partition_id]
-        if partition_id in self.empty_partition_ids:
-            return None
-        return self.commit_time_ms
-
-    def committed(self, *, write_id: str, commit_time_ms: int) -> CommitRecord:
-        """The record as one commit attempt writes it."""
-        return replace(self, write_id=write_id, commit_time_ms=commit_time_ms)
 
     def to_payload(self) -> CommitPayload:
         """The record as the storage layer commits it: its Delta-level fields, the others

@@ -9,7 +9,7 @@ one partition conflict and the last one wins whole; the commit carries the recor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 
@@ -148,7 +149,6 @@ def commit_staged(
         TableUnreadableError: the table's log is damaged.
     """
     record = record or _default_record(staged)
-    landed: dict[str, CommitRecord] = {}
 
     def actions(snapshot: Snapshot) -> Actions:
         if once_per_inputs and (prior := same_inputs_commit(snapshot, record)) is not None:
@@ -156,16 +156,12 @@ def commit_staged(
         removes = snapshot.live_files(staged.selection) if staged.removal == "selection" else []
         return Actions(adds=staged.files, removes=removes)
 
-    def payload(commit_id: str, now_ms: int) -> Mapping[str, Any]:
-        landed["record"] = record.committed(write_id=commit_id, commit_time_ms=now_ms)
-        return landed["record"].to_commit_info()
-
     with discarded_on_failure(staged.written):
-        committed = commit(
+        committed, landed = commit_record(
             staged.location,
             staged.snapshot,
             actions,
-            payload=payload,
+            record,
             name=staged.table_name,
             schema=staged.schema,
             partition_by=staged.partition_by,
@@ -175,11 +171,50 @@ def commit_staged(
         )
     return CommitResult.of(
         committed,
-        landed["record"],
+        landed,
         staged.num_records,
         staged.written.seconds,
         staged.written.facts_seconds,
     )
+
+
+def commit_record(
+    location: TableLocation,
+    snapshot: Snapshot | None,
+    actions: Callable[[Snapshot], Actions],
+    record: CommitRecord,
+    *,
+    name: str,
+    schema: pa.Schema | None,
+    partition_by: Sequence[str],
+    partition_ids: Sequence[str],
+    app_transaction: tuple[str, int] | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    finish: Callable[[CommitRecord], CommitRecord] | None = None,
+) -> tuple[Committed, CommitRecord]:
+    """Commit `actions` through the one transaction (`delta.transaction.commit`) with `record`
+    as the commit's payload (`finish` completes it once an attempt's actions are known); returns
+    the commit and the record as committed (its write id, time and version)."""
+    landed: dict[str, CommitRecord] = {}
+
+    def payload(commit_id: str, now_ms: int) -> Mapping[str, Any]:
+        complete = finish(record) if finish is not None else record
+        landed["record"] = complete.committed(write_id=commit_id, commit_time_ms=now_ms)
+        return landed["record"].to_commit_info()
+
+    done = commit(
+        location,
+        snapshot,
+        actions,
+        payload=payload,
+        name=name,
+        schema=schema,
+        partition_by=partition_by,
+        partition_ids=partition_ids,
+        app_transaction=app_transaction,
+        max_attempts=max_attempts,
+    )
+    return done, replace(landed["record"], table_version=done.version)
 
 
 def _default_record(staged: StagedWrite) -> CommitRecord:
