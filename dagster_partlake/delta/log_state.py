@@ -665,8 +665,7 @@ def _tagged_tables(
     metaData and protocol actions) go to `changes`. Without `file_keys`, the actions' paths and
     deletion vectors' ids are not read. `shapes`: what each commit's lines may hold, as
     `_first_pass` found (a commit it lacks may hold anything)."""
-    pending: list[bytes] = []
-    size, held = 0, _NONE  # the bytes pending, and what they may hold
+    pending = _Pending(vocabulary, file_keys)
     for version, path in paths:
         seen = _Seen()
         shape = _ANY if shapes is None else shapes.get(version, _ANY)
@@ -678,25 +677,48 @@ def _tagged_tables(
             # than the parse of a deletion vector's null leaves in every row).
             here = _Shape.of(block) if shapes is None else shape
             if len(block) >= _BLOCK // 4:  # large: its own parse, no copy to tag its lines
-                if pending:
-                    yield _parse(
-                        vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
-                    )
-                    pending, size, held = [], 0, _NONE
+                yield from pending.flushed()
                 parsed = _parse(vocabulary, block, tagged=False, paths=file_keys, shape=here)
                 yield _with_version(parsed, version)
                 continue
-            tagged = (b"\n" + block).replace(b"\n{", b'\n{"_v":%d,' % version)[1:]
-            pending.append(tagged if tagged.endswith(b"\n") else tagged + b"\n")
-            size, held = size + len(tagged), held | here
-            if size >= _BLOCK:
-                yield _parse(
-                    vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held
-                )
-                pending, size, held = [], 0, _NONE
+            pending.add(version, block, here)
+            if pending.size >= _BLOCK:
+                yield from pending.flushed()
         changes.clock(version, seen)
-    if pending:
-        yield _parse(vocabulary, b"".join(pending), tagged=True, paths=file_keys, shape=held)
+    yield from pending.flushed()
+
+
+class _Pending:
+    """Small blocks of JSON lines waiting for one Arrow parse, with their commits' versions:
+    the blocks of several commits get each line tagged with its version (`_v`, a copy of their
+    bytes); those of one commit alone are parsed as they are, the version added as a column."""
+
+    def __init__(self, vocabulary: _Vocabulary, file_keys: bool) -> None:
+        self.vocabulary, self.file_keys = vocabulary, file_keys
+        self.blocks: list[tuple[int, bytes]] = []
+        self.size, self.held = 0, _NONE  # the bytes pending, and what they may hold
+
+    def add(self, version: int, block: bytes, shape: _Shape) -> None:
+        self.blocks.append((version, block if block.endswith(b"\n") else block + b"\n"))
+        self.size, self.held = self.size + len(block), self.held | shape
+
+    def flushed(self) -> Iterator[pa.Table]:
+        """The parse of the pending blocks, if any; then none are pending."""
+        if not self.blocks:
+            return
+        blocks, held = self.blocks, self.held
+        self.blocks, self.size, self.held = [], 0, _NONE
+        versions = {version for version, _ in blocks}
+        if len(versions) == 1:
+            joined = b"".join(block for _, block in blocks)
+            parsed = _parse(self.vocabulary, joined, tagged=False, paths=self.file_keys, shape=held)
+            yield _with_version(parsed, versions.pop())
+            return
+        tagged = b"".join(
+            (b"\n" + block).replace(b"\n{", b'\n{"_v":%d,' % version)[1:]
+            for version, block in blocks
+        )
+        yield _parse(self.vocabulary, tagged, tagged=True, paths=self.file_keys, shape=held)
 
 
 def _with_version(table: pa.Table, version: int) -> pa.Table:
