@@ -811,12 +811,13 @@ def _declared_bulk(files: LogFiles, version: int) -> _BulkCommit | None:
         if found is None or not 0 <= found.start() < (len(chunk) if end < 0 else end):
             return None
         seen.start(chunk if end < 0 else chunk[:end])
-        while end < 0:  # the rest of a large commitInfo line: only searched for keys
+        # The rest of a large commitInfo line is skipped, not searched for partlake keys: its
+        # payload is partlake's own, written by delta-rs (no delta-spark userMetadata record).
+        while end < 0:
             chunk = commit.read(_BLOCK)
             if not chunk:
                 return None
             end = chunk.find(b"\n")
-            seen.feed(chunk if end < 0 else chunk[:end])
         rest = chunk[end + 1 :]
         metas: list[tuple[str, dict[str, Any]]] = []
         while not rest.startswith((b'{"add":{', b'{"txn":{')):
