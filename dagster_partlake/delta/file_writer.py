@@ -256,3 +256,73 @@ def _wrapping_sum(values: Any) -> int:
     array = values.combine_chunks() if hasattr(values, "combine_chunks") else values
     data = array.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
     return int(np.sum(data, dtype=np.uint64))
+
+
+def rewrite_batches(
+    batches: Iterator[Any],
+    *,
+    fs_kind: str,
+    fs_arguments: dict[str, Any],
+    root: str,
+    data_schema: Any,
+    partition_by: Sequence[str],
+    files: Sequence[tuple[str, dict[str, str | None]]],
+    key_column: str,
+    key_files: Sequence[str],
+    stats_columns: Sequence[str],
+    write_id: str,
+) -> Iterator[Any]:
+    """mapInArrow's function for a rewrite: each row (`id`) is the position of a table file in
+    `files` (its path relative to `root`, its partition values); the file is read here, its rows
+    whose `key_column` value is among those of `key_files` dropped, and the rest written as a
+    new file in the same partition folder (none when no row is left). Yields one `fact` per new
+    file, as `write_batches` does. The rows never pass through the JVM."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs = make_filesystem(fs_kind, fs_arguments)
+    base = root.rstrip("/")
+    keys = pa.chunked_array(
+        [
+            pq.read_table(f"{base}/{f}", columns=[key_column], filesystem=fs).column(0)
+            for f in key_files
+        ],
+        type=data_schema.field(key_column).type,
+    ).combine_chunks()
+    data_columns = list(data_schema.names)
+    facts: list[str] = []
+    for batch in batches:
+        for position in batch.column("id").to_pylist():
+            path, values = files[position]
+            table = _conformed(pq.read_table(f"{base}/{path}", filesystem=fs), data_schema, pa)
+            # A row with a null key is no batch key: kept (`skip_nulls`: null never matches).
+            drop = pc.is_in(table.column(key_column), value_set=keys, skip_nulls=True)
+            kept = table.filter(pc.invert(drop))
+            if not kept.num_rows:
+                continue
+            file = _OpenFile(
+                fs,
+                root,
+                partition_by,
+                tuple(values.get(c) for c in partition_by),
+                data_schema,
+                write_id,
+                pq,
+                fs_kind == "local",
+            )
+            file.write(kept, data_columns, (), (), (), stats_columns)
+            facts.append(file.close())
+    yield pa.RecordBatch.from_pydict({"fact": facts}, schema=pa.schema([("fact", pa.string())]))
+
+
+def _conformed(table: Any, schema: Any, pa: Any) -> Any:
+    """A file's rows with the table's data columns, in order and types: a column the file
+    lacks (added to the table after it was written) is null."""
+    arrays = [
+        table.column(f.name).cast(f.type)
+        if f.name in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -31,7 +31,7 @@ from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 # Names of the helper columns a write adds to the rows it hands the workers.
 _FOLDER = "__partlake_folder_{}"
@@ -191,6 +191,63 @@ def write_files(
     )
 
 
+def rewrite_without_keys(
+    spark: SparkSession,
+    location: TableLocation,
+    files: Sequence[tuple[str, Mapping[str, str | None]]],
+    *,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    key_column: str,
+    key_files: Sequence[str],
+    stats_columns: Sequence[str] = (),
+) -> WrittenFiles:
+    """Python workers rewrite each of the table's `files` (relative path, partition values)
+    without its rows whose `key_column` value is in one of `key_files`, as new files in the same
+    partitions (`file_writer.rewrite_batches`): one Spark job over the files' names, whose rows
+    never pass through the JVM (handing 10M rows to the workers cost more than the rewrite
+    itself). `key_column` must be a data column, not a partition one."""
+    import pyarrow as pa
+
+    started = time.perf_counter()
+    data_schema = pa.schema([f for f in schema if f.name not in partition_by])
+    fs_kind, fs_arguments, root = location.arrow_spec()
+    function = _function(
+        file_writer.rewrite_batches,
+        fs_kind=fs_kind,
+        fs_arguments=fs_arguments,
+        root=root,
+        data_schema=data_schema,
+        partition_by=list(partition_by),
+        files=[(path, dict(values)) for path, values in files],
+        key_column=key_column,
+        key_files=list(key_files),
+        stats_columns=[c for c in stats_columns if c in data_schema.names],
+        write_id=uuid.uuid4().hex,
+    )
+    # The job's rows are the files' positions (`spark.range`: nothing sent from Python).
+    tasks = max(1, min(len(files), _parallelism(spark)))
+    job = spark.range(0, len(files), 1, tasks).mapInArrow(function, "fact string")
+    facts = _collect(job, location)
+    written = time.perf_counter()
+    return WrittenFiles(
+        location=location,
+        files=tuple(WrittenFile.from_fact(row["fact"]) for row in facts),
+        schema=schema,
+        partition_by=tuple(partition_by),
+        seconds=written - started,
+        facts_seconds=time.perf_counter() - written,
+    )
+
+
+def _parallelism(spark: SparkSession) -> int:
+    """The tasks Spark runs at once (Spark Connect does not say: 8)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        return 8
+
+
 def _collect(job: DataFrame, location: TableLocation) -> list[Any]:
     """Run the write job; a worker without pyarrow, or a store that refuses a write, as one
     clear error."""
@@ -224,16 +281,21 @@ def _renamed(written: WrittenFile, extras: Extras) -> WrittenFile:
 
 
 def _writer(**arguments: Any) -> Any:
-    """The function mapInArrow calls, with `delta.file_writer` shipped by value (so Spark's
-    workers need pyarrow, not this package)."""
+    """The function mapInArrow calls to write a DataFrame's rows (`file_writer.write_batches`)."""
+    return _function(file_writer.write_batches, **arguments)
+
+
+def _function(run: Any, **arguments: Any) -> Any:
+    """The function mapInArrow calls: `run` (of `delta.file_writer`) with `arguments`, the
+    module shipped by value (so Spark's workers need pyarrow, not this package)."""
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(file_writer)
 
-    def write(batches: Iterator[Any]) -> Iterator[Any]:
-        return file_writer.write_batches(batches, **arguments)
+    def call(batches: Iterator[Any]) -> Iterator[Any]:
+        return run(batches, **arguments)
 
-    return write
+    return call
 
 
 @contextlib.contextmanager

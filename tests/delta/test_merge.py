@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,86 @@ def test_merging_a_day_again_undoes_its_series_merges_since_and_nothing_else(
         "table) since"
     )
     assert delta_rows(shared, ["id", "name"]) == [(1, "a1"), (2, "b1"), (10, "x1")]
+
+
+def test_python_workers_rewrite_the_candidate_files_as_spark_would(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A large merge on one data column as key rewrites its candidate files in Python workers
+    (`delta.files.rewrite_without_keys`): the rows not in the batch keep their values and types
+    (decimal, timestamp, date; written as Spark writes them), a row with a null key stays, a
+    column the batch adds is null in the old rows, a file whose every row is replaced leaves no
+    file, and Spark and delta-rs read the same table."""
+    import pyarrow.parquet as pq
+
+    import dagster_partlake.kinds.merge as merge_module
+    from dagster_partlake.records.writes import write_partitions
+    from tests.conftest import spark_rows
+
+    rewrites: list[int] = []
+    real = merge_module.rewrite_without_keys
+    monkeypatch.setattr(merge_module, "WORKER_ROWS", 0)  # (a large rewrite's path)
+    monkeypatch.setattr(
+        merge_module,
+        "rewrite_without_keys",
+        lambda *a, **k: rewrites.append(len(a[2])) or real(*a, **k),
+    )
+
+    root = tmp_path / "t"
+    when = dt.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    schema = "id long, region string, name string, amount decimal(10,2), at timestamp, day date"
+    old = [
+        (1, "eu", "ann", Decimal("1.50"), when, dt.date(2024, 1, 1)),
+        (2, "eu", "bob", Decimal("2.25"), when, dt.date(2024, 1, 2)),
+        (None, "eu", "ghost", None, None, None),
+        (3, "us", "cy", Decimal("3.00"), when, dt.date(2024, 1, 3)),
+    ]
+    write_partitions(
+        spark.createDataFrame(old, schema).repartition(1),
+        str(root),
+        partition_by=["region"],
+        selection=PartitionSelection.everything(),
+        partition_ids=["__all__"],
+    )
+    before = delta_files(root)
+    batch = spark.createDataFrame(
+        [
+            (1, "eu", "ann2", Decimal("9.99"), when, dt.date(2024, 2, 1), "x"),
+            (3, "us", "cy2", Decimal("8.00"), when, dt.date(2024, 2, 3), "y"),
+            (9, "eu", "new", Decimal("0.01"), when, dt.date(2024, 2, 9), "z"),
+        ],
+        f"{schema}, extra string",
+    )
+    result = merge_rows(
+        batch,
+        str(root),
+        unique_key=["id"],
+        partition_by=["region"],
+        selection=PartitionSelection.everything(),
+        record_for=lambda _b: CommitRecord("t", (), None, "r"),
+        allow_new_columns=True,
+    )
+    assert result.files_rewritten == 2  # eu's and us's files held a batch key
+    assert rewrites == [2]  # both by the Python workers
+    assert result.metrics["rows_updated"] == 2 and result.metrics["rows_inserted"] == 1
+    columns = ["id", "region", "name", "amount", "at", "day", "extra"]
+    expected = [
+        (1, "eu", "ann2", Decimal("9.99"), when, dt.date(2024, 2, 1), "x"),
+        (2, "eu", "bob", Decimal("2.25"), when, dt.date(2024, 1, 2), None),
+        (3, "us", "cy2", Decimal("8.00"), when, dt.date(2024, 2, 3), "y"),
+        (9, "eu", "new", Decimal("0.01"), when, dt.date(2024, 2, 9), "z"),
+        (None, "eu", "ghost", None, None, None, None),
+    ]
+    assert delta_rows(root, columns) == expected
+    live = delta_files(root)
+    rewritten = [
+        f for f in live - before if "/region=eu/" in f and "ghost" in str(pq.read_table(f))
+    ]
+    assert len(rewritten) == 1  # eu's rewrite; us's file held id 3 alone: nothing rewritten
+    assert not [f for f in live if "/region=us/" in f and "cy2" not in str(pq.read_table(f))]
+    stamp = pq.ParquetFile(rewritten[0]).schema_arrow.field("at").type
+    assert str(stamp).startswith("timestamp[us")  # microseconds, as Spark writes them
+    parquet = spark.read.parquet(*(f"file://{f}" if f.startswith("/") else f for f in live))
+    assert sorted(spark_rows(parquet, ["name", "amount", "at"]), key=str) == sorted(
+        [(r[2], r[3], r[4]) for r in expected], key=str
+    )
