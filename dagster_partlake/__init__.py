@@ -40,12 +40,13 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     from dagster_partlake.orchestration.sources import partlake_source as partlake_source
     from dagster_partlake.partitions.dimensions import partlake_mapping as partlake_mapping
     from dagster_partlake.partitions.dimensions import partlake_partitions as partlake_partitions
+    from dagster_partlake.planning.api import plan as plan
+    from dagster_partlake.planning.api import plan_runs as plan_runs
     from dagster_partlake.planning.definition import Plan as Plan
+    from dagster_partlake.planning.definition import PlanInput as PlanInput
     from dagster_partlake.planning.definition import StalePartition as StalePartition
-    from dagster_partlake.planning.planner import plan as plan
     from dagster_partlake.planning.runs import PlannedRun as PlannedRun
     from dagster_partlake.planning.runs import RunPlan as RunPlan
-    from dagster_partlake.planning.runs import plan_runs as plan_runs
     from dagster_partlake.records.record import CommitRecord as CommitRecord
     from dagster_partlake.spark.resource import SparkResource as SparkResource
     from dagster_partlake.sql.component import SqlModels as SqlModels
@@ -84,11 +85,12 @@ _LAZY = {
     "partlake_mapping": "dagster_partlake.partitions.dimensions",
     "partlake_partitions": "dagster_partlake.partitions.dimensions",
     "Plan": "dagster_partlake.planning.definition",
+    "PlanInput": "dagster_partlake.planning.definition",
     "StalePartition": "dagster_partlake.planning.definition",
-    "plan": "dagster_partlake.planning.planner",
+    "plan": "dagster_partlake.planning.api",
     "PlannedRun": "dagster_partlake.planning.runs",
     "RunPlan": "dagster_partlake.planning.runs",
-    "plan_runs": "dagster_partlake.planning.runs",
+    "plan_runs": "dagster_partlake.planning.api",
     "SparkResource": "dagster_partlake.spark.resource",
     "SqlModels": "dagster_partlake.sql.component",
     "sql_assets": "dagster_partlake.sql.definition",

@@ -10,12 +10,14 @@ and run guards are defined beside their parsers (`kinds.spec`, `gates.spec`,
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 PARTITION_EXPR_KEY = "partition_expr"
 SCHEMA_MODE_KEY = "schema_mode"
 FORMAT_KEY = "partlake/format"
 PATH_KEY = "partlake/path"
+ROOT_KEY = "partlake/root"  # a source's own lake root (`partlake_source(root=...)`)
 VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
 STREAM_KEY = "partlake/stream"  # `dagster_partlake.incremental.streams`
@@ -31,6 +33,13 @@ SQL_PATH_KEY = "partlake/sql_path"  # set by `sql_assets`: the model's file
 def plain(value: object) -> object:
     """A metadata entry's value: Dagster may hand it over wrapped in a `MetadataValue`."""
     return getattr(value, "value", value)
+
+
+def plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every entry of `metadata` unwrapped (`plain`): Dagster stores a source's metadata as
+    `MetadataValue`s (`JsonMetadataValue`, `TextMetadataValue`) and an asset's as given, and
+    partlake reads both alike."""
+    return {key: plain(value) for key, value in (metadata or {}).items()}
 
 
 # The partitioned asset check through which partlake's verdict on each partition reaches the UI

@@ -36,7 +36,8 @@ def boundary(command: Callable[..., Any]) -> Callable[..., Any]:
 
     The command runs with the engines' output in a log file (`dagster_partlake.cli.output`;
     `--verbose` keeps it on the terminal). A PartlakeError prints `Error: ...` once, and where
-    the full output is, and exits 1 (with `--debug`, after its traceback).
+    the full output is, and exits 1 (with `--debug`, after its traceback); Ctrl-C ends the
+    process at once with exit code 130.
     """
 
     @functools.wraps(command)
@@ -53,6 +54,13 @@ def boundary(command: Callable[..., Any]) -> Callable[..., Any]:
             if log is not None and os.path.exists(log):
                 click.echo(f"Full output (Dagster, Spark): {log}", err=True)
             sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("Interrupted (Ctrl-C): nothing uncommitted is visible.", err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # At once: a normal exit would wait for threads still inside a Spark call (a
+            # server that does not answer) and for pyspark's own clean-up calls at exit.
+            os._exit(130)
 
     wrapper = click.option("--debug", is_flag=True, help="Print the full traceback on errors.")(
         wrapper

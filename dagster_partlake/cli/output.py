@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
 import sys
 import time
@@ -35,6 +36,7 @@ PLAN_FRESH = "Everything is fresh: no asset partition needs to run."
 PLAN_FRESH_JSON = "[]"  # `partlake plan --json`: no stale partition
 
 LOG_DIR = "logs"
+PACKAGE_LOGGER = "dagster_partlake"  # its warnings reach the terminal (`_TerminalWarnings`)
 KEEP_LOGS_SECONDS = 7 * 24 * 3600
 # Commands whose log is removed after a success: they changed nothing worth a record.
 READ_ONLY = frozenset({"plan", "history", "sql-render", "sql-lint"})
@@ -118,6 +120,12 @@ def captured(command: str, *, verbose: bool) -> Iterator[Terminal]:
         yield _current
         return
     path = _log_path(command)
+    with _warnings_shown():
+        yield from _captured_in(path, command)
+
+
+def _captured_in(path: str, command: str) -> Iterator[Terminal]:
+    global _current
     sys.stdout.flush()
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))
@@ -144,6 +152,28 @@ def captured(command: str, *, verbose: bool) -> Iterator[Terminal]:
     if ok and command in READ_ONLY:
         with contextlib.suppress(OSError):
             os.remove(path)
+
+
+class _TerminalWarnings(logging.Handler):
+    """partlake's own warnings (a server that does not answer, a report that failed) as
+    `[WARN] ...` lines on the terminal: what a command waits for is never only in its log."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _current.echo(f"[WARN] {record.getMessage()}", err=True)
+        except Exception:  # noqa: BLE001 - a closed terminal must not end the command
+            self.handleError(record)
+
+
+@contextmanager
+def _warnings_shown() -> Iterator[None]:
+    logger = logging.getLogger(PACKAGE_LOGGER)
+    handler = _TerminalWarnings(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def _real_stream(stream: TextIO) -> TextIO | None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -178,7 +180,7 @@ def write_files(
         stats_columns=[c for c in stats_columns if c in data_columns],
         write_id=uuid.uuid4().hex,
     )
-    facts = _collect(rows.mapInArrow(writer, "fact string"), location)
+    facts = _collect(_map_in_arrow(rows, writer), location)
     written = time.perf_counter()
     files = tuple(_renamed(WrittenFile.from_fact(row["fact"]), extras) for row in facts)
     return WrittenFiles(
@@ -227,7 +229,7 @@ def rewrite_without_keys(
     )
     # The job's rows are the files' positions (`spark.range`: nothing sent from Python).
     tasks = max(1, min(len(files), _parallelism(spark)))
-    job = spark.range(0, len(files), 1, tasks).mapInArrow(function, "fact string")
+    job = _map_in_arrow(spark.range(0, len(files), 1, tasks), function)
     facts = _collect(job, location)
     written = time.perf_counter()
     return WrittenFiles(
@@ -238,6 +240,34 @@ def rewrite_without_keys(
         seconds=written - started,
         facts_seconds=time.perf_counter() - written,
     )
+
+
+def _map_in_arrow(rows: DataFrame, function: Any) -> DataFrame:
+    """`rows.mapInArrow(function)` into one `fact` column, run by Python workers that have
+    this interpreter's packages.
+
+    Spark picks its workers' Python when a session starts (`PYSPARK_PYTHON`, else the first
+    `python3` on the PATH), and fixes it on each Python function as the function is made. A
+    session an asset built itself (`SparkSession.builder.getOrCreate()`) in a process started
+    without its virtualenv on the PATH would hand the writer to an interpreter without
+    pyarrow. So on local Spark, whose workers run on this machine, partlake's own functions
+    are made for this interpreter, which pickled them; a cluster keeps its workers' Python.
+    """
+    context = getattr(rows.sparkSession, "_sc", None)  # None on Spark Connect
+    own = sys.executable
+    if context is None or not str(context.master).startswith("local") or not own:
+        return rows.mapInArrow(function, "fact string")
+    with _PYTHON_EXEC:
+        chosen = context.pythonExec
+        context.pythonExec = own
+        try:
+            return rows.mapInArrow(function, "fact string")
+        finally:
+            context.pythonExec = chosen
+
+
+# Held while a function is made for this interpreter: no other thread's function is made then.
+_PYTHON_EXEC = threading.Lock()
 
 
 def _parallelism(spark: SparkSession) -> int:

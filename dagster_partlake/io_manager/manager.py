@@ -173,8 +173,14 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         return lake_location(self.root, self.storage_options)
 
     def table_location(self, asset_key: AssetKey, path: str | None = None) -> TableLocation:
-        """Where the asset's table lives (`path`: its `partlake/path` metadata)."""
+        """Where a managed asset's table lives (`path`: a source's `partlake/path`; a source's
+        reads resolve its whole declaration through `location_of`)."""
         return table_location(self.lake_location(), asset_key, path)
+
+    def location_of(self, spec: ModelSpec) -> TableLocation:
+        """Where the asset of `spec` lives in this IO manager's lake (`ModelSpec.location`:
+        a source's `partlake/root` and `partlake/path` included)."""
+        return spec.location(self.lake_location())
 
     def table_root(self, asset_key: AssetKey) -> str:
         """The asset's table, as a path (a local lake) or a URI."""
@@ -300,7 +306,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         spec = _output_spec(context)
         kind = spec.kind
         target = WriteTarget(
-            root=self.table_location(context.asset_key),
+            root=self.location_of(spec),
             asset_name=asset_name,
             kind=kind,
             columns=list(spec.columns) if partitions_def is not None else [],
@@ -358,7 +364,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         from dagster_partlake.kinds.write import WriteTarget
 
         return WriteTarget(
-            root=self.table_location(context.asset_key),
+            root=self.location_of(spec),
             asset_name=spec.name,
             kind=spec.kind,
             columns=list(spec.columns),
@@ -382,7 +388,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         asset_name = upstream.name
         columns = list(upstream.columns)
         is_folder = upstream.is_folder
-        location = self.table_location(context.asset_key, upstream.path)
+        location = self.location_of(upstream)
         spark = self.spark.spark_session
         if is_folder:
             if location.is_local:  # Spark's file source needs the folder; a store has none
@@ -429,16 +435,16 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns = list(upstream.columns) if partitions_def is not None else []
         if upstream.is_folder:
             return self._load_folder(context, upstream, columns, keys)
+        location = self.location_of(upstream)
         if _reads_itself(context) and (
-            (partitions_def is not None and not keys)
-            or not table_exists(self.table_location(asset_key))
+            (partitions_def is not None and not keys) or not table_exists(location)
         ):
             # A self-dependency's first partition: there is no earlier partition to read.
             context.log.info(f"no earlier partition of {asset_name} to read: the input is None")
             return None
         read = _input_spec(context, consumer, asset_name)
         snapshot = open_table(
-            self.table_location(asset_key),
+            location,
             table_name=asset_name,
             version=read.version,
             timestamp=read.timestamp,
@@ -451,7 +457,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         incremental = read.incremental if consumer is not None and not read.pinned else None
         if incremental is not None and consumer is not None:
             return self._load_incremental(
-                context, snapshot, selection, columns, incremental, consumer.key
+                context, snapshot, selection, columns, incremental, consumer
             )
         with self.spark.server_errors():
             result = read_snapshot(self.spark.spark_session, snapshot, selection)
@@ -500,7 +506,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         selection: PartitionSelection,
         columns: list[DimensionColumn],
         incremental: Incremental,
-        consumer: AssetKey,
+        consumer: ModelSpec,
     ) -> DataFrame:
         """Only what the consuming asset has not read yet (`dagster_partlake.incremental.spec`)."""
         from dagster_partlake.incremental.reads import read_incremental
@@ -510,8 +516,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             snapshot,
             selection,
             incremental,
-            consumer_root=self.table_location(consumer),
-            consumer=consumer.to_user_string(),
+            consumer_root=self.location_of(consumer),
+            consumer=consumer.name,
         )
         version = snapshot.table.version()
         partitions = _lastupdated(snapshot, version, read.state, columns)
@@ -562,16 +568,14 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         keys: list[str],
     ) -> DataFrame:
         asset_name = upstream.name
-        root = self.table_location(context.asset_key, upstream.path)
+        root = self.location_of(upstream)
         # Folder partition values are strings: time windows match their keys.
         types = {c.column: "string" for c in columns}
         selection = selection_for_keys(columns, keys, types, asset_name=asset_name)
         mode = upstream.after_commit
         consumer = _consumer(context)
         if mode is not None and consumer is not None:
-            return self._load_landing(
-                context, asset_name, root, columns, selection, mode, consumer.key
-            )
+            return self._load_landing(context, asset_name, root, columns, selection, mode, consumer)
         dirs, chosen = _folder_partitions(root, columns, selection)
         if not dirs:
             raise PartlakeError(
@@ -593,10 +597,10 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns: list[DimensionColumn],
         selection: PartitionSelection,
         mode: AfterCommit,
-        consumer: AssetKey,
+        consumer: ModelSpec,
     ) -> DataFrame:
         """The files of a landing folder no commit of the consumer has read yet."""
-        consumer_root = self.table_location(consumer)
+        consumer_root = self.location_of(consumer)
         previous = newest_record(consumer_root) if table_exists(consumer_root) else None
         # Files a run that died after its commit left behind: read by that run, never again.
         pending = set(previous.consumed_files.get(asset_name, ())) if previous else set()

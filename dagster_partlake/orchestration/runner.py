@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +31,7 @@ from dagster_partlake.orchestration.workers import (
     UNFINISHED,
     alive,
     describe_runs,
+    free_slots,
     free_slots_of_ended_runs,
     instance_dir,
     mark_dead,
@@ -186,20 +187,39 @@ def execute_runs(
     workers = max(1, max_parallel)
     schedule = _Schedule(session, instance, run_plan, on_outcome)
     watch = _PoolWatch(instance, graph.pools(), on_notice)
+    pool = ThreadPoolExecutor(workers)
     try:
         with (
             registered(instance_dir(instance)),
             threadsafe_in_process_runs(instance, workers),
-            ThreadPoolExecutor(workers) as pool,
             watch,
         ):
             schedule.run(pool, watch)
+        pool.shutdown(wait=True)
+    except KeyboardInterrupt:
+        # Ctrl-C ends the command at once: the runs in progress are not waited for (a step
+        # may be inside a Spark call that answers late or never) but marked failed, their pool
+        # slots freed; what they had not committed stays invisible.
+        pool.shutdown(wait=False, cancel_futures=True)
+        _interrupted(instance, watch.run_ids())
+        session_started = False  # nor is the session stopped: the process ends now
+        raise
     finally:
         if session_started:
             spark = running_session()
             if spark is not None:
                 spark.stop()
     return schedule.outcomes
+
+
+def _interrupted(instance: DagsterInstance, run_ids: Iterable[str]) -> None:
+    """Mark failed the runs of this process still in progress when it was interrupted."""
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            continue
+        instance.report_run_failed(run, "partlake run was interrupted (Ctrl-C) during this run")
+        free_slots(instance, run_id)
 
 
 class _Schedule:
@@ -526,6 +546,11 @@ class _PoolWatch:
         with self._lock:
             self._runs[run_id] = run.number
         return run_id
+
+    def run_ids(self) -> list[str]:
+        """The ids of the runs watched now (started, not yet ended)."""
+        with self._lock:
+            return list(self._runs)
 
     def discard(self, run: PlannedRun) -> None:
         with self._lock:

@@ -22,11 +22,11 @@ from dagster import (
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
-from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY
-from dagster_partlake.partitions.keys import dimension_columns
+from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, ROOT_KEY
 from dagster_partlake.planning.convert import read_state, to_partition_states
 from dagster_partlake.planning.graph import LakeAsset, io_manager_lake
-from dagster_partlake.storage.location import TableLocation, table_location
+from dagster_partlake.spec.model import model_spec
+from dagster_partlake.storage.location import lake_location
 
 _cache = StateCache()
 
@@ -50,10 +50,12 @@ def partlake_source(
         key: asset key; the table is at `<root>/warehouse/<key path>` unless `path` is given.
         partitions_def: the source's partitions (columns as for managed assets, `partition_expr`).
         folder: the source is a folder with `col=value/` sub-folders instead of a Delta table.
-        path: location relative to the lakehouse root (absolute paths work too).
-        root: lake root; default: the `root` of the `DeltaPartitionIOManager` under
-            `io_manager_key` (as the sensor and `partlake plan`), else `$PARTLAKE_HOME`, else
-            `.partlake`.
+        path: location relative to the source's lake root (an absolute path or a URI such as
+            `s3://bucket/raw` is used as it is).
+        root: the source's own lake root (a path, relative to the working directory, or a
+            URI); its table is then `<root>/warehouse/<key path>`, or `<root>/<path>`. Default:
+            the `root` of the `DeltaPartitionIOManager` under `io_manager_key`, else
+            `$PARTLAKE_HOME`, else `.partlake`. Read with the IO manager's storage options.
         metadata: extra asset metadata (e.g. `partition_expr`).
         group_name, description, io_manager_key: as for any Dagster asset.
         after_commit: a folder whose files are consumed once: after the commit of the run that
@@ -66,6 +68,8 @@ def partlake_source(
         full_metadata[FORMAT_KEY] = "folder"
     if path:
         full_metadata[PATH_KEY] = path
+    if root:
+        full_metadata[ROOT_KEY] = root
     name = asset_key.to_user_string()
     if after_commit_of(after_commit, asset_name=name) is not None:
         if not folder:
@@ -74,7 +78,10 @@ def partlake_source(
                 "of a folder; add folder=True (a Delta table's files belong to its log)."
             )
         full_metadata[AFTER_COMMIT_KEY] = after_commit
-    columns = tuple(dimension_columns(partitions_def, full_metadata, asset_name=name))
+    # Checked now, as every reader will parse it: the plan, runs, the sensor, the CLI.
+    spec = model_spec(
+        asset_key, metadata=full_metadata, partitions_def=partitions_def, managed=False
+    )
 
     @observable_source_asset(
         key=asset_key,
@@ -86,14 +93,13 @@ def partlake_source(
         required_resource_keys={io_manager_key},
     )
     def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
-        location = _source_location(
-            getattr(context.resources, io_manager_key), root, asset_key, path
-        )
+        lake = io_manager_lake([getattr(context.resources, io_manager_key)])
+        location = spec.location(lake if lake is not None else lake_location())
         asset = LakeAsset(
             key=asset_key,
             name=name,
             partitions_def=partitions_def,
-            columns=columns,
+            columns=spec.columns,
             path=location.uri,
             location=location,
             is_source=True,
@@ -110,13 +116,3 @@ def partlake_source(
         )
 
     return _observe
-
-
-def _source_location(
-    io_manager: object, root: str | None, asset_key: AssetKey, path: str | None
-) -> TableLocation:
-    """Where a source lives: under `root`, else the IO manager's lake, with the lake's storage
-    options."""
-    lake = io_manager_lake([io_manager])
-    options = lake.storage_options if lake is not None else None
-    return table_location(root or lake, asset_key, path, options)

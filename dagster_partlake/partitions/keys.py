@@ -43,7 +43,7 @@ from dagster_partlake.delta.selection import (
     merge_date_ranges,
 )
 from dagster_partlake.errors import PartitionMismatchError, PartlakeConfigError
-from dagster_partlake.metadata import PARTITION_EXPR_KEY
+from dagster_partlake.metadata import PARTITION_EXPR_KEY, plain
 
 if TYPE_CHECKING:
     import numpy as np
@@ -172,7 +172,8 @@ def dimension_columns(
     """
     if partitions_def is None:
         return []
-    expr = (metadata or {}).get(PARTITION_EXPR_KEY)
+    # A source's metadata reaches code wrapped by Dagster (`JsonMetadataValue`, ...).
+    expr = plain((metadata or {}).get(PARTITION_EXPR_KEY))
     if isinstance(partitions_def, MultiPartitionsDefinition):
         return _multi_columns(partitions_def, expr, asset_name)
     if expr is not None and not isinstance(expr, str):

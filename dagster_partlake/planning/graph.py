@@ -44,7 +44,6 @@ from dagster_partlake.storage.location import (
     TableLocation,
     as_location,
     lake_location,
-    table_location,
 )
 
 if TYPE_CHECKING:
@@ -133,7 +132,7 @@ class LakeGraph:
     def _lake_asset(self, spec: ModelSpec) -> LakeAsset:
         node = self.asset_graph.get(spec.key)
         managed = spec.managed
-        location = table_location(self.lake, spec.key, spec.path)
+        location = spec.location(self.lake)
         return LakeAsset(
             key=spec.key,
             name=spec.name,
@@ -360,18 +359,13 @@ def _configured_lake(definition: object) -> TableLocation | None:
     return lake_location(root, options) if isinstance(root, str) else None
 
 
-def io_manager_root(resources: Iterable[object]) -> str | None:
-    """The lake root of the first resource among a code location's resources that stores a
-    lake (`lake_location()`), if it names one."""
-    lake = io_manager_lake(resources)
-    return lake.uri if lake is not None else None
-
-
 def io_manager_lake(resources: Iterable[object]) -> TableLocation | None:
-    """`io_manager_root` as a location, with that resource's storage options."""
-    for resource in resources:
-        located = getattr(resource, "lake_location", None)
-        if callable(located) and getattr(resource, "root", None) is not None:
-            lake = located()
-            return lake if isinstance(lake, TableLocation) else None
+    """The lake of the first resource that stores one (`lake_location()`), preferring one that
+    names its root, with that resource's storage options (None: no such resource)."""
+    stores = [r for r in resources if callable(getattr(r, "lake_location", None))]
+    stores.sort(key=lambda r: getattr(r, "root", None) is None)
+    for resource in stores:
+        lake = resource.lake_location()  # type: ignore[attr-defined]
+        if isinstance(lake, TableLocation):
+            return lake
     return None

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 _warned: dict[str, float] = {}  # remote -> when a retry was last reported
+# Spark Connect servers that stopped answering in this process: their sessions were closed.
+_lost: set[str] = set()
 # Seconds each session this process started took to start (a JVM for local Spark), until taken.
 _session_starts: list[float] = []
 
@@ -214,10 +216,8 @@ class SparkResource(LazyPySparkResource):
         from pyspark.sql import SparkSession
 
         if self.remote is not None:
-            builder = SparkSession.builder.remote(self.remote)
-            # Static JVM settings belong to the server; only SQL settings apply per session.
-            base = {**DEFAULT_CONF, **self._user_conf()}
-            conf = {k: v for k, v in base.items() if k.startswith("spark.sql.")}
+            self._spark_session = self._connect()
+            return
         else:
             _check_java()
             # Python workers (a streaming source reading a Delta table's new commits,
@@ -242,13 +242,39 @@ class SparkResource(LazyPySparkResource):
         self._spark_session = builder.getOrCreate()
         if self._owns_session:
             _session_starts.append(time.perf_counter() - started)
-        if self.remote is None:
-            # After the start: pyspark hands its conf to the JVM on a command line anyone can read.
-            apply_hadoop(self._spark_session, self.s3a().secret)
-        if self.remote is not None:
-            self._spark_session.client.set_retry_policies(
-                [_reporting_policy(self.remote, self.connect_wait_seconds)]
-            )
+        # After the start: pyspark hands its conf to the JVM on a command line anyone can read.
+        apply_hadoop(self._spark_session, self.s3a().secret)
+
+    def _connect(self) -> SparkSession:
+        """A Spark Connect session whose every call, the first included, retries an
+        unanswering server for about `connect_wait_seconds`, saying so in the log.
+
+        The builder's settings are sent with the session's first call, under pyspark's own
+        retry policy (10 minutes, without a word), so the session is made bare, its policy
+        set, and only then are the settings sent.
+        """
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        assert self.remote is not None
+        self._owns_session = running_session() is None
+        session = ConnectSession.builder.remote(self.remote).getOrCreate()
+        session.client.set_retry_policies(
+            [_reporting_policy(self.remote, self.connect_wait_seconds)]
+        )
+        # Static JVM settings belong to the server; only SQL settings apply per session.
+        base = {**DEFAULT_CONF, **self._user_conf()}
+        conf: dict[str, str | int | bool] = {
+            k: v for k, v in base.items() if k.startswith("spark.sql.")
+        }
+        conf["spark.app.name"] = self.app_name
+        try:
+            with self.server_errors():
+                # As the builder would send them: a static setting the server refuses is ignored.
+                session.conf._set_all(configs=conf, silent=True)
+        except BaseException:  # the server is gone, or Ctrl-C while it was waited for
+            _close_without_calls(session)
+            raise
+        return session  # type: ignore[return-value]
 
     def _new_jvm(self) -> bool:
         """Whether a local session started now starts a JVM (none runs in this process yet)."""
@@ -269,12 +295,19 @@ class SparkResource(LazyPySparkResource):
             raise unavailable from error
 
     def _unavailable(self, error: Exception) -> SparkUnavailableError | None:
-        if self.remote is None or "UNAVAILABLE" not in str(error):
+        if self.remote is None:
             return None
-        if type(error).__name__ not in ("SparkConnectGrpcException", "RetriesExceeded"):
+        if self.remote in _lost and "closed channel" in str(error):
+            detail = "its session was closed when the server stopped answering"
+        elif "UNAVAILABLE" not in str(error) or type(error).__name__ not in (
+            "SparkConnectGrpcException",
+            "RetriesExceeded",
+        ):
             return None
-        found = re.search(r'details = "([^"]+)"', str(error))
-        detail = found.group(1) if found else "UNAVAILABLE"
+        else:
+            found = re.search(r'details = "([^"]+)"', str(error))
+            detail = found.group(1) if found else "UNAVAILABLE"
+            self._forget_session()
         return SparkUnavailableError(
             f"the Spark Connect server {self.remote} did not answer (each call retried for "
             f"{self.connect_wait_seconds} s: {detail}). Nothing was committed: the partitions "
@@ -283,21 +316,42 @@ class SparkResource(LazyPySparkResource):
             "retries the run after its back-off."
         )
 
+    def _forget_session(self) -> None:
+        """Close the session of a server that stopped answering without asking the server
+        anything: pyspark would release it on the server, at `stop()` and again when the
+        process exits, each call retried for `connect_wait_seconds`. The next use makes a new
+        session."""
+        assert self.remote is not None
+        _lost.add(self.remote)
+        session = self._spark_session if self._spark_session is not None else running_session()
+        if session is not None:
+            _close_without_calls(session)
+        self._spark_session = None
+        self._owns_session = False
+
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._spark_session is not None and self._owns_session:
+            if self.remote is not None:
+                # Releasing the session on the server is one call, tried once: a run ending
+                # because the server stopped answering (or Ctrl-C while it waited) must not
+                # wait for it again.
+                from pyspark.sql.connect.client.retries import DefaultPolicy
+
+                self._spark_session.client.set_retry_policies([DefaultPolicy(max_retries=0)])
             self._spark_session.stop()
         self._spark_session = None
         self._owns_session = False
 
 
 def _reporting_policy(remote: str, wait_seconds: int) -> RetryPolicy:
-    """pyspark's retry policy, bounded to about `wait_seconds`, that says in the log what it
-    waits for."""
+    """pyspark's retry policy, bounded to about `wait_seconds` per call (its backoff grows to at
+    most a second, without jitter, so the last wait overshoots by less than that), that says
+    in the log what it waits for."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    initial_ms, multiplier, cap_ms = 50, 4.0, 10_000
+    initial_ms, multiplier, cap_ms = 100, 2.0, 1_000
     retries, waited_ms, backoff = 0, 0.0, float(initial_ms)
-    while waited_ms < wait_seconds * 1000:
+    while waited_ms + min(backoff, cap_ms) <= wait_seconds * 1000:
         waited_ms += min(backoff, cap_ms)
         backoff *= multiplier
         retries += 1
@@ -309,17 +363,28 @@ def _reporting_policy(remote: str, wait_seconds: int) -> RetryPolicy:
             if retry and time.monotonic() - _warned.get(remote, -1e9) >= 10:
                 _warned[remote] = time.monotonic()
                 _log.warning(
-                    f"the Spark Connect server {remote} does not answer; retrying each call for "
-                    f"up to {wait_seconds} s"
+                    f"waiting for the Spark Connect server {remote}, which does not answer; "
+                    f"each call is retried for up to {wait_seconds} s"
                 )
             return retry
 
     return Reporting(
-        max_retries=retries,
+        max_retries=max(retries, 1),
         initial_backoff=initial_ms,
         backoff_multiplier=multiplier,
         max_backoff=cap_ms,
+        jitter=0,
+        # A server asking to wait longer than the bound is not waited for.
+        max_server_retry_delay=cap_ms,
     )
+
+
+def _close_without_calls(session: Any) -> None:
+    """Close a Spark Connect session's channel without a call to its server (which would be
+    retried): the process then exits without pyspark's clean-up calls either."""
+    if hasattr(session, "release_session_on_close"):
+        session.release_session_on_close = False
+        session.stop()
 
 
 def running_session() -> SparkSession | None:

@@ -36,15 +36,18 @@ from dagster_partlake.metadata import (
     PARTITION_EXPR_KEY,
     PARTLAKE_WRITER,
     PATH_KEY,
+    ROOT_KEY,
     SCHEMA_MODE_KEY,
     STREAM_KEY,
     TIMESTAMP_KEY,
     VERSION_KEY,
     WRITER_KEY,
     plain,
+    plain_metadata,
 )
 from dagster_partlake.partitions.keys import DimensionColumn, dimension_columns
 from dagster_partlake.spec.settings import check_keys
+from dagster_partlake.storage.location import TableLocation, lake_location, table_location
 
 if TYPE_CHECKING:
     from dagster import PartitionsDefinition
@@ -92,7 +95,8 @@ class ModelSpec:
     inputs: tuple[InputSpec, ...] = ()
     allow_new_columns: bool = False  # `schema_mode: "add_columns"`
     is_folder: bool = False  # `partlake/format: "folder"`: Parquet in col=value/ folders
-    path: str | None = None  # `partlake/path`: a source's location, relative to the lake root
+    path: str | None = None  # `partlake/path`: a source's location, relative to its lake root
+    root: str | None = None  # `partlake/root`: a source's own lake root (None: the lake's)
     after_commit: AfterCommit | None = None  # a landing folder's consumed files
     writer: str | None = None  # `partlake/writer` (None: the IO manager's writer)
 
@@ -108,6 +112,18 @@ class ModelSpec:
     def input(self, upstream: str) -> InputSpec | None:
         """How the asset reads `upstream` (None: it does not)."""
         return next((i for i in self.inputs if i.upstream == upstream), None)
+
+    def location(self, lake: TableLocation) -> TableLocation:
+        """Where the asset's table (or a folder source's folder) lives, in a lake whose root is
+        `lake`: the one resolution every reader and writer uses (plan, run, sensor, streams,
+        incremental inputs, SQL models, the CLI's history, restore and delete).
+
+        A managed asset's table is `<lake>/warehouse/<key path>`. A source's is the same below
+        its own `partlake/root` when it sets one (read with the lake's storage options), or
+        its `partlake/path` below that root (an absolute path or a URI as it is).
+        """
+        base = lake_location(self.root, lake.storage_options) if self.root else lake
+        return table_location(base, self.key, self.path)
 
 
 def model_spec(
@@ -132,7 +148,7 @@ def model_spec(
             message names the asset and the setting.
     """
     name = key.to_user_string()
-    metadata = dict(metadata or {})
+    metadata = plain_metadata(metadata)
     check_keys(metadata, on="asset", owner=f"asset {name}")
     if PARTITION_EXPR_KEY in metadata and partitions_def is None:
         raise PartlakeConfigError(
@@ -150,7 +166,7 @@ def model_spec(
             f"micro-batch, so remove '{KIND_KEY}' (or set 'append') and its "
             "'partlake/constraints' / 'partlake/audits'."
         )
-    is_folder, path, after_commit = _location(metadata, name, managed)
+    is_folder, path, root, after_commit = _location(metadata, name, managed)
     writer = None
     if WRITER_KEY in metadata:  # checked here; the IO manager's default at the write
         writer = writer_of(metadata, PARTLAKE_WRITER, kind=kind.kind, asset_name=name)
@@ -169,6 +185,7 @@ def model_spec(
         allow_new_columns=_schema_mode(metadata, name),
         is_folder=is_folder,
         path=path,
+        root=root,
         after_commit=after_commit,
         writer=writer,
     )
@@ -186,21 +203,27 @@ def _schema_mode(metadata: Mapping[str, Any], name: str) -> bool:
 
 def _location(
     metadata: Mapping[str, Any], name: str, managed: bool
-) -> tuple[bool, str | None, AfterCommit | None]:
-    """(is_folder, path, after_commit) of a source; a managed asset has none of them."""
-    fmt = plain(metadata.get(FORMAT_KEY, "delta"))
+) -> tuple[bool, str | None, str | None, AfterCommit | None]:
+    """(is_folder, path, root, after_commit) of a source; a managed asset has none of them."""
+    fmt = metadata.get(FORMAT_KEY, "delta")
     if fmt not in FORMATS:
         raise PartlakeConfigError(
             f"asset {name} has {FORMAT_KEY} {fmt!r}; use 'delta' (the default) or 'folder' "
             "(Parquet files in col=value/ folders)."
         )
-    path = plain(metadata.get(PATH_KEY))
+    path, root = metadata.get(PATH_KEY), metadata.get(ROOT_KEY)
     if path is not None and (not isinstance(path, str) or not path):
         raise PartlakeConfigError(
             f"asset {name} has {PATH_KEY} {path!r}; give the source's location as a string, "
             "relative to the lake root (or absolute)."
         )
-    for key, value in ((FORMAT_KEY, fmt if fmt == "folder" else None), (PATH_KEY, path)):
+    if root is not None and (not isinstance(root, str) or not root):
+        raise PartlakeConfigError(
+            f"asset {name} has {ROOT_KEY} {root!r}; give the source's lake root as a string: "
+            "a path (relative to the working directory) or a URI such as 's3://bucket/lake'."
+        )
+    located = ((FORMAT_KEY, fmt if fmt == "folder" else None), (PATH_KEY, path), (ROOT_KEY, root))
+    for key, value in located:
         if managed and value is not None:
             raise PartlakeConfigError(
                 f"asset {name} sets {key} {value!r}, but it is materialized by partlake, which "
@@ -214,17 +237,18 @@ def _location(
             f"source {name} sets {AFTER_COMMIT_KEY}, which moves consumed files of a folder; "
             f"set {FORMAT_KEY} 'folder' (partlake_source(..., folder=True)), or remove it."
         )
-    return fmt == "folder", path, after_commit
+    return fmt == "folder", path, root, after_commit
 
 
 def _input(raw: RawInput, name: str, default: Incremental | None) -> InputSpec:
     upstream = raw.upstream.to_user_string()
     input_name = raw.input_name or upstream
-    check_keys(raw.metadata, on="input", owner=f"input {input_name} of asset {name}")
-    version, timestamp = pin_of(raw.metadata, input_name=input_name, asset_name=name)
+    metadata = plain_metadata(raw.metadata)
+    check_keys(metadata, on="input", owner=f"input {input_name} of asset {name}")
+    version, timestamp = pin_of(metadata, input_name=input_name, asset_name=name)
     incremental = (
-        incremental_of(raw.metadata, None, input_name=input_name, asset_name=name)
-        if INCREMENTAL_KEY in raw.metadata
+        incremental_of(metadata, None, input_name=input_name, asset_name=name)
+        if INCREMENTAL_KEY in metadata
         else default
     )
     return InputSpec(upstream, raw.input_name, incremental, version, timestamp)

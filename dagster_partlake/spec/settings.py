@@ -23,6 +23,7 @@ from dagster_partlake.metadata import (
     FORMAT_KEY,
     PARTITION_EXPR_KEY,
     PATH_KEY,
+    ROOT_KEY,
     SCHEMA_MODE_KEY,
     SQL_PATH_KEY,
     STREAM_KEY,
@@ -151,6 +152,13 @@ SETTINGS: tuple[Setting, ...] = (
         "sources",
         "str, relative to the lake root (or absolute)",
         "a non-empty string, only on a source (a managed asset's table is at its key's path)",
+    ),
+    Setting(
+        ROOT_KEY,
+        ("asset",),
+        "sources",
+        "str: a lake root, a path or a URI (default: the IO manager's root)",
+        "a non-empty string, only on a source (set by partlake_source(..., root=...))",
     ),
     Setting(
         AFTER_COMMIT_KEY,
