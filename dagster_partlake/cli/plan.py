@@ -75,7 +75,21 @@ def plan_command(
         echo(runs_json_text(runs))
     else:
         layouts = key_layouts(session.graph)
-        echo(plan_text(runs, seconds=result.seconds, failures=failures, layouts=layouts))
+        graph = session.graph
+        after_streams = {
+            i.asset: graph.downstream(i.asset)
+            for i in result.plan.items
+            if graph.assets[i.asset].stream
+        }
+        echo(
+            plan_text(
+                runs,
+                seconds=result.seconds,
+                failures=failures,
+                layouts=layouts,
+                after_streams=after_streams,
+            )
+        )
     if report:
         from dagster_partlake.freshness.check import checked_assets
 

@@ -51,10 +51,13 @@ def plan_text(
     seconds: float | None = None,
     failures: GateFailures | None = None,
     layouts: Mapping[str, str] | None = None,
+    after_streams: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """The stale partitions per asset with their reasons, then the runs that refresh them.
     `layouts`: per asset whose keys combine dimensions, how a key names them
-    ('date|region/product'), shown next to its name."""
+    ('date|region/product'), shown next to its name. `after_streams`: per stale streaming
+    asset, the assets downstream of it, which its new batch may make stale (which partitions,
+    its rows decide: `partlake run` plans them once it has run)."""
     plan = runs.plan
     held = _held_text(plan)
     if not plan:
@@ -87,6 +90,12 @@ def plan_text(
             )
         if len(items) > MAX_LISTED:
             lines.append(f"  ... and {len(items) - MAX_LISTED} more (see --json)")
+        downstream = (after_streams or {}).get(asset)
+        if downstream:
+            lines.append(
+                f"  then, where its new rows land, maybe stale: {', '.join(downstream)} "
+                "(planned once the stream has run; partlake run does so)"
+            )
     lines.append("")
     lines.append(_runs_text(runs))
     return "\n".join(lines) + held
@@ -125,10 +134,14 @@ def outcome_line(
     ms: int | None,
     error: str | None = None,
     metrics: Mapping[str, int] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """`[OK] clean_events 2024-01-02|eu (upstream_changed, 977 rows, 15,953 ms)`; a `[FAILED]`
     line ends with the error; a `[SKIPPED]` one says which upstream failed:
-    `[SKIPPED] daily_region_stats 2024-01-02|eu (upstream clean_events 2024-01-02|eu failed)`."""
+    `[SKIPPED] daily_region_stats 2024-01-02|eu (upstream clean_events 2024-01-02|eu failed)`.
+    `notes` (a warn gate that failed, a run condition that skipped the write) come before the
+    time: `[OK] payments 2024-01-02 (missing, 0 rows, skipped: 'input_rows > 0' does not hold,
+    812 ms)`."""
     if status == "skipped" and error:
         return f"{_TAGS[status]} {asset} {partition or '-'} ({error})"
     parts = [reason]
@@ -141,6 +154,7 @@ def outcome_line(
                 for what in ("inserted", "updated", "deleted", "unchanged")
             )
         )
+    parts.extend(notes)
     if ms is not None:
         parts.append(f"{ms:,} ms")
     if error:

@@ -77,7 +77,15 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
         def on_outcome(o: Outcome) -> None:
             echo(
                 outcome_line(
-                    o.status, o.asset, o.partition, o.reason, o.rows, o.ms, o.error, o.metrics
+                    o.status,
+                    o.asset,
+                    o.partition,
+                    o.reason,
+                    o.rows,
+                    o.ms,
+                    o.error,
+                    o.metrics,
+                    o.notes,
                 )
             )
             progress.advance()

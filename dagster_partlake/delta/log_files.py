@@ -53,6 +53,11 @@ class LogFiles:
         """The table's URI (a local table's absolute path)."""
         return self.location.uri
 
+    @property
+    def key(self) -> str:
+        """The table's key in a cache: its URI and its store (`TableLocation.cache_key`)."""
+        return self.location.cache_key
+
     def path(self, name: str) -> str:
         """A log file's local path, or its name below the table for the store."""
         if self.local:

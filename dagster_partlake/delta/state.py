@@ -139,7 +139,7 @@ class StateCache:
             StorageError: the object store refused or did not answer (naming the table).
         """
         files = LogFiles(root)
-        key = files.root
+        key = files.key
         try:
             return self._sync(files, with_commits=with_commits, name=name)
         except UnreadableTableFeatureError:
@@ -166,7 +166,7 @@ class StateCache:
         """The state of `root` this cache holds, else the one on disk, without following the
         commits after it (None: neither; the next `sync` follows from the state returned)."""
         files = LogFiles(root)
-        key = files.root
+        key = files.key
         cached = self._tables.get(key)
         if cached is None and self._persist_dir is not None:
             cached = _load_state(self._persist_dir, files, with_commits=with_commits)
@@ -179,10 +179,10 @@ class StateCache:
         """Whether the table at `root` may differ from its state at `version` as this cache
         holds it: not cached at that version, a commit after it, or its commit file changed."""
         files = LogFiles(root)
-        cached = self._tables.get(files.root)
+        cached = self._tables.get(files.key)
         if cached is None or cached.version != version:
             return True
-        return files.has_commit(version + 1) or files.stamp(version) != self._stamps.get(files.root)
+        return files.has_commit(version + 1) or files.stamp(version) != self._stamps.get(files.key)
 
     def at_version(self, root: Where, version: int, *, name: str | None = None) -> TableState:
         """The state of the table at `root` at `version`: the synced one when the table is
@@ -201,7 +201,7 @@ class StateCache:
         return _state_of_log(files, replayed, with_commits=False)
 
     def _sync(self, files: LogFiles, *, with_commits: bool, name: str | None) -> TableState | None:
-        root = files.root
+        root = files.key
         cached = self._tables.get(root)
         if cached is not None and files.stamp(cached.version) != self._stamps.get(root):
             # The commit it was read at changed or vanished: the table was re-created at the same
@@ -231,8 +231,8 @@ class StateCache:
         self, files: LogFiles | Where, state: TableState, *, with_commits: bool
     ) -> TableState:
         files = files if isinstance(files, LogFiles) else LogFiles(files)
-        self._tables[state.root] = state
-        self._stamps[state.root] = files.stamp(state.version)
+        self._tables[files.key] = state
+        self._stamps[files.key] = files.stamp(state.version)
         if self._persist_dir is not None:
             _save_state(self._persist_dir, files, state, with_commits=with_commits)
         return state
@@ -246,16 +246,16 @@ def _named(error: StorageError, name: str | None) -> StorageError:
     return StorageError(f"table {name}: {text}")
 
 
-def _state_file(persist_dir: str, root: str) -> str:
-    return os.path.join(persist_dir, hashlib.sha1(root.encode()).hexdigest() + ".state")
+def _state_file(persist_dir: str, key: str) -> str:
+    return os.path.join(persist_dir, hashlib.sha1(key.encode()).hexdigest() + ".state")
 
 
 def _load_state(persist_dir: str, files: LogFiles, *, with_commits: bool) -> TableState | None:
     """The persisted state of the table (`dagster_partlake.delta.state_file`), if the commit it
     was read at is still in the log as it was (`sync` then reads only the commits after it)."""
-    root = files.root
+    root, key = files.root, files.key
     try:
-        found = state_file.load(_state_file(persist_dir, root))
+        found = state_file.load(_state_file(persist_dir, key))
     except (OSError, ValueError, EOFError, TypeError, KeyError, struct.error):
         return None  # no cache, or a damaged one: read the table
     if found is None:
@@ -263,7 +263,7 @@ def _load_state(persist_dir: str, files: LogFiles, *, with_commits: bool) -> Tab
     header, reader = found
     try:
         if (
-            header.get("root") != root
+            header.get("root") != key
             or header.get("stamp") != files.stamp(int(header.get("version", -1)))
             or (with_commits and not header.get("with_commits"))
         ):
@@ -294,14 +294,15 @@ def _save_state(
     stamp = files.stamp(state.version)
     if stamp is None:
         return
-    data = state_file.dump({"root": state.root, "stamp": stamp}, state, with_commits=with_commits)
+    # Keyed by the table's store too: the same URI on another server is another table.
+    data = state_file.dump({"root": files.key, "stamp": stamp}, state, with_commits=with_commits)
     try:
         os.makedirs(persist_dir, exist_ok=True)
         # Write then rename: a concurrent reader sees the old file or the new one, never half.
         handle, temp = tempfile.mkstemp(dir=persist_dir, suffix=".tmp")
         with os.fdopen(handle, "wb") as saved:
             saved.write(data)
-        os.replace(temp, _state_file(persist_dir, state.root))
+        os.replace(temp, _state_file(persist_dir, files.key))
     except (OSError, ValueError):
         pass  # the cache is an optimization: a read-only home only costs the next process time
 

@@ -33,12 +33,12 @@ from dagster import (
 from dagster_partlake.compat import log_check_evaluation
 from dagster_partlake.gates.spec import GateResult, Gates, gates_of
 from dagster_partlake.kinds.spec import model_kind
+from dagster_partlake.metadata import FAILING_PARTITIONS_KEY
 
 if TYPE_CHECKING:
     from dagster import AssetSpec, OutputContext
 
 GATE_OUTCOME_KEY = "partlake/outcome"
-FAILING_PARTITIONS_KEY = "partlake/failing_partitions"
 WRITTEN_PARTITIONS_KEY = "partlake/partitions_written"
 # The check op of an asset is named <asset path joined by __> + this suffix.
 CHECK_OP_SUFFIX = "_partlake_gates"

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from dagster_partlake.columnar.interner import Key
-from dagster_partlake.gates.checks import FAILING_PARTITIONS_KEY, WRITTEN_PARTITIONS_KEY
-from dagster_partlake.metadata import plain
+from dagster_partlake.gates.checks import WRITTEN_PARTITIONS_KEY
+from dagster_partlake.metadata import FAILING_PARTITIONS_KEY, plain
 
 if TYPE_CHECKING:
     from dagster import AssetCheckEvaluation, AssetKey, DagsterInstance

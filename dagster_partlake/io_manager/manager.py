@@ -56,7 +56,7 @@ from dagster_partlake.incremental.landing import ARCHIVE_DIR, AfterCommit, data_
 from dagster_partlake.incremental.spec import Incremental
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec
 from dagster_partlake.kinds.spec import writer_of
-from dagster_partlake.metadata import REASONS_TAG, WRITER_KEY
+from dagster_partlake.metadata import REASONS_TAG, SKIPPED_KEY, WRITER_KEY
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
     KeyCodec,
@@ -257,7 +257,11 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             read=sum(read.seconds for read in reads.values()),
             output=time.perf_counter() - entered,
         )
-        context.add_output_metadata(_output_metadata(context, target, written, record, timings))
+        metadata = _output_metadata(context, target, written, record, timings)
+        if skip is not None:
+            # What `partlake run`'s line and the UI show of a run its guards skipped.
+            metadata[SKIPPED_KEY] = MetadataValue.text(skip)
+        context.add_output_metadata(metadata)
 
     def _write(
         self,

@@ -20,12 +20,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from dagster import DagsterError, DagsterInstance
+from dagster import AssetCheckSeverity, DagsterError, DagsterInstance
 
 from dagster_partlake.compat import threadsafe_in_process_runs
 from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import log_versions
+from dagster_partlake.metadata import FAILING_PARTITIONS_KEY, SKIPPED_KEY, plain
 from dagster_partlake.orchestration.pools import PoolWait, parallelism, pool_waits
 from dagster_partlake.orchestration.workers import (
     UNFINISHED,
@@ -69,6 +70,8 @@ class Outcome:
     error: str | None = None
     # Row counts of an append, merge, scd2 or tracked write (rows_inserted, rows_updated, ...).
     metrics: Mapping[str, int] | None = None
+    # What the write did besides: a warn gate that failed, a run condition that skipped it.
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -373,6 +376,7 @@ def _execute(
     steps = _steps(instance, job, graph, run, run_id) if known else {}
     done = [a for a in run.assets if steps.get(a, (None, None))[0] == "SUCCESS"]
     rows, metrics, already = _written(graph, run, run_id, versions, done)
+    notes = _notes(instance, run_id, run) if done else {}
     failed = {
         (i.asset, i.partition)
         for i in run.items
@@ -405,6 +409,7 @@ def _execute(
                     base,
                     rows=rows.get((item.asset, item.partition)),
                     metrics=metrics.get((item.asset, item.partition)),
+                    notes=notes.get((item.asset, item.partition), ()),
                 )
             )
         elif (item.asset, item.partition) in failed:
@@ -419,6 +424,42 @@ def _execute(
                 replace(base, status="skipped", ms=None, error=f"upstream {shown} failed")
             )
     return outcomes
+
+
+def _notes(
+    instance: DagsterInstance, run_id: str, run: PlannedRun
+) -> dict[tuple[str, Key], tuple[str, ...]]:
+    """Per asset partition of the run, what its write did besides writing, from the run's
+    events (one query): the quality gates of severity warn that failed (their asset check
+    evaluations) and the run condition that skipped the write (its materialization's
+    `partlake/skipped`)."""
+    from dagster import AssetCheckEvaluation, DagsterEventType
+
+    found: dict[tuple[str, Key], list[str]] = {}
+    kinds = {DagsterEventType.ASSET_CHECK_EVALUATION, DagsterEventType.ASSET_MATERIALIZATION}
+    for record in instance.get_records_for_run(run_id, of_type=kinds).records:
+        event = record.event_log_entry.dagster_event
+        if event is None:
+            continue
+        data = event.event_specific_data
+        if isinstance(data, AssetCheckEvaluation):
+            if data.passed or data.severity != AssetCheckSeverity.WARN:
+                continue
+            failing = plain(data.metadata.get(FAILING_PARTITIONS_KEY))
+            failing = failing if isinstance(failing, list) else []
+            keys = [k for k in run.keys if k in failing] or list(run.keys)
+            summary = (data.description or data.check_name).split("; first ")[0]
+            for key in keys:
+                found.setdefault((data.asset_key.to_user_string(), key), []).append(
+                    f"warn: {summary}"
+                )
+            continue
+        materialization = getattr(data, "materialization", None)
+        skipped = plain(materialization.metadata.get(SKIPPED_KEY)) if materialization else None
+        if materialization is not None and skipped:
+            where = (materialization.asset_key.to_user_string(), materialization.partition)
+            found.setdefault(where, []).append(f"skipped: '{skipped}' does not hold")
+    return {key: tuple(notes) for key, notes in found.items()}
 
 
 def _root_cause(error: SerializableErrorInfo | None) -> str:

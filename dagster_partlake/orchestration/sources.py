@@ -7,11 +7,13 @@ partition last changed. Assets read it through `DeltaPartitionIOManager` like an
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from dagster import (
     AssetKey,
+    BetaWarning,
     DataVersion,
     DataVersionsByPartition,
     PartitionsDefinition,
@@ -83,15 +85,6 @@ def partlake_source(
         asset_key, metadata=full_metadata, partitions_def=partitions_def, managed=False
     )
 
-    @observable_source_asset(
-        key=asset_key,
-        partitions_def=partitions_def,
-        metadata=full_metadata,
-        io_manager_key=io_manager_key,
-        group_name=group_name,
-        description=description,
-        required_resource_keys={io_manager_key},
-    )
     def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
         lake = io_manager_lake([getattr(context.resources, io_manager_key)])
         location = spec.location(lake if lake is not None else lake_location())
@@ -115,4 +108,16 @@ def partlake_source(
             {key: DataVersion(str(s.last_updated)) for key, s in states.items() if key}
         )
 
-    return _observe
+    # Dagster marks observable sources beta; partlake relies on them knowingly, so a user's
+    # terminal does not show the warning for a call they did not write.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        return observable_source_asset(
+            key=asset_key,
+            partitions_def=partitions_def,
+            metadata=full_metadata,
+            io_manager_key=io_manager_key,
+            group_name=group_name,
+            description=description,
+            required_resource_keys={io_manager_key},
+        )(_observe)

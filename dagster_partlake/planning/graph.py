@@ -154,6 +154,18 @@ class LakeGraph:
             stream=spec.stream.mode if managed and spec.stream is not None else None,
         )
 
+    def downstream(self, name: str) -> list[str]:
+        """The managed assets reading `name`, directly or through others, in graph order."""
+        found: set[str] = set()
+        frontier = [name]
+        while frontier:
+            current = frontier.pop()
+            for other, asset in self.assets.items():
+                if current in asset.parents and other not in found and other != name:
+                    found.add(other)
+                    frontier.append(other)
+        return [n for n in self.assets if n in found and not self.assets[n].is_source]
+
     def units(self) -> dict[str, tuple[str, ...]]:
         """Per asset of a multi-asset Dagster cannot subset, all its assets (they can only run
         together)."""

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.client.retries import RetryPolicy
 
 _log = logging.getLogger(__name__)
-_warned: dict[str, float] = {}  # remote -> when a retry was last reported
+# Spark Connect servers whose wait was reported, once per session of this process: one line
+# says what a command waits for, not one per retried call.
+_warned: set[str] = set()
 # Spark Connect servers that stopped answering in this process: their sessions were closed.
 _lost: set[str] = set()
 # Seconds each session this process started took to start (a JVM for local Spark), until taken.
@@ -258,6 +260,7 @@ class SparkResource(LazyPySparkResource):
         assert self.remote is not None
         self._owns_session = running_session() is None
         session = ConnectSession.builder.remote(self.remote).getOrCreate()
+        _warned.discard(self.remote)  # a new session says again what it waits for
         session.client.set_retry_policies(
             [_reporting_policy(self.remote, self.connect_wait_seconds)]
         )
@@ -359,9 +362,8 @@ def _reporting_policy(remote: str, wait_seconds: int) -> RetryPolicy:
     class Reporting(DefaultPolicy):
         def can_retry(self, error: BaseException) -> bool:
             retry = bool(super().can_retry(error))
-            # Once every 10 s: a Spark action makes several calls, each retried.
-            if retry and time.monotonic() - _warned.get(remote, -1e9) >= 10:
-                _warned[remote] = time.monotonic()
+            if retry and remote not in _warned:
+                _warned.add(remote)
                 _log.warning(
                     f"waiting for the Spark Connect server {remote}, which does not answer; "
                     f"each call is retried for up to {wait_seconds} s"

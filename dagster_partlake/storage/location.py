@@ -116,6 +116,15 @@ class TableLocation:
     def __str__(self) -> str:
         return self.uri
 
+    @cached_property
+    def cache_key(self) -> str:
+        """What tells this table apart from every other in a cache: its URI, and for an object
+        store which store it is on (`options.store_identity`: the endpoint or account), so two
+        servers holding the same bucket and path never share a cached state."""
+        if self.is_local:
+            return self.uri
+        return f"{self.uri} @ {opts.store_identity(self.scheme, self.options)}"
+
     # What each engine needs.
 
     @cached_property

@@ -81,6 +81,21 @@ def endpoint(options: Mapping[str, str]) -> str | None:
     )
 
 
+def store_identity(scheme: str, options: Mapping[str, str]) -> str:
+    """Which store of `scheme` the options reach, beyond the URI: the S3 endpoint (or AWS's own,
+    per region), the Azure endpoint or account. Two lakes with the same URI on two servers are
+    two tables; no secret is part of it."""
+    if scheme == "s3":
+        return endpoint(options) or f"aws:{options.get('AWS_REGION', '')}"
+    if scheme == "abfss":
+        if options.get("AZURE_STORAGE_USE_EMULATOR", "").lower() in ("1", "true"):
+            return "emulator"
+        return options.get("AZURE_STORAGE_ENDPOINT") or options.get(
+            "AZURE_STORAGE_ACCOUNT_NAME", ""
+        )
+    return ""
+
+
 def _allows_http(options: Mapping[str, str]) -> bool:
     url = endpoint(options) or ""
     return options.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes") or url.startswith(
