@@ -165,7 +165,9 @@ def _plan(context: AutomationContext, asset_graph: AssetGraph, root: str | None)
         return done.result
     cached = _sessions.get(where)
     if cached is None or cached[0] is not asset_graph:
-        session = PlanningSession(LakeGraph(asset_graph=asset_graph, root=lake), StateCache())
+        # `root` alone overrides where the tables are; else each asset's IO manager says.
+        graph = LakeGraph(asset_graph=asset_graph, root=lake if root else None)
+        session = PlanningSession(graph, StateCache())
         cached = _sessions[where] = (asset_graph, session)
     result = cached[1].plan(dynamic_partitions_store=view.instance)
     _evaluations[where] = _Evaluation(weakref.ref(view), result)

@@ -57,7 +57,6 @@ from dagster_partlake.metadata import (
     ROWS_KEY,
 )
 from dagster_partlake.spec.load import check_assets
-from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
     from dagster import AssetCheckKey, AssetSpec
@@ -196,19 +195,6 @@ def written_evaluations(
     ]
 
 
-def _lake(context: AssetCheckExecutionContext) -> str | TableLocation | None:
-    """The lake of the step's IO manager: its location with its storage options when it names a
-    root, else None (the default)."""
-    io_manager = context.resources.io_manager
-    located = getattr(io_manager, "lake_location", None)
-    if callable(located) and getattr(io_manager, "root", None) is not None:
-        lake = located()
-        if isinstance(lake, TableLocation):
-            return lake
-    root = getattr(io_manager, "root", None)
-    return root if isinstance(root, str) else None
-
-
 def _planned(
     context: AssetCheckExecutionContext, key: AssetKey, partitions: Sequence[str]
 ) -> list[AssetCheckEvaluation]:
@@ -217,7 +203,10 @@ def _planned(
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import make_plan
 
-    graph = LakeGraph(asset_graph=asset_graph_of_step(context), root=_lake(context))
+    graph = LakeGraph(
+        asset_graph=asset_graph_of_step(context),
+        resources={"io_manager": context.resources.io_manager},
+    )
     result = make_plan(graph, StateCache(), dynamic_partitions_store=context.instance)
     name = key.to_user_string()
     for unreadable in result.plan.unreadable:

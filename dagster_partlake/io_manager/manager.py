@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -30,7 +31,7 @@ from dagster import (
     MetadataValue,
     OutputContext,
 )
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 if TYPE_CHECKING:
     from dagster import AssetsDefinition, DagsterInstance, PartitionsDefinition
@@ -95,6 +96,20 @@ class _Read:
     seconds: float = 0.0
 
 
+# Per (run id, step key): upstream asset -> what load_input read, kept until the run's teardown
+# so that every output of a step records its inputs. Shared by the process's IO managers: an
+# input may be loaded by another IO manager than the one writing the output (a source read
+# through `partlake_source(io_manager_key=...)`), and the output's commit records it all the same.
+_READS: dict[tuple[str, str], dict[str, _Read]] = {}
+_READS_LOCK = threading.Lock()
+
+
+def _forget_reads(run_id: str) -> None:
+    with _READS_LOCK:
+        for key in [k for k in _READS if k[0] == run_id]:
+            del _READS[key]
+
+
 class DeltaPartitionIOManager(ConfigurableIOManager):
     """Stores each asset as a Delta table and replaces exactly the partitions of each run.
 
@@ -148,9 +163,6 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             "Delta JARs on the Spark session). An asset's metadata 'partlake/writer' overrides it."
         ),
     )
-    # Per (run id, step key): upstream asset -> what load_input read. Kept until teardown, so
-    # every output of a step can record its inputs.
-    _reads: dict[tuple[str, str], dict[str, _Read]] = PrivateAttr(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         run = context.dagster_run
@@ -161,7 +173,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         record_worker(context.instance, run)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
-        self._reads.clear()
+        run = context.dagster_run
+        if run is not None:
+            _forget_reads(run.run_id)
 
     def __repr_args__(self) -> Any:
         # Secrets never reach a repr, and so no log line or error message that shows one.
@@ -419,7 +433,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         started = time.perf_counter()
         df = self._load_input(context)
         step = context.step_context
-        reads = self._reads.get((step.run_id, step.step.key), {})
+        reads = _READS.get((step.run_id, step.step.key), {})
         name = context.asset_key.to_user_string()
         if name in reads:
             reads[name] = replace(reads[name], seconds=time.perf_counter() - started)
@@ -554,11 +568,12 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
 
     def _remember(self, context: InputContext, asset_name: str, read: _Read) -> None:
         step = context.step_context
-        self._reads.setdefault((step.run_id, step.step.key), {})[asset_name] = read
+        with _READS_LOCK:
+            _READS.setdefault((step.run_id, step.step.key), {})[asset_name] = read
 
     def _inputs_of(self, context: OutputContext) -> dict[str, _Read]:
         """What this step read of the output asset's own upstream assets."""
-        reads = self._reads.get((context.run_id, context.step_key), {})
+        reads = _READS.get((context.run_id, context.step_key), {})
         if not reads:
             return {}
         parents = _parents(context)

@@ -176,7 +176,11 @@ def _state(
     resolved = lake.uri
     state = _states.get((name, resolved))
     if state is None or state.asset_graph is not asset_graph:
-        graph = LakeGraph(asset_graph=asset_graph, root=lake)
+        # The sensor's `root` alone overrides where the tables are; else each asset's IO
+        # manager says (its default lake: the one under `io_manager_key`).
+        graph = LakeGraph(
+            asset_graph=asset_graph, root=lake if root else None, io_manager_key=io_manager_key
+        )
         session = PlanningSession(graph, _caches.setdefault(name, StateCache()))
         reporter = state.reporter if state is not None else FreshnessReporter()
         writer = state.writer if state is not None else None

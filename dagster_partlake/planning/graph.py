@@ -46,6 +46,9 @@ from dagster_partlake.storage.location import (
     lake_location,
 )
 
+# The resource key of an asset's IO manager when it names none (Dagster's default).
+DEFAULT_IO_MANAGER_KEY = "io_manager"
+
 if TYPE_CHECKING:
     from dagster import DagsterInstance, RepositoryDefinition
 
@@ -96,6 +99,7 @@ class LakeGraph:
         root: str | TableLocation | None = None,
         asset_graph: AssetGraph | None = None,
         resources: Mapping[str, object] | None = None,
+        io_manager_key: str = DEFAULT_IO_MANAGER_KEY,
     ) -> None:
         if defs is None and asset_graph is None:
             raise ValueError("LakeGraph needs defs or asset_graph")
@@ -105,9 +109,14 @@ class LakeGraph:
             asset_graph = defs.resolve_asset_graph()
         self.asset_graph = asset_graph
         resources = resources if resources is not None else (defs.resources if defs else None)
-        configured = io_manager_lake((resources or {}).values())
+        self._resources = dict(resources or {})
+        configured = self._io_manager_lake(io_manager_key) or io_manager_lake(
+            self._resources.values()
+        )
         # The lake: `root` (a location keeps its options; a path or URI gets the IO manager's
-        # storage options), else the IO manager's, else the default.
+        # storage options), else the IO manager's, else the default. With `root` every asset
+        # lives there; else each in the lake of the IO manager that reads or writes it.
+        self._one_lake = root is not None
         self.lake = (
             root
             if isinstance(root, TableLocation)
@@ -129,10 +138,28 @@ class LakeGraph:
             is_dynamic(a.partitions_def) for a in self.assets.values()
         )
 
+    def _io_manager_lake(self, key: str, node: Any = None) -> TableLocation | None:
+        """The lake of the IO manager under resource key `key`: the code location's resource,
+        else (a graph read without the Definitions) as `node`'s assets definition configures
+        it; None when it keeps no lake or names no root."""
+        resource = self._resources.get(key)
+        if resource is not None:
+            return io_manager_lake([resource])
+        if node is not None:
+            return _configured_lake(node.assets_def.resource_defs.get(key))
+        return assets_lake(self.asset_graph, key)
+
     def _lake_asset(self, spec: ModelSpec) -> LakeAsset:
         node = self.asset_graph.get(spec.key)
         managed = spec.managed
-        location = spec.location(self.lake)
+        lake = self.lake
+        if not self._one_lake:
+            # Where its IO manager keeps it: a source read by another IO manager lives in that
+            # one's lake (`partlake_source(io_manager_key=...)`), as the run reads it.
+            key = node.assets_def.get_io_manager_key_for_asset_key(spec.key)
+            if key != DEFAULT_IO_MANAGER_KEY:
+                lake = self._io_manager_lake(key, node) or lake
+        location = spec.location(lake)
         return LakeAsset(
             key=spec.key,
             name=spec.name,
