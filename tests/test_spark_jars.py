@@ -46,7 +46,12 @@ def test_the_jar_list_follows_the_installed_pyspark() -> None:
     assert wanted["hadoop-aws"].version == hadoop
     minor = ".".join(pyspark.__version__.split(".")[:2])
     assert wanted[f"delta-spark_{minor}_2.13"].version == wanted["delta-storage"].version
-    assert {jar.role for jar in wanted.values()} == {"s3a", "delta"}
+    assert {jar.role for jar in wanted.values()} == {"s3a", "delta", "kafka", "jdbc"}
+    # Spark's Kafka source of this Spark minor, with the clients its POM names.
+    assert wanted["spark-sql-kafka-0-10_2.13"].version.startswith(minor + ".")
+    kafka = wanted["spark-sql-kafka-0-10_2.13"].version
+    assert wanted["spark-token-provider-kafka-0-10_2.13"].version == kafka
+    assert wanted["postgresql"].group == "org.postgresql"
     # None of them duplicates a JAR pyspark already bundles.
     bundled = {name.rsplit("-", 1)[0] for name in os.listdir(spark_jars.pyspark_jars_dir())}
     assert not bundled & set(wanted)

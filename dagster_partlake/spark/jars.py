@@ -41,8 +41,8 @@ from typing import Literal
 
 from dagster_partlake.errors import PartlakeConfigError
 
-Role = Literal["s3a", "delta"]
-ROLES: tuple[Role, ...] = ("s3a", "delta")
+Role = Literal["s3a", "delta", "kafka", "jdbc"]
+ROLES: tuple[Role, ...] = ("s3a", "delta", "kafka", "jdbc")
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 JARS_DIR_ENV = "PARTLAKE_JARS_DIR"
 
@@ -52,6 +52,12 @@ HADOOP_AWS_DEPENDENCIES: dict[str, tuple[str, str]] = {"3.5.0": ("2.35.4", "1.3.
 # Spark minor version -> the Delta release built for it (Maven Central: delta-spark_4.2_2.13
 # exists at 4.4.0 only; the pip package delta-spark 4.4.1 has no matching JAR).
 DELTA_FOR_SPARK: dict[str, str] = {"4.2": "4.4.0"}
+# Spark minor version -> its Kafka source (spark-sql-kafka-0-10: Maven Central has 4.2.0, not
+# 4.2.1; the same minor runs on pyspark 4.2.1) and the kafka-clients and commons-pool2 versions
+# its POM names (checked by `check_kafka_versions` when they are fetched).
+KAFKA_FOR_SPARK: dict[str, tuple[str, str, str]] = {"4.2": ("4.2.0", "3.9.2", "2.13.1")}
+# PostgreSQL's JDBC driver, for sources read through Spark's JDBC data source.
+POSTGRES_JDBC = "42.7.14"
 SCALA = "2.13"
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -138,6 +144,25 @@ def required_jars(roles: Sequence[Role] = ROLES) -> list[MavenJar]:
             MavenJar("io.delta", f"delta-spark_{minor}_{SCALA}", delta, "delta"),
             MavenJar("io.delta", "delta-storage", delta, "delta"),
         ]
+    if "kafka" in roles:
+        minor = spark_minor()
+        if minor not in KAFKA_FOR_SPARK:
+            raise PartlakeConfigError(
+                f"pyspark {minor} has no Kafka source listed in dagster_partlake/spark/jars.py "
+                f"(KAFKA_FOR_SPARK knows Spark {', '.join(KAFKA_FOR_SPARK)}): add the version of "
+                f"org.apache.spark:spark-sql-kafka-0-10_{SCALA} on Maven Central for {minor}."
+            )
+        spark, clients, pool = KAFKA_FOR_SPARK[minor]
+        jars += [
+            MavenJar("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA}", spark, "kafka"),
+            MavenJar(
+                "org.apache.spark", f"spark-token-provider-kafka-0-10_{SCALA}", spark, "kafka"
+            ),
+            MavenJar("org.apache.kafka", "kafka-clients", clients, "kafka"),
+            MavenJar("org.apache.commons", "commons-pool2", pool, "kafka"),
+        ]
+    if "jdbc" in roles:
+        jars.append(MavenJar("org.postgresql", "postgresql", POSTGRES_JDBC, "jdbc"))
     return jars
 
 
@@ -198,6 +223,8 @@ def fetch(dest: Path, *, mvn: str = "mvn", roles: Sequence[Role] = ROLES) -> lis
     missing = [jar for jar in required_jars(roles) if not (dest / jar.file_name).is_file()]
     if any(jar.artifact == "bundle" for jar in missing):
         check_sdk_version(mvn)
+    if any(jar.role == "kafka" for jar in missing):
+        check_kafka_versions(mvn)
     for jar in missing:
         print(f"fetching {jar.coordinate} ({jar.role}) into {dest}", flush=True)
         with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as scratch:
@@ -221,6 +248,30 @@ def check_sdk_version(mvn: str = "mvn") -> None:
         raise PartlakeConfigError(
             f"hadoop-aws {hadoop}'s POM names AWS SDK bundle {named}, but "
             f"dagster_partlake/spark/jars.py lists {listed}: update HADOOP_AWS_DEPENDENCIES."
+        )
+
+
+def check_kafka_versions(mvn: str = "mvn") -> None:
+    """Raise unless the kafka-clients and commons-pool2 versions listed for this Spark are the
+    ones its Kafka source's POM names."""
+    spark, clients, pool = KAFKA_FOR_SPARK[spark_minor()]
+    artifact = f"spark-sql-kafka-0-10_{SCALA}"
+    with tempfile.TemporaryDirectory(prefix="partlake-pom-") as scratch:
+        _maven_copy(mvn, f"org.apache.spark:{artifact}:{spark}:pom", Path(scratch))
+        pom = ET.parse(Path(scratch) / f"{artifact}-{spark}.pom").getroot()
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    named = {
+        (d.findtext("m:artifactId", namespaces=namespace) or ""): d.findtext(
+            "m:version", namespaces=namespace
+        )
+        for d in pom.iterfind("m:dependencies/m:dependency", namespace)
+        if d.findtext("m:scope", namespaces=namespace) in (None, "compile")
+    }
+    if (named.get("kafka-clients"), named.get("commons-pool2")) != (clients, pool):
+        raise PartlakeConfigError(
+            f"{artifact} {spark}'s POM names kafka-clients {named.get('kafka-clients')} and "
+            f"commons-pool2 {named.get('commons-pool2')}, but dagster_partlake/spark/jars.py "
+            f"lists {clients} and {pool}: update KAFKA_FOR_SPARK."
         )
 
 
