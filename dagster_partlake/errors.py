@@ -46,6 +46,11 @@ class UnreadableTableFeatureError(TableFeatureError, TableUnreadableError):
     depends on it is held back like a table whose log cannot be read."""
 
 
+class SourceError(PartlakeError):
+    """A source outside the lake (a PostgreSQL server, a Kafka broker) refused a request, does
+    not answer, or lacks the table or topic declared: the message names the source."""
+
+
 class SparkUnavailableError(PartlakeError):
     """The Spark Connect server did not answer (stopped, restarted, unreachable)."""
 

@@ -18,6 +18,8 @@ SCHEMA_MODE_KEY = "schema_mode"
 FORMAT_KEY = "partlake/format"
 PATH_KEY = "partlake/path"
 ROOT_KEY = "partlake/root"  # a source's own lake root (`partlake_source(root=...)`)
+POSTGRES_KEY = "partlake/postgres"  # a PostgreSQL source's `PostgresTable`, without password
+KAFKA_KEY = "partlake/kafka"  # a Kafka source's `KafkaTopic`
 VERSION_KEY = "partlake/version"
 TIMESTAMP_KEY = "partlake/timestamp"
 STREAM_KEY = "partlake/stream"  # `dagster_partlake.incremental.streams`

@@ -27,7 +27,8 @@ A plan is kept only when it can be described that way: its module was imported b
 (not before, so its reads were recorded), no table was unreadable, no asset is dynamically
 partitioned and every table and folder is on local disk (one on an object store would cost
 requests to check, and correctness comes first: such a code location always plans in full,
-from its on-disk table states). This assumes what Dagster's own code servers assume: a code
+from its on-disk table states), and no source is a PostgreSQL table or a Kafka topic (they
+change without a file to `stat`). This assumes what Dagster's own code servers assume: a code
 location's `Definitions` (its assets, partitions, mappings) follow from its code and
 environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0` turns
 the shortcut off (no answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests),
@@ -295,6 +296,8 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         or graph.has_dynamic_partitions
         or session.cache.persist_dir is None
         or any(not asset.location.is_local for asset in graph.assets.values())
+        # A database or a topic changes without a file to `stat`: always planned in full.
+        or any(asset.external is not None for asset in graph.assets.values())
     ):
         return None
     followed, valid_until = _next_window(graph, loading.started)

@@ -67,6 +67,7 @@ from dagster_partlake.partitions.keys import (
 from dagster_partlake.processes import record_worker
 from dagster_partlake.records.queries import newest_record
 from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.sources.kafka import KafkaTopic
 from dagster_partlake.spark.resource import SparkResource, take_session_starts
 from dagster_partlake.spec.model import (
     InputSpec,
@@ -370,8 +371,16 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             upstream_versions={name: read.version for name, read in reads.items()},
         )
         source = next(iter(reads.values()), None)
+        upstream = next((i.upstream for i in model.inputs if i.upstream in reads), None)
+        kafka = _kafka_of(context, upstream)
         run = run_stream(
-            context, obj, target, spec, record, source_root=source.root if source else ""
+            context,
+            obj,
+            target,
+            spec,
+            record,
+            source_root=source.root if source else "",
+            kafka=(upstream, kafka) if upstream is not None and kafka is not None else None,
         )
         context.add_output_metadata(_stream_metadata(context, target, spec, run))
 
@@ -408,6 +417,17 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         is_folder = upstream.is_folder
         location = self.location_of(upstream)
         spark = self.spark.spark_session
+        if isinstance(upstream.external, KafkaTopic):
+            from dagster_partlake.sources.kafka import topic_state
+
+            topic = upstream.external
+            state = topic_state(topic, source=asset_name)
+            ends = [t for _, t in state.last_updated.items() if t] if state else []
+            # What the run consumed is known once its query has run (`run_stream`): the
+            # checkpoint's offsets replace these.
+            consumed = {WHOLE_TABLE_ID: ends[0]} if ends else {}
+            self._remember(context, asset_name, _Read(-1, consumed))
+            return stream_input(spark, spec, root=location, table_schema=None, kafka=topic)
         if is_folder:
             if location.is_local:  # Spark's file source needs the folder; a store has none
                 os.makedirs(location.path, exist_ok=True)
@@ -453,6 +473,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         columns = list(upstream.columns) if partitions_def is not None else []
         if upstream.is_folder:
             return self._load_folder(context, upstream, columns, keys)
+        if upstream.external is not None:
+            return self._load_postgres(context, upstream, columns, keys)
         location = self.location_of(upstream)
         if _reads_itself(context) and (
             (partitions_def is not None and not keys) or not table_exists(location)
@@ -493,6 +515,44 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # Dagster 1.13 cannot attach input metadata to several partitions at once.
             context.log.info(f"read {asset_name}: {json.dumps(summary)}")
         return result.df
+
+    def _load_postgres(
+        self,
+        context: InputContext,
+        upstream: ModelSpec,
+        columns: list[DimensionColumn],
+        keys: list[str],
+    ) -> DataFrame:
+        """Exactly the partitions of a PostgreSQL source the run needs, through Spark's JDBC
+        source, consumed at the stamps they had before their rows were read."""
+        from dagster_partlake.sources.postgres import PostgresTable, read_partitions, table_state
+
+        table = upstream.external
+        assert isinstance(table, PostgresTable)  # a topic is read by streams alone (spec)
+        names = [c.column for c in columns]
+        state = table_state(table, names, source=upstream.name)
+        types = dict(state.column_types) if state else {n: "string" for n in names}
+        selection = selection_for_keys(columns, keys, types, asset_name=upstream.name)
+        values = [
+            v
+            for v, _ in (state.last_updated.items() if state else [])
+            if selection.contains(dict(zip(names, v, strict=True)))
+        ]
+        with self.spark.server_errors():
+            read = read_partitions(
+                self.spark.spark_session, table, names, values, source=upstream.name
+            )
+        codec = KeyCodec(columns, types)
+        partitions: dict[str, int] = {}
+        for found, stamp in read.stamps.items():
+            key = codec.key(list(found)) or WHOLE_TABLE_ID
+            partitions[key] = max(partitions.get(key, 0), stamp)
+        self._remember(context, upstream.name, _Read(-1, partitions))
+        context.log.info(
+            f"read {upstream.name} from PostgreSQL {table.address}: {len(values)} partition(s) "
+            f"in {read.queries} parallel quer{'y' if read.queries == 1 else 'ies'}"
+        )
+        return read.df
 
     def _load_decoupled(
         self, context: InputContext, asset_name: str, snapshot: TableSnapshot, keys: list[str]
@@ -803,6 +863,21 @@ def _after_write(
         )
     if written.note is not None:
         (context.log.warning if written.warning else context.log.info)(written.note)
+
+
+def _kafka_of(context: OutputContext, upstream: str | None) -> KafkaTopic | None:
+    """The Kafka topic a streaming asset reads, if its input is one."""
+    if upstream is None:
+        return None
+    try:
+        layer = context.step_context.job_def.asset_layer
+    except DagsterInvariantViolationError:
+        return None
+    key = AssetKey.from_user_string(upstream)
+    if not layer.has(key):
+        return None
+    external = spec_of(layer.get(key).assets_def, key).external
+    return external if isinstance(external, KafkaTopic) else None
 
 
 def _writer_setting(spec: ModelSpec) -> dict[str, str]:

@@ -41,6 +41,7 @@ from dagster_partlake.kinds.stream import BatchCommit, commit_progress, write_ba
 from dagster_partlake.layout import STREAM_DIR
 from dagster_partlake.partitions.keys import KeyCodec
 from dagster_partlake.records.record import CommitRecord
+from dagster_partlake.sources.kafka import KafkaTopic
 from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
@@ -77,11 +78,23 @@ def stream_input(
     *,
     root: str | TableLocation,
     table_schema: pa.Schema | None,
+    kafka: KafkaTopic | None = None,
 ) -> DataFrame:
     """The input of a streaming asset: Spark's file source over the folder at `root`
-    (`spec.format` set), or the new commits of the Delta table at `root` (a path or a
-    location)."""
+    (`spec.format` set), the new commits of the Delta table at `root` (a path or a location),
+    or the new messages of a Kafka topic (`kafka`: Spark's Kafka source, whose rows have `key`,
+    `value`, `topic`, `partition`, `offset` and `timestamp`)."""
     location = as_location(root)
+    if kafka is not None:
+        from dagster_partlake.sources.kafka import stream_options
+
+        _require_classic(spark, kafka.identity)
+        return (
+            spark.readStream.format("kafka")
+            .options(**stream_options(kafka))
+            .options(**spec.options)
+            .load()
+        )
     _require_classic(spark, location.uri)
     if spec.format is not None:
         reader = spark.readStream.format(spec.format).options(**spec.options)
@@ -147,6 +160,7 @@ def run_stream(
     record: CommitRecord,
     *,
     source_root: str | TableLocation,
+    kafka: tuple[str, KafkaTopic] | None = None,
 ) -> StreamRun:
     """Run the streaming query of `df` into `target` as `spec` says; see the module docstring.
 
@@ -154,6 +168,9 @@ def run_stream(
         record: what the run's commits record (run, code version, and what the run consumed of
             its source: only the closing commit of an `available_now` run claims that).
         source_root: the input's folder or table (for the arrival times of its data).
+        kafka: (input name, topic) when the input is a Kafka topic: the run's closing commit
+            records the offsets the query reached (from its checkpoint), and a run that
+            reached no new offset commits nothing.
 
     Raises:
         PartlakeError: a micro-batch failed (its own error is raised: a partition mismatch,
@@ -200,12 +217,41 @@ def run_stream(
             "next run (it commits nothing twice)."
         ) from state.error
     if not spec.continuous and not result.interrupted:
+        closing = replace(record, stream_query=result.query)
+        if kafka is not None:
+            name, topic = kafka
+            reached = _kafka_offsets(checkpoint, topic.topic)
+            if reached is not None:
+                closing = replace(closing, consumed={name: {WHOLE_TABLE_ID: reached}})
+            if not result.batches and _already_recorded(target, closing):
+                context.log.info(f"{target.asset_name}: nothing new on {topic.identity}")
+                return result
         result.progress_version = commit_progress(
-            target.location,
-            replace(record, stream_query=result.query),
-            table_name=target.asset_name,
+            target.location, closing, table_name=target.asset_name
         )
     return result
+
+
+def _kafka_offsets(checkpoint: TableLocation, topic: str) -> int | None:
+    """The sum of the end offsets of `topic` the query's newest batch reached (its checkpoint's
+    newest offsets file), None before its first batch."""
+    from dagster_partlake.sources.kafka import checkpoint_offsets
+
+    names = [e.name for e in checkpoint.store.list_folder("offsets") if e.name.isdigit()]
+    if not names:
+        return None
+    return checkpoint_offsets(_text(checkpoint, f"offsets/{max(names, key=int)}"), topic)
+
+
+def _already_recorded(target: WriteTarget, closing: CommitRecord) -> bool:
+    """Whether the table's newest commit already says the run's stream consumed this much."""
+    from dagster_partlake.delta.table import table_exists
+    from dagster_partlake.records.queries import newest_record
+
+    if not table_exists(target.location):
+        return False
+    newest = newest_record(target.location)
+    return newest is not None and dict(newest.consumed) == dict(closing.consumed)
 
 
 @dataclass(frozen=True)

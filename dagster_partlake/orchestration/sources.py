@@ -24,9 +24,11 @@ from dagster import (
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
-from dagster_partlake.metadata import FORMAT_KEY, PATH_KEY, ROOT_KEY
+from dagster_partlake.metadata import FORMAT_KEY, KAFKA_KEY, PATH_KEY, POSTGRES_KEY, ROOT_KEY
 from dagster_partlake.planning.convert import read_state, to_partition_states
 from dagster_partlake.planning.graph import LakeAsset, io_manager_lake
+from dagster_partlake.sources.kafka import KafkaTopic
+from dagster_partlake.sources.postgres import PostgresTable
 from dagster_partlake.spec.model import model_spec
 from dagster_partlake.storage.location import lake_location
 
@@ -45,8 +47,11 @@ def partlake_source(
     description: str | None = None,
     io_manager_key: str = "io_manager",
     after_commit: AfterCommit | None = None,
+    postgres: PostgresTable | None = None,
+    kafka: KafkaTopic | None = None,
 ) -> SourceAsset:
-    """An observable source asset over a Delta table (default) or a folder of Parquet files.
+    """An observable source asset over a Delta table (default), a folder of Parquet files, a
+    PostgreSQL table or query (`postgres`) or a Kafka topic (`kafka`).
 
     Args:
         key: asset key; the table is at `<root>/warehouse/<key path>` unless `path` is given.
@@ -63,16 +68,34 @@ def partlake_source(
         after_commit: a folder whose files are consumed once: after the commit of the run that
             read them, move them to `<folder>/_archive/` ("archive") or delete them ("delete")
             (`dagster_partlake.incremental.landing`).
+        postgres: the source is a PostgreSQL table (or query), its partition dimensions in the
+            columns `partition_expr` names; changes are tracked per partition
+            (`dagster_partlake.sources.postgres`).
+        kafka: the source is a Kafka topic, read by a streaming asset
+            (`dagster_partlake.sources.kafka`).
     """
     asset_key = AssetKey.from_coercible(key)
     full_metadata = dict(metadata or {})
+    name = asset_key.to_user_string()
+    external = [kind for kind, given in (("postgres", postgres), ("kafka", kafka)) if given]
+    if external and (folder or path or root or len(external) > 1):
+        raise PartlakeConfigError(
+            f"source {name} sets {' and '.join(external)} with folder, path or root; a source "
+            "is one of: a Delta table (path/root), a folder (folder=True), a PostgreSQL table "
+            "(postgres=...) or a Kafka topic (kafka=...)."
+        )
+    if postgres is not None:
+        full_metadata[FORMAT_KEY] = "postgres"
+        full_metadata[POSTGRES_KEY] = postgres.settings()
+    if kafka is not None:
+        full_metadata[FORMAT_KEY] = "kafka"
+        full_metadata[KAFKA_KEY] = kafka.settings()
     if folder:
         full_metadata[FORMAT_KEY] = "folder"
     if path:
         full_metadata[PATH_KEY] = path
     if root:
         full_metadata[ROOT_KEY] = root
-    name = asset_key.to_user_string()
     if after_commit_of(after_commit, asset_name=name) is not None:
         if not folder:
             raise PartlakeConfigError(
@@ -97,6 +120,7 @@ def partlake_source(
             location=location,
             is_source=True,
             is_folder=folder,
+            external=spec.external,
             code_version=None,
             parents=(),
         )

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from dagster_partlake.sources.kafka import KafkaTopic
+    from dagster_partlake.sources.postgres import PostgresTable
+
 
 @dataclass(frozen=True)
 class Conversion:
@@ -119,7 +122,26 @@ def read_state(asset: LakeAsset, cache: StateCache) -> TableState | None:
     """
     if asset.is_folder:
         return folder_state(asset.location, [c.column for c in asset.columns])
+    if asset.external is not None:
+        return external_state(asset.external, [c.column for c in asset.columns], asset.name)
     return cache.sync(asset.location, with_commits=not asset.is_source, name=asset.name)
+
+
+def external_state(
+    external: PostgresTable | KafkaTopic, columns: Sequence[str], name: str
+) -> TableState | None:
+    """A source outside the lake's state: its partitions' change stamps (`sources`).
+
+    Raises:
+        SourceError: its server refused or did not answer (the message names the source).
+    """
+    from dagster_partlake.sources.postgres import PostgresTable, table_state
+
+    if isinstance(external, PostgresTable):
+        return table_state(external, columns, source=name)
+    from dagster_partlake.sources.kafka import topic_state
+
+    return topic_state(external, source=name)
 
 
 class KeyIds:

@@ -39,7 +39,7 @@ from dagster_partlake.partitions.mappings import key_maps, previous_partition_ma
 from dagster_partlake.planning.batches import RunRules
 from dagster_partlake.planning.definition import Dependency, Key, PlanAsset
 from dagster_partlake.spec.load import graph_specs
-from dagster_partlake.spec.model import ModelSpec
+from dagster_partlake.spec.model import External, ModelSpec
 from dagster_partlake.storage.location import (
     TableLocation,
     as_location,
@@ -77,6 +77,9 @@ class LakeAsset:
     stream: str | None = None
     # Where its table (or folder) lives, with the lake's storage options; `path` is its URI.
     location: TableLocation = field(default=None, compare=False)  # type: ignore[assignment]
+    # A source outside the lake (a PostgreSQL table, a Kafka topic): its declaration, read by
+    # `planning.convert.read_state` instead of a table at `location`.
+    external: External | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.location is None:
@@ -169,6 +172,7 @@ class LakeGraph:
             location=location,
             is_source=not managed,
             is_folder=spec.is_folder,
+            external=spec.external,
             code_version=node.code_version,
             parents=tuple(
                 p.to_user_string() for p in sorted(node.parent_keys, key=lambda k: tuple(k.path))

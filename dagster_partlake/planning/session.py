@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 from dagster_partlake.columnar.interner import Key
 from dagster_partlake.columnar.memory import give_back
 from dagster_partlake.delta.commit_scan import forget as forget_key_sequence
-from dagster_partlake.delta.state import StateCache, TableState, folder_state
+from dagster_partlake.delta.state import StateCache, TableState
 from dagster_partlake.delta.table import table_exists
-from dagster_partlake.errors import PartlakeConfigError, TableUnreadableError
+from dagster_partlake.errors import PartlakeConfigError, SourceError, TableUnreadableError
 from dagster_partlake.incremental.spec import Incremental
 from dagster_partlake.planning import cache as plan_cache
 from dagster_partlake.planning.convert import (
@@ -164,7 +164,9 @@ class PlanningSession:
         for name, asset in self.graph.assets.items():
             try:
                 raw[name] = read_state(asset, self.cache)
-            except TableUnreadableError as error:
+            except (TableUnreadableError, SourceError) as error:
+                # A damaged log, or a database or broker that does not answer: what depends
+                # on it is held back, the rest is planned.
                 unreadable[name] = str(error)
         forget_key_sequence()  # kept only for the records of the tables read together
         return self._to_input(raw, unreadable, dynamic_partitions_store), raw
@@ -416,8 +418,12 @@ def moved(graph: LakeGraph, cache: StateCache, versions: Mapping[str, int]) -> b
     """Whether any table may differ from `versions` (a `PlanResult.versions` of an earlier plan
     with the same cache): a cheap check, a couple of `stat`s per table."""
     for name, asset in graph.assets.items():
-        if asset.is_folder:
-            state = folder_state(asset.location, [c.column for c in asset.columns])
+        if asset.is_folder or asset.external is not None:
+            # A folder's one walk; a database's or topic's one cheap query.
+            try:
+                state = read_state(asset, cache)
+            except SourceError:
+                return True  # the plan says what does not answer
             if (state.version if state else None) != versions.get(name):
                 return True
             continue

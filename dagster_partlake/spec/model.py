@@ -33,9 +33,11 @@ from dagster_partlake.incremental.streams import StreamSpec, stream_of
 from dagster_partlake.kinds.spec import KIND_KEY, ModelKind, model_kind, writer_of
 from dagster_partlake.metadata import (
     FORMAT_KEY,
+    KAFKA_KEY,
     PARTITION_EXPR_KEY,
     PARTLAKE_WRITER,
     PATH_KEY,
+    POSTGRES_KEY,
     ROOT_KEY,
     SCHEMA_MODE_KEY,
     STREAM_KEY,
@@ -46,13 +48,16 @@ from dagster_partlake.metadata import (
     plain_metadata,
 )
 from dagster_partlake.partitions.keys import DimensionColumn, dimension_columns
+from dagster_partlake.sources.kafka import KafkaTopic
+from dagster_partlake.sources.postgres import PostgresTable
 from dagster_partlake.spec.settings import check_keys
 from dagster_partlake.storage.location import TableLocation, lake_location, table_location
 
 if TYPE_CHECKING:
     from dagster import PartitionsDefinition
 
-FORMATS = ("delta", "folder")
+FORMATS = ("delta", "folder", "postgres", "kafka")
+External = PostgresTable | KafkaTopic
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,8 @@ class ModelSpec:
     inputs: tuple[InputSpec, ...] = ()
     allow_new_columns: bool = False  # `schema_mode: "add_columns"`
     is_folder: bool = False  # `partlake/format: "folder"`: Parquet in col=value/ folders
+    # A source outside the lake (`partlake/format` "postgres" or "kafka"): its declaration.
+    external: External | None = None
     path: str | None = None  # `partlake/path`: a source's location, relative to its lake root
     root: str | None = None  # `partlake/root`: a source's own lake root (None: the lake's)
     after_commit: AfterCommit | None = None  # a landing folder's consumed files
@@ -167,6 +174,7 @@ def model_spec(
             "'partlake/constraints' / 'partlake/audits'."
         )
     is_folder, path, root, after_commit = _location(metadata, name, managed)
+    external = _external(metadata, name, managed)
     writer = None
     if WRITER_KEY in metadata:  # checked here; the IO manager's default at the write
         writer = writer_of(metadata, PARTLAKE_WRITER, kind=kind.kind, asset_name=name)
@@ -184,6 +192,7 @@ def model_spec(
         inputs=tuple(_input(raw, name, default) for raw in inputs),
         allow_new_columns=_schema_mode(metadata, name),
         is_folder=is_folder,
+        external=external,
         path=path,
         root=root,
         after_commit=after_commit,
@@ -208,8 +217,9 @@ def _location(
     fmt = metadata.get(FORMAT_KEY, "delta")
     if fmt not in FORMATS:
         raise PartlakeConfigError(
-            f"asset {name} has {FORMAT_KEY} {fmt!r}; use 'delta' (the default) or 'folder' "
-            "(Parquet files in col=value/ folders)."
+            f"asset {name} has {FORMAT_KEY} {fmt!r}; use 'delta' (the default), 'folder' "
+            "(Parquet files in col=value/ folders), 'postgres' or 'kafka' (partlake_source("
+            "..., postgres=PostgresTable(...)) or kafka=KafkaTopic(...))."
         )
     path, root = metadata.get(PATH_KEY), metadata.get(ROOT_KEY)
     if path is not None and (not isinstance(path, str) or not path):
@@ -222,7 +232,11 @@ def _location(
             f"asset {name} has {ROOT_KEY} {root!r}; give the source's lake root as a string: "
             "a path (relative to the working directory) or a URI such as 's3://bucket/lake'."
         )
-    located = ((FORMAT_KEY, fmt if fmt == "folder" else None), (PATH_KEY, path), (ROOT_KEY, root))
+    located = (
+        (FORMAT_KEY, fmt if fmt != "delta" else None),
+        (PATH_KEY, path),
+        (ROOT_KEY, root),
+    )
     for key, value in located:
         if managed and value is not None:
             raise PartlakeConfigError(
@@ -238,6 +252,33 @@ def _location(
             f"set {FORMAT_KEY} 'folder' (partlake_source(..., folder=True)), or remove it."
         )
     return fmt == "folder", path, root, after_commit
+
+
+def _external(metadata: Mapping[str, Any], name: str, managed: bool) -> External | None:
+    """The declaration of a PostgreSQL or Kafka source (None: a Delta table or a folder)."""
+    fmt = metadata.get(FORMAT_KEY, "delta")
+    for kind, key in (("postgres", POSTGRES_KEY), ("kafka", KAFKA_KEY)):
+        settings = metadata.get(key)
+        if settings is not None and fmt != kind:
+            raise PartlakeConfigError(
+                f"asset {name} sets {key} but {FORMAT_KEY} is {fmt!r}; declare it with "
+                f"partlake_source(..., {kind}=...), which sets both."
+            )
+        if fmt == kind:
+            if managed:
+                raise PartlakeConfigError(
+                    f"asset {name} is materialized by partlake, so it cannot be a {kind} "
+                    f"source; declare the {kind} source with partlake_source(..., {kind}=...) "
+                    "and read it from the asset."
+                )
+            if not isinstance(settings, Mapping):
+                raise PartlakeConfigError(
+                    f"source {name} has {FORMAT_KEY} {kind!r} without {key}; declare it with "
+                    f"partlake_source(..., {kind}=...)."
+                )
+            declared = PostgresTable if kind == "postgres" else KafkaTopic
+            return declared.from_settings(settings, source=name)
+    return None
 
 
 def _input(raw: RawInput, name: str, default: Incremental | None) -> InputSpec:
@@ -304,8 +345,20 @@ def check_input(consumer: ModelSpec, upstream: ModelSpec) -> None:
         PartlakeConfigError: naming the asset, its input and the fix.
     """
     stream = consumer.stream
+    if consumer.managed and isinstance(upstream.external, KafkaTopic) and stream is None:
+        raise PartlakeConfigError(
+            f"asset {consumer.name} reads the Kafka topic source {upstream.name}; a topic is "
+            f"read by a streaming asset: add metadata {{'{STREAM_KEY}': {{}}}} to "
+            f"{consumer.name} (its micro-batches are committed exactly once)."
+        )
     if stream is None or not consumer.managed or upstream.name == consumer.name:
         return
+    if isinstance(upstream.external, PostgresTable):
+        raise PartlakeConfigError(
+            f"streaming asset {consumer.name} reads the PostgreSQL source {upstream.name}; a "
+            "table is read in batches of partitions: remove partlake/stream (each run reads "
+            "exactly the partitions it needs)."
+        )
     if consumer.partitions_def is not None and upstream.partitions_def is not None:
         raise PartlakeConfigError(
             f"streaming asset {consumer.name} is partitioned and reads the partitioned asset "
@@ -314,6 +367,15 @@ def check_input(consumer: ModelSpec, upstream: ModelSpec) -> None:
             f"its table partitioned with metadata 'partlake/partition_by', or read "
             f"{upstream.name}'s table through an unpartitioned partlake_source(..., path=...)."
         )
+    if isinstance(upstream.external, KafkaTopic):
+        if stream.format is not None:
+            raise PartlakeConfigError(
+                f"{STREAM_KEY} of asset {consumer.name}: the stream input {upstream.name} is a "
+                "Kafka topic, whose messages have no file format; remove 'format' (parse the "
+                "message value in the asset, e.g. F.from_json(F.col('value').cast('string'), "
+                "schema))."
+            )
+        return
     if upstream.is_folder != (stream.format is not None):
         fix = (
             "set 'format' to json, csv or parquet."

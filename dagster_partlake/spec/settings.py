@@ -22,7 +22,9 @@ from dagster_partlake.kinds.spec import KIND_KEY, PARTITION_BY_KEY, UNIQUE_KEY_K
 from dagster_partlake.metadata import (
     FORMAT_KEY,
     PARTITION_EXPR_KEY,
+    KAFKA_KEY,
     PATH_KEY,
+    POSTGRES_KEY,
     ROOT_KEY,
     SCHEMA_MODE_KEY,
     SQL_PATH_KEY,
@@ -143,8 +145,9 @@ SETTINGS: tuple[Setting, ...] = (
         FORMAT_KEY,
         ("asset",),
         "sources",
-        '"delta" (default) or "folder"',
-        'one of the two; "folder" only on a source (a managed asset is a Delta table)',
+        '"delta" (default), "folder", "postgres" or "kafka"',
+        'one of the four, only on a source (a managed asset is a Delta table); "postgres" '
+        'and "kafka" are set by partlake_source(..., postgres=...) / (..., kafka=...)',
     ),
     Setting(
         PATH_KEY,
@@ -159,6 +162,24 @@ SETTINGS: tuple[Setting, ...] = (
         "sources",
         "str: a lake root, a path or a URI (default: the IO manager's root)",
         "a non-empty string, only on a source (set by partlake_source(..., root=...))",
+    ),
+    Setting(
+        POSTGRES_KEY,
+        ("asset",),
+        "PostgreSQL sources",
+        "dict: a PostgresTable's settings (table or query, host, port, database, user, "
+        "password_env, split_column, split_rows, fetch_size)",
+        'known keys, exactly one of table and query, with partlake/format "postgres" (set by '
+        "partlake_source(..., postgres=PostgresTable(...)))",
+    ),
+    Setting(
+        KAFKA_KEY,
+        ("asset",),
+        "Kafka sources",
+        "dict: a KafkaTopic's settings (topic, bootstrap_servers, options, options_env, "
+        "starting_offsets)",
+        'known keys, a topic, with partlake/format "kafka" (set by partlake_source(..., '
+        "kafka=KafkaTopic(...))); what reads it is a streaming asset",
     ),
     Setting(
         AFTER_COMMIT_KEY,
