@@ -21,8 +21,8 @@ from dagster_partlake.incremental.spec import INCREMENTAL_KEY
 from dagster_partlake.kinds.spec import KIND_KEY, PARTITION_BY_KEY, UNIQUE_KEY_KEY
 from dagster_partlake.metadata import (
     FORMAT_KEY,
-    PARTITION_EXPR_KEY,
     KAFKA_KEY,
+    PARTITION_EXPR_KEY,
     PATH_KEY,
     POSTGRES_KEY,
     ROOT_KEY,
