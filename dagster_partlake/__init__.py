@@ -48,6 +48,8 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
     from dagster_partlake.planning.runs import PlannedRun as PlannedRun
     from dagster_partlake.planning.runs import RunPlan as RunPlan
     from dagster_partlake.records.record import CommitRecord as CommitRecord
+    from dagster_partlake.sources.kafka import KafkaTopic as KafkaTopic
+    from dagster_partlake.sources.postgres import PostgresTable as PostgresTable
     from dagster_partlake.spark.resource import SparkResource as SparkResource
     from dagster_partlake.sql.component import SqlModels as SqlModels
     from dagster_partlake.sql.definition import sql_assets as sql_assets
@@ -91,6 +93,8 @@ _LAZY = {
     "PlannedRun": "dagster_partlake.planning.runs",
     "RunPlan": "dagster_partlake.planning.runs",
     "plan_runs": "dagster_partlake.planning.api",
+    "KafkaTopic": "dagster_partlake.sources.kafka",
+    "PostgresTable": "dagster_partlake.sources.postgres",
     "SparkResource": "dagster_partlake.spark.resource",
     "SqlModels": "dagster_partlake.sql.component",
     "sql_assets": "dagster_partlake.sql.definition",

@@ -85,6 +85,35 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real Kafka broker (KRaft, `scripts/kafka_server.py`) for the test session, on
+    127.0.0.1 and a free port, stopped at the end of the session; each test makes its own
+    topics."""
+    from tests.servers import kafka_broker
+
+    with kafka_broker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres_source() -> Iterator[object]:
+    """One real PostgreSQL server for the tests of PostgreSQL sources, on 127.0.0.1: every
+    statement logged (a test reads what the server received), its user's password checked on
+    TCP connections; each test makes its own tables."""
+    from tests.servers import postgres_server
+
+    with postgres_server(
+        settings=["log_statement=all", "log_line_prefix='%m [%p] %a: '"],
+        password=PG_PASSWORD,
+    ) as server:
+        yield server
+
+
+# The password of `postgres_source`'s user: a local test server's, not a credential.
+PG_PASSWORD = "partlake-test-password"
+
+
+@pytest.fixture(scope="session")
 def spark_s3(spark, s3) -> object:  # type: ignore[no-untyped-def]
     """The shared SparkSession, pointed at the `s3` server (its s3a settings set on the running
     session, as `SparkResource` sets the secret ones); needs the fetched JARs."""

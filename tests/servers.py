@@ -219,10 +219,17 @@ class Postgres:
 
 
 @contextmanager
-def postgres_server() -> Iterator[Postgres]:
+def postgres_server(
+    settings: Sequence[str] = (), password: str | None = None
+) -> Iterator[Postgres]:
     """A throwaway PostgreSQL cluster in a temporary directory, on 127.0.0.1 and a free port.
 
     PostgreSQL refuses to run as root, so as root the cluster belongs to the `postgres` user.
+
+    Args:
+        settings: more server settings, `name=value` (e.g. `log_statement=all`).
+        password: the user's password, checked on TCP connections (scram-sha-256); without
+            one, every login is trusted.
     """
     initdb = initdb_path()
     bindir = os.path.dirname(initdb)
@@ -238,12 +245,21 @@ def postgres_server() -> Iterator[Postgres]:
     port = free_port()
     log = os.path.join(data, "server.log")
     pid_file = os.path.join(data, "postmaster.pid")
-    options = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off"
+    options = " ".join(
+        [f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off", *(f"-c {s}" for s in settings)]
+    )
     pg_ctl = os.path.join(bindir, "pg_ctl")
     server = Postgres(port, "dagster", "dagster", data, pg_ctl, options, tuple(as_user))
     try:
+        auth = ["-A", "trust"]
+        if password is not None:
+            secret = os.path.join(base, "pwfile")
+            with open(secret, "w") as handle:
+                handle.write(password)
+            os.chmod(secret, 0o644)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={secret}"]
         subprocess.run(
-            [*as_user, initdb, "-D", data, "-U", server.user, "-A", "trust", "--no-sync"],
+            [*as_user, initdb, "-D", data, "-U", server.user, *auth, "--no-sync"],
             check=True,
             capture_output=True,
             timeout=120,
@@ -269,7 +285,7 @@ def postgres_server() -> Iterator[Postgres]:
             [
                 os.path.join(bindir, "createdb"),
                 "-h",
-                "127.0.0.1",
+                data if password is not None else "127.0.0.1",
                 "-p",
                 str(port),
                 "-U",
@@ -417,3 +433,62 @@ def s3_server(root: Path, bucket: str = "lake") -> Iterator[S3Server]:
         yield running_s3_server(state, bucket)
     finally:
         s3_script(state, "stop", timeout=60)
+
+
+KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka_server.py"
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """A running Kafka broker (`scripts/kafka_server.py`): its address and state folder."""
+
+    bootstrap_servers: str
+    state: Path
+
+    def script(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(KAFKA_SCRIPT), "--state", str(self.state), *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    def stop(self) -> None:
+        assert self.script("stop").returncode == 0
+
+    def start(self) -> None:
+        """Start it again on the same port, with its topics and messages."""
+        port = self.bootstrap_servers.rsplit(":", 1)[1]
+        started = self.script("start", "--port", port)
+        assert started.returncode == 0, started.stdout + started.stderr
+
+    def create_topic(self, name: str, partitions: int = 2) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            future.result(timeout=60)
+
+    def produce(self, topic: str, messages: Sequence[tuple[str, str]]) -> None:
+        """Send (key, value) messages and wait until the broker has them all."""
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        for key, value in messages:
+            producer.produce(topic, key=key, value=value)
+        left = producer.flush(60)
+        assert left == 0, f"{left} message(s) not delivered to {self.bootstrap_servers}"
+
+
+@contextmanager
+def kafka_broker(root: Path) -> Iterator[KafkaBroker]:
+    """One Kafka broker (KRaft) on 127.0.0.1 and a free port, its log under `root`; stopped by
+    its PID whatever happens inside."""
+    state = root / "kafka-state"
+    state.mkdir(parents=True)
+    broker = KafkaBroker(f"127.0.0.1:{free_port()}", state)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.script("stop")
