@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.conftest import PG_PASSWORD
+from tests.surface.options import covers
 from tests.surface.project import UserProject, outcome_lines, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli, pytest.mark.postgres]
@@ -38,16 +39,32 @@ daily_region = dg.MultiPartitionsDefinition({"date": days, "region": regions})
 orders = partlake_source(
     "orders",
     partitions_def=daily_region,
-    # The password comes from $PGPASSWORD, the server from the arguments.
+    # The password comes from $SHOP_DB_PASSWORD, the server from the arguments.
     postgres=PostgresTable(
         table="public.orders",
         port={port},
         database="{database}",
         user="{user}",
+        password_env="SHOP_DB_PASSWORD",
         split_column="id",
         split_rows=150,
     ),
     metadata={"partition_expr": {"date": "order_date"}},
+)
+# A query (read whole by each plan), its password in the code.
+big_orders = partlake_source(
+    "big_orders",
+    partitions_def=days,
+    postgres=PostgresTable(
+        query="SELECT id, order_date, amount FROM orders WHERE amount > 1000",
+        host="127.0.0.1",
+        port={port},
+        database="{database}",
+        user="{user}",
+        password="{password}",
+        fetch_size=500,
+    ),
+    metadata={"partition_expr": "order_date"},
 )
 
 
@@ -76,8 +93,17 @@ def daily_totals(order_lines: DataFrame) -> DataFrame:
     return order_lines.groupBy("order_date").agg(F.sum("amount").alias("amount"))
 
 
+@dg.asset(
+    partitions_def=days,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    metadata={"partition_expr": "order_date"},
+)
+def big_order_ids(big_orders: DataFrame) -> DataFrame:
+    return big_orders.select("id", "order_date")
+
+
 spark = SparkResource(master="local[2]")
-assets = [orders, order_lines, daily_totals]
+assets = [orders, big_orders, order_lines, daily_totals, big_order_ids]
 defs = dg.Definitions(
     assets=assets,
     asset_checks=partlake_asset_checks(assets),
@@ -113,8 +139,10 @@ def shop(postgres_source: Any, tmp_path_factory: pytest.TempPathFactory) -> dict
             "INSERT INTO orders SELECT g, date '2024-01-01' + (g % 3), "
             "CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g FROM generate_series(1, 1200) g"
         )
-    project = UserProject(tmp_path_factory.mktemp("postgres"), {"PGPASSWORD": PG_PASSWORD})
-    project.write(MODULE, CODE, port=server.port, database=server.db, user=server.user)
+    project = UserProject(tmp_path_factory.mktemp("postgres"), {"SHOP_DB_PASSWORD": PG_PASSWORD})
+    project.write(
+        MODULE, CODE, port=server.port, database=server.db, user=server.user, password=PG_PASSWORD
+    )
     log = Path(server.data) / "server.log"
     logged = len(log.read_bytes())
     run = project.ok("partlake", "run", "-m", MODULE)
@@ -130,10 +158,22 @@ def _db_rows(server: Any) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in rows)
 
 
+@covers(
+    "partlake_source(postgres=)",
+    "setting partlake/postgres",
+    "PostgresTable",
+    "PostgresTable(table=)",
+    "PostgresTable(port=)",
+    "PostgresTable(database=)",
+    "PostgresTable(user=)",
+    "PostgresTable(password_env=)",
+    "PostgresTable(split_column=)",
+    "PostgresTable(split_rows=)",
+)
 def test_a_first_run_reads_every_partition_with_its_predicate(shop: dict[str, Any]) -> None:
     project: UserProject = shop["project"]
     lines = outcome_lines(shop["run"])
-    assert len(lines) == 6 + 3 and all(line.startswith("[OK]") for line in lines), shop["run"]
+    assert len(lines) == 6 + 3 + 3 and all(line.startswith("[OK]") for line in lines), shop["run"]
     got = table_rows(project.lake / "warehouse" / "order_lines", COLUMNS)
     assert [(i, str(d), r, a) for i, d, r, a in got] == _db_rows(shop["server"])
     # PostgreSQL received one query per partition, its predicate on the partition columns,
@@ -148,6 +188,24 @@ def test_a_first_run_reads_every_partition_with_its_predicate(shop: dict[str, An
     assert '"id" >= ' in received and '"id" IS NULL' in received
     assert PG_PASSWORD not in shop["run"]
     project.assert_fresh(MODULE)
+
+
+@covers(
+    "PostgresTable(query=)",
+    "PostgresTable(host=)",
+    "PostgresTable(password=)",
+    "PostgresTable(fetch_size=)",
+)
+def test_a_query_source_is_read_whole_and_its_password_stays_in_the_code(
+    shop: dict[str, Any],
+) -> None:
+    project: UserProject = shop["project"]
+    got = table_rows(project.lake / "warehouse" / "big_order_ids", ["id"])
+    assert [row[0] for row in got] == list(range(1001, 1201))
+    # The query is what the server received; the password is nowhere but the code.
+    assert "SELECT id, order_date, amount FROM orders WHERE amount > 1000" in shop["received"]
+    shown = project.run("dagster", "definitions", "validate", "-m", MODULE)
+    assert PG_PASSWORD not in shown.stdout + shown.stderr
 
 
 def test_each_change_in_the_database_refreshes_exactly_its_closure(shop: dict[str, Any]) -> None:
@@ -191,7 +249,7 @@ def test_a_wrong_password_and_a_stopped_server_are_one_line_naming_the_source(
     shop: dict[str, Any],
 ) -> None:
     project: UserProject = shop["project"]
-    wrong = UserProject(project.root / "wrong", {"PGPASSWORD": "not-the-password"})
+    wrong = UserProject(project.root / "wrong", {"SHOP_DB_PASSWORD": "not-the-password"})
     wrong.write(MODULE, (project.code / f"{MODULE}.py").read_text())
     plan = wrong.run("partlake", "plan", "-m", MODULE)
     errors = [line for line in plan.stderr.splitlines() if line.startswith("Error:")]
