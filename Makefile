@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install jars s3-server demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots demo-s3
+.PHONY: install jars s3-server kafka-server demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots demo-s3
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -18,9 +18,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-install: $(VENV)/.installed jars s3-server
+install: $(VENV)/.installed jars s3-server kafka-server
 
 # Spark's JARs for s3a:// and Delta (hadoop-aws, the AWS SDK bundle, delta-spark, delta-storage),
+# Kafka sources (spark-sql-kafka-0-10 and its clients) and PostgreSQL sources (the JDBC driver),
 # from Maven Central with `mvn dependency:copy` into .partlake/jars; the list is
 # dagster_partlake/spark/jars.py. Skips what is there, so a second run takes well under a second.
 jars: $(VENV)/.installed
@@ -30,6 +31,11 @@ jars: $(VENV)/.installed
 # .partlake/jars/tools (skipped when it is there), so nothing needs the network at run time.
 s3-server: $(VENV)/.installed
 	@$(BIN)/python scripts/s3_server.py install > /dev/null
+
+# The Kafka broker of the Kafka source's tests and demo: Kafka 4.4 (KRaft) and its runtime
+# dependencies from Maven Central into .partlake/jars/tools/kafka-4.4.0 (skipped when there).
+kafka-server: $(VENV)/.installed
+	@$(BIN)/python scripts/kafka_server.py install > /dev/null
 
 check-java:
 	@scripts/check_java.sh
