@@ -81,6 +81,14 @@ demo: check-java install
 demo-s3: check-java install
 	@scripts/demo_s3.sh
 
+# The example's PostgreSQL and Kafka sources (definitions/sources.py) on servers of their own on
+# 127.0.0.1 (PG_DEMO_PORT, default 5433; KAFKA_DEMO_PORT, default 9092): data written, read,
+# changed in each source and exactly what that made stale refreshed (scripts/demo_sources.sh).
+.PHONY: demo-sources
+demo-sources: check-java install
+	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
+	@scripts/demo_sources.sh
+
 dev: install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

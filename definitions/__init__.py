@@ -27,6 +27,7 @@ from definitions.assets import (  # noqa: E402
 from definitions.lake import lake_root  # noqa: E402
 from definitions.models import MODEL_ASSETS  # noqa: E402
 from definitions.partitions import daily_region, monthly_region  # noqa: E402
+from definitions.sources import source_assets  # noqa: E402
 
 LAKEHOUSE = [raw_events, clean_events, daily_region_stats, monthly_region_stats]
 
@@ -56,7 +57,9 @@ io_manager = DeltaPartitionIOManager(spark=spark, root=lake_root())
 # Compact, vacuum and checkpoint every managed table each night: nothing becomes stale.
 maintenance = build_maintenance_job()
 
-ASSETS = [*LAKEHOUSE, *MODEL_ASSETS, *SQL_MODELS]
+# The PostgreSQL and Kafka sources (group `sources`) when their servers are named
+# (`make demo-sources`: definitions.sources).
+ASSETS = [*LAKEHOUSE, *MODEL_ASSETS, *SQL_MODELS, *source_assets()]
 
 # `runs` (default) or `backfill` (see the sensor below).
 _SENSOR_REFRESH = "backfill" if os.environ.get("PARTLAKE_SENSOR_REFRESH") == "backfill" else "runs"
