@@ -164,6 +164,13 @@ bench-stream: check-java install
 bench-refresh: check-java install
 	$(BIN)/python -m benchmarks.refresh $(BENCH_ARGS)
 
+# PostgreSQL and Kafka sources next to hand-written Spark jobs, interleaved: 30 days of a 10M-row
+# table into its partitions, Kafka to Delta in messages per second, and a no-change plan's
+# statements (servers on 127.0.0.1, started and stopped here); JSON in benchmarks/out/sources.json.
+.PHONY: bench-sources
+bench-sources: check-java install
+	$(BIN)/python -m benchmarks.sources $(BENCH_ARGS)
+
 # Local Spark start-up and first job with and without the class-data-sharing archive.
 bench-spark-start: check-java install
 	$(BIN)/python -m benchmarks.spark_start $(BENCH_ARGS)
