@@ -36,12 +36,12 @@ one replay to the next (`normalize`):
 A block whose normalized content equals the replay's is left as it is (its numbers are from an
 earlier replay; no churn); any other is rewritten with the replay's output.
 
-The full replay takes several minutes (the demo alone runs Spark some twenty times), so CI
-(`tests/test_docs_sessions.py`) replays the cheap scenarios (`CHEAP`: no Spark) and checks the
+The full replay takes about 15 minutes on 2 cores (the demo alone runs Spark some twenty times), so
+CI (`tests/test_docs_sessions.py`) replays the cheap scenarios (`CHEAP`: no Spark) and checks the
 others by their structure (`check_structure`): each block's commands are exactly its sessions'
-commands here, every `partlake plan` output re-renders equal through the CLI's own renderer,
-every `partlake run` output's lines are the CLI's line kinds and its counts add up, and JSON
-outputs have the CLI's keys. `make docs-sessions` replays everything.
+commands here, every `partlake plan` output re-renders equal through the CLI's own renderer, every
+`partlake run` output's lines are the CLI's line kinds and its counts add up, and JSON outputs have
+the CLI's keys. `make docs-sessions` replays everything.
 """
 
 from __future__ import annotations
@@ -231,7 +231,8 @@ class Replay:
                 done = self._run(command.replace("{root}", str(self.root)), cwd, stdout_only)
                 self.last_code = done.returncode
                 output = done.stdout.rstrip("\n")
-            parts.append(f"$ {shown}" + (f"\n{self.shown(output)}" if output else ""))
+            output = "\n".join(line.rstrip() for line in self.shown(output).splitlines())
+            parts.append(f"$ {shown}" + (f"\n{output}" if output else ""))
         self.transcripts[name] = "\n".join(parts)
 
     def python(self, action: Callable[[Replay], None]) -> None:
@@ -356,8 +357,8 @@ def demo(r: Replay) -> None:
     delete = "partlake delete -m definitions raw_events --where"
     r.session(
         "delete-source",
-        f'{delete} "user_id = 4242" --dry-run',
-        f'{delete} "user_id = 4242"',
+        f'{delete} "user_id = 4042" --dry-run',
+        f'{delete} "user_id = 4042"',
         f"partlake plan -m definitions --select {LAKEHOUSE}",
         f"partlake run -m definitions --select {LAKEHOUSE}",
         "partlake history -m definitions raw_events --partition '2024-01-02|eu'",
@@ -368,7 +369,8 @@ def demo(r: Replay) -> None:
         "--partition '2024-01-01|us'",
         f"partlake plan -m definitions --select {LAKEHOUSE}",
     )
-    r.session("delete-bad", f'{delete} "userid = 4242"', f'{delete} "user_id = = 4242"')
+    r.session("delete-bad", f'{delete} "userid = 4042"', f'{delete} "user_id = = 4042"')
+    r.hidden("partlake run -m definitions")
     # A bad batch: three rows without an event id; clean_events' gate stops it.
     r.hidden(
         "python -m definitions.ingest --date 2024-01-02 --region eu --rows 1000 --seed 2 "
@@ -407,7 +409,6 @@ def sql_render(r: Replay) -> None:
 def render_only(r: Replay) -> None:
     """`partlake sql render` reads no table: the demo's render on an empty lake."""
     sql_render(r)
-    r.session("demo-sql-lint", "partlake sql lint definitions/sql -m definitions")
 
 
 def dimensions(r: Replay) -> None:
@@ -569,8 +570,8 @@ SCENARIOS = [
     Scenario("lint", lint, "/tmp/lintdemo"),
     Scenario("dg", dg, "/tmp/shop"),
 ]
-# No Spark, a few seconds each: the scenarios CI replays (the demo's render and lint, from an
-# empty lake, as `render`).
+# No Spark, a few seconds each: the scenarios CI replays (the demo's `partlake sql render`, from
+# an empty lake, as `render`).
 CHEAP = [
     Scenario("render", render_only, "/tmp/partlake-demo"),
     Scenario("lint", lint, "/tmp/lintdemo"),
@@ -699,8 +700,18 @@ def check_output(command: str, output: list[str]) -> list[str]:
     return []
 
 
+def _json(output: list[str]) -> list[dict[str, object]] | None:
+    try:
+        found = json.loads("\n".join(output))
+    except ValueError:
+        return None
+    return found if isinstance(found, list) else None
+
+
 def _check_plan_json(output: list[str]) -> list[str]:
-    items = json.loads("\n".join(output))
+    items = _json(output)
+    if items is None:
+        return [f"not the JSON list `partlake plan --json` prints: {output[:2]}"]
     required = {"asset", "partition", "reason", "because"}
     optional = {"dimensions", "last_run_failed"}
     return [
@@ -718,7 +729,9 @@ def _check_runs_json(output: list[str]) -> list[str]:
     item = StalePartition("a", "k", "missing")
     sample = RunPlan(Plan((item,), ("a",)), (PlannedRun(1, ("a",), ("k",), None, (item,)),))
     keys = set(sample.to_json()[0])
-    runs = json.loads("\n".join(output))
+    runs = _json(output)
+    if runs is None:
+        return [f"not the JSON list `partlake plan --runs-json` prints: {output[:2]}"]
     return [
         f"a --runs-json run has keys {sorted(run)}, the CLI prints {sorted(keys)}"
         for run in runs
