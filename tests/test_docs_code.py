@@ -391,6 +391,7 @@ def test_spark_session_in_an_asset_and_monthly_keys(workspace: Workspace, filled
 
 
 @pytest.mark.spark
+@pytest.mark.dagster_cli  # the filled lake
 def test_spark_reads_the_table_with_delta(workspace: Workspace, filled: Filled) -> None:
     workspace.write("read_delta.py", run_block("delta-spark"))
     done = workspace.run("python", "read_delta.py")
@@ -401,6 +402,7 @@ def test_spark_reads_the_table_with_delta(workspace: Workspace, filled: Filled) 
     assert "operation" in done.stdout  # DESCRIBE HISTORY's table
 
 
+@pytest.mark.spark  # the filled lake
 @pytest.mark.dagster_cli
 def test_maintenance_job_with_its_documented_config(
     workspace: Workspace, filled: Filled, tmp_path: Path
@@ -422,6 +424,7 @@ def test_maintenance_job_with_its_documented_config(
     assert_fresh(space, "my_project.definitions")
 
 
+@pytest.mark.spark  # the filled lake
 @pytest.mark.dagster_cli
 def test_declarative_automation_example_requests_the_stale_partition(
     workspace: Workspace, filled: Filled, tmp_path: Path
