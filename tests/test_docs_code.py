@@ -336,10 +336,15 @@ def test_the_documented_setup_shows_no_dagster_instance_warning(
     workspace: Workspace, filled: Filled
 ) -> None:
     """`dagster asset materialize` and `partlake` under the docs' `$DAGSTER_HOME` (its
-    dagster.yaml) do not print Dagster's warning; without the file, Dagster does."""
+    dagster.yaml) do not print Dagster's warning, nor does partlake's log file; without the
+    file, Dagster does."""
     assert filled.shell.returncode == 0, filled.shell.stdout[-3000:]
     assert "Materialized value clean_events" in filled.shell.stdout
     assert NO_CONFIG_WARNING not in filled.shell.stdout
+    # partlake sends the engines' output to its log file: not there either.
+    logs = sorted((workspace.lake / "logs").glob("partlake-run-*.log"))
+    assert logs, "partlake run kept no log"
+    assert all(NO_CONFIG_WARNING not in log.read_text(encoding="utf-8") for log in logs)
     bare = workspace.root / "bare_home"
     bare.mkdir(exist_ok=True)
     without = subprocess.run(
