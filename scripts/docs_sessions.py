@@ -27,11 +27,13 @@ folder (`/tmp/partlake-demo`, ...). Comparing a block with a replay normalizes w
 one replay to the next (`normalize`):
 
 - milliseconds (`planned in 198 ms`, `5,872 ms`) and sizes (`5.9 KB`) become `N`;
-- UUIDs (run ids, file names), 8-hex run id prefixes, times and dates of today (ISO times,
-  `2026-11-24 09:39:36 UTC`), process ids and log file names (`partlake-run-<stamp>-<pid>.log`)
-  become placeholders;
+- UUIDs (run ids, Spark's file names), partlake's file names (`part-<8 hex>-<32 hex>`), times
+  (ISO, or `2026-11-24 09:39:36 UTC`), epoch milliseconds, process ids and log file names
+  (`partlake-run-<stamp>-<pid>.log`) become placeholders;
 - the `[OK]` / `[FAILED]` / `[SKIPPED]` / `[UNCHANGED]` lines between a `partlake run`'s first
-  line and its summary are sorted: runs executed at once finish in either order.
+  line and its summary are sorted: runs executed at once finish in either order; so are the
+  assets `partlake plan` lists under a stale stream (their order follows Dagster's set of asset
+  keys, which differs between processes).
 
 A block whose normalized content equals the replay's is left as it is (its numbers are from an
 earlier replay; no churn); any other is rewritten with the replay's output.
@@ -132,6 +134,7 @@ _VOLATILE: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
         "<uuid>",
     ),
+    (re.compile(r"\bpart-[0-9a-f]{8}-[0-9a-f]{32}\b"), "part-<id>"),  # partlake's file names
     (re.compile(r"\b[0-9a-f]{32}\b"), "<hex>"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<time>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"), "<time>"),
@@ -144,6 +147,7 @@ _VOLATILE: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\(\d+ row groups?\)"), "(N row groups)"),
 ]
 _OUTCOME = re.compile(r"^\[(OK|FAILED|SKIPPED|UNCHANGED)\] ")
+_MAYBE_STALE = re.compile(r"^(  then, where its new rows land, maybe stale: )(.+?)( \(planned .*)$")
 
 
 def normalize(text: str) -> str:
@@ -152,7 +156,7 @@ def normalize(text: str) -> str:
     summary are sorted."""
     for pattern, replacement in _VOLATILE:
         text = pattern.sub(replacement, text)
-    lines = [line.rstrip() for line in text.strip("\n").splitlines()]
+    lines = [_sorted_maybe_stale(line.rstrip()) for line in text.strip("\n").splitlines()]
     out: list[str] = []
     run: list[str] = []
     for line in lines:
@@ -164,6 +168,16 @@ def normalize(text: str) -> str:
         out.append(line)
     out.extend(sorted(run))
     return "\n".join(out)
+
+
+def _sorted_maybe_stale(line: str) -> str:
+    # The assets under a stale stream come in the code location's asset order, which follows
+    # Dagster's set of asset keys: it differs from one process to the next.
+    found = _MAYBE_STALE.match(line)
+    if not found:
+        return line
+    head, listed, tail = found.groups()
+    return head + ", ".join(sorted(listed.split(", "))) + tail
 
 
 @dataclass

@@ -110,6 +110,14 @@ def test_normalize_drops_what_changes_between_replays() -> None:
     )
     assert sessions.normalize(one) == sessions.normalize(two)
     assert sessions.normalize(one) != sessions.normalize(two.replace("3 rows", "4 rows"))
+    stream = "  then, where its new rows land, maybe stale: {} (planned once the stream has run)"
+    assert sessions.normalize(stream.format("b, a")) == sessions.normalize(stream.format("a, b"))
+    written = (
+        "date=2024-01-01/region=us/part-{}-d7e6b0c599534b758efc9140561b1989.c000.snappy.parquet"
+    )
+    assert sessions.normalize(written.format("6c9a5ad7")) == sessions.normalize(
+        written.format("32feb29a")
+    )
 
 
 @pytest.mark.dagster_cli
