@@ -120,8 +120,8 @@ soak: check-java install
 	$(BIN)/python -m benchmarks.soak --minutes $(MINUTES)
 
 # The docs' shell sessions (README.md, docs/) replayed in temporary lakes, and the docs rewritten
-# with what the code prints now (scripts/docs_sessions.py; about 15 minutes on 2 cores). CI replays
-# only the cheap ones and checks the rest by their structure (tests/test_docs_sessions.py).
+# with what the code prints now (scripts/docs_sessions.py; 14 to 22 minutes on 2 busy cores). CI
+# replays only the cheap ones and checks the rest by structure (tests/test_docs_sessions.py).
 .PHONY: docs-sessions
 docs-sessions: check-java install
 	$(BIN)/python scripts/docs_sessions.py

@@ -38,12 +38,12 @@ one replay to the next (`normalize`):
 A block whose normalized content equals the replay's is left as it is (its numbers are from an
 earlier replay; no churn); any other is rewritten with the replay's output.
 
-The full replay takes about 15 minutes on 2 cores (the demo alone runs Spark some twenty times), so
-CI (`tests/test_docs_sessions.py`) replays the cheap scenarios (`CHEAP`: no Spark) and checks the
-others by their structure (`check_structure`): each block's commands are exactly its sessions'
-commands here, every `partlake plan` output re-renders equal through the CLI's own renderer, every
-`partlake run` output's lines are the CLI's line kinds and its counts add up, and JSON outputs have
-the CLI's keys. `make docs-sessions` replays everything.
+The full replay takes 14 to 22 minutes on 2 busy cores (the demo alone runs Spark some twenty
+times), so CI (`tests/test_docs_sessions.py`) replays the cheap scenarios (`CHEAP`: no Spark) and
+checks the others by their structure (`check_structure`): each block's commands are exactly its
+sessions' commands here, every `partlake plan` output re-renders equal through the CLI's own
+renderer, every `partlake run` output's lines are the CLI's line kinds and its counts add up, and
+JSON outputs have the CLI's keys. `make docs-sessions` replays everything.
 """
 
 from __future__ import annotations
