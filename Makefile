@@ -134,6 +134,13 @@ MINUTES ?= 20
 soak: check-java install
 	$(BIN)/python -m benchmarks.soak --minutes $(MINUTES)
 
+# The docs' shell sessions (README.md, docs/) replayed in temporary lakes, and the docs rewritten
+# with what the code prints now (scripts/docs_sessions.py; 14 to 22 minutes on 2 busy cores). CI
+# replays only the cheap ones and checks the rest by structure (tests/test_docs_sessions.py).
+.PHONY: docs-sessions
+docs-sessions: check-java install
+	$(BIN)/python scripts/docs_sessions.py
+
 test-fast: install
 	$(BIN)/python -m pytest -m "not spark and not dagster_cli and not cluster and not faults and not s3"
 

@@ -10,6 +10,7 @@ from dagster import BetaWarning, Definitions, ScheduleDefinition, in_process_exe
 warnings.filterwarnings("ignore", category=BetaWarning)
 
 from dagster_partlake import (  # noqa: E402
+    POOL,
     DeltaPartitionIOManager,
     SparkResource,
     build_invalidation_sensor,
@@ -17,7 +18,6 @@ from dagster_partlake import (  # noqa: E402
     partlake_asset_checks,
     sql_assets,
 )
-from dagster_partlake.orchestration.pools import POOL  # noqa: E402
 from definitions.assets import (  # noqa: E402
     clean_events,
     daily_region_stats,
@@ -34,7 +34,7 @@ LAKEHOUSE = [raw_events, clean_events, daily_region_stats, monthly_region_stats]
 # The SQL models of definitions/sql/ (group `sql`): staging/events, marts/user_activity and
 # marts/monthly_region_summary, reading the lakehouse tables above.
 SQL_MODELS = sql_assets(
-    Path(__file__).parent / "sql",
+    Path(__file__).parent / "sql",  # every .sql file below it
     partitions={"daily_region": daily_region, "monthly_region": monthly_region},
     upstream=LAKEHOUSE,
     group_name="sql",

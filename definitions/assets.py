@@ -19,9 +19,7 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dagster_partlake.gates.spec import accepted_values, expression, not_null, row_count, unique
-from dagster_partlake.orchestration.pools import POOL
-from dagster_partlake.orchestration.sources import partlake_source
+from dagster_partlake import POOL, partlake_source
 from definitions.partitions import daily_region, monthly_region
 
 
@@ -76,17 +74,17 @@ def build_lakehouse(
 
     regions = daily.get_partitions_def_for_dimension("region").get_partition_keys()
 
-    # Quality gates, checked on the staged files before each commit (see gates.spec):
+    # Quality gates, checked on the staged files before each commit (docs: Quality gates):
     # a violation commits nothing and fails the step; each gate is an asset check in the UI.
     @asset(
         partitions_def=daily,
         metadata={
             "partlake/constraints": [
-                not_null("user_id", "event_id"),
-                unique("event_id"),
-                accepted_values("region", regions),
-                expression("amount >= 0", name="non_negative"),
-                row_count(min=1),
+                {"not_null": ["user_id", "event_id"]},
+                {"unique": ["event_id"]},
+                {"accepted_values": {"region": list(regions)}},
+                {"expression": "amount >= 0", "name": "non_negative"},
+                {"row_count": {"min": 1}},
             ]
         },
         **common,

@@ -94,7 +94,7 @@ def plan_runs(
             from dagster_partlake import plan, plan_runs
 
             for run in plan_runs(plan(defs), defs).runs:
-                print(run.number, run.assets, run.partition_keys, run.waits_for)
+                print(run.number, run.assets, run.describe_partitions(), run.waits_for)
 
     Args:
         plan: from `plan`.

@@ -9,7 +9,8 @@ pass (`planning.bulk`, whole columns at once) both call.
 Inputs, all keyed by asset name and partition key (None for an unpartitioned asset):
 
 - `states[asset][key]`: the partitions that currently have data in storage, with their
-  lastUpdated (ms; the newest modification time among the partition's live files).
+  lastUpdated (ms; the time of the commit that last changed the partition's live files with
+  `dataChange: true` actions, `delta.change_rule`; for a folder source, its newest file).
 - `records[asset][key]`: what the last successful write of that partition recorded: the code
   version, the lastUpdated it gave its own partition (None if it wrote no rows) and, per upstream
   asset, the lastUpdated of every upstream partition it read (partitions without data absent).
