@@ -57,9 +57,10 @@ io_manager = DeltaPartitionIOManager(spark=spark, root=lake_root())
 # Compact, vacuum and checkpoint every managed table each night: nothing becomes stale.
 maintenance = build_maintenance_job()
 
+ASSETS = [*LAKEHOUSE, *MODEL_ASSETS, *SQL_MODELS]
 # The PostgreSQL and Kafka sources (group `sources`) when their servers are named
 # (`make demo-sources`: definitions.sources).
-ASSETS = [*LAKEHOUSE, *MODEL_ASSETS, *SQL_MODELS, *source_assets()]
+ASSETS += source_assets()
 
 # `runs` (default) or `backfill` (see the sensor below).
 _SENSOR_REFRESH = "backfill" if os.environ.get("PARTLAKE_SENSOR_REFRESH") == "backfill" else "runs"

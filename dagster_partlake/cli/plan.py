@@ -76,8 +76,9 @@ def plan_command(
     else:
         layouts = key_layouts(session.graph)
         graph = session.graph
+        order = {name: i for i, name in enumerate(result.plan.asset_order)}
         after_streams = {
-            i.asset: graph.downstream(i.asset)
+            i.asset: sorted(graph.downstream(i.asset), key=lambda n: order.get(n, len(order)))
             for i in result.plan.items
             if graph.assets[i.asset].stream
         }

@@ -186,7 +186,7 @@ class LakeGraph:
         )
 
     def downstream(self, name: str) -> list[str]:
-        """The managed assets reading `name`, directly or through others, in graph order."""
+        """The managed assets reading `name`, directly or through others (in no set order)."""
         found: set[str] = set()
         frontier = [name]
         while frontier:
