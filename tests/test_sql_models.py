@@ -167,7 +167,9 @@ def test_dependencies_come_from_the_syntax_tree(tmp_path: Path) -> None:
 def test_common_partition_mappings_need_no_directive(tmp_path: Path) -> None:
     months = MultiPartitionMapping(
         {
-            "date": DimensionPartitionMapping("month", TimeWindowPartitionMapping()),
+            "date": DimensionPartitionMapping(
+                "month", TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+            ),
             "region": DimensionPartitionMapping("region", IdentityPartitionMapping()),
         }
     )
