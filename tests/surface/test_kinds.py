@@ -226,9 +226,9 @@ def test_new_columns_are_added_only_with_schema_mode(shop: dict[str, Any]) -> No
     assert table_rows(strict, ["date", "user_id", "name"]) == sorted(
         (d, u, n) for d, users in FIRST.items() for u, n, _ in users
     )
-    # What is left to run is exactly the refused partitions, and why.
+    # What is left to run is exactly the refused partitions: every other asset is fresh.
     plan = project.ok("partlake", "plan", "-m", MODULE)
-    assert "2 stale asset partition(s) in 1 asset(s)" in plan, plan
+    assert plan.startswith("2 stale asset partition(s) in 1 asset(s)"), plan
     assert "snapshot_strict: 2 stale (upstream_changed 2)" in plan, plan
 
 
@@ -298,9 +298,6 @@ def test_merge_and_scd2_apply_the_days_in_order_on_their_key(shop: dict[str, Any
         (4, "dee", "pro", d2, None, True),
     ]
     assert DeltaTable(_table(project, "users_history")).metadata().partition_columns == ["plan"]
-    # Everything but the refused snapshot_strict is fresh.
-    plan = project.ok("partlake", "plan", "-m", MODULE, "--select", "users,users_history")
-    assert "Everything is fresh" in plan, plan
 
 
 @covers("ModelKind", "ModelKind(kind=)", "ModelKind(unique_key=)", "ModelKind(partition_by=)")

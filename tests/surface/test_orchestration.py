@@ -154,22 +154,23 @@ for name in ("elsewhere_refresh", "rooted_refresh"):
     }
 print(json.dumps({"requested": requested, "ticks": ticks}))
 """
-# Compaction only, with a target smaller than any file: nothing to do.
-NO_COMPACTION = """
+# Vacuum alone, keeping anything from the last 1,000 hours: nothing to do (and no Spark).
+VACUUM_ONLY = """
 ops:
   shop_maintenance_tables:
     config:
-      operations: [compact]
+      operations: [vacuum]
       assets: [raw_log]
-      target_file_mb: 0.0001
+      retention_hours: 1000
 """
-# Every operation (the default), on two tables.
+# Every operation, on two tables; the target is set from the files' sizes.
 MAINTENANCE = """
 ops:
   shop_maintenance_tables:
     config:
+      operations: [compact, vacuum, checkpoint]
       assets: [raw_log, clean]
-      target_file_mb: 1
+      target_file_mb: {target_file_mb}
       retention_hours: 2
       keep_log_hours: 0
 """
@@ -284,6 +285,19 @@ def _loaded(dev: DagsterDev, proc: subprocess.Popen[Any], log: Path) -> bool:
         return False
 
 
+def _live_sizes(table: Path) -> dict[str, list[int]]:
+    """The sizes of each day's live files."""
+    live = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
+    sizes: dict[str, list[int]] = {}
+    for day, size in zip(
+        live.column("partition.date").to_pylist(),
+        live.column("size_bytes").to_pylist(),
+        strict=True,
+    ):
+        sizes.setdefault(day, []).append(size)
+    return sizes
+
+
 def _files(table: Path) -> list[str]:
     return sorted(str(p.relative_to(table)) for p in table.rglob("*.parquet"))
 
@@ -308,13 +322,22 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         orphan = log_table / f"date={DAYS[0]}" / name
         orphan.write_bytes(b"PAR1 not referenced by the log")
         os.utime(orphan, (time.time() - age, time.time() - age))
+    log_before = sorted(p.name for p in (log_table / "_delta_log").iterdir())
     before = {t: _rows(lake, t) for t in ROWS}
     files = {t: _files(lake / "warehouse" / t) for t in ("raw_log", "day_sums")}
-    (project.code / "no_compaction.yaml").write_text(NO_COMPACTION)
-    (project.code / "maintenance.yaml").write_text(MAINTENANCE)
+    # Day 2 was appended several times: a target of half its size makes its files two.
+    sizes = _live_sizes(log_table)[DAYS[1]]
+    target_mb = (sum(sizes) / 2 + 1) / 2**20
+    (project.code / "vacuum_only.yaml").write_text(VACUUM_ONLY)
+    (project.code / "maintenance.yaml").write_text(
+        MAINTENANCE.replace("{target_file_mb}", f"{target_mb:.9f}")
+    )
     job = ["job", "execute", "-m", MODULE, "-j", "shop_maintenance", "-c"]
-    untouched = project.run("dagster", *job, "no_compaction.yaml")
-    after_nothing = _files(log_table)
+    untouched = project.run("dagster", *job, "vacuum_only.yaml")
+    after_nothing = {
+        "files": _files(log_table),
+        "log": sorted(p.name for p in (log_table / "_delta_log").iterdir()),
+    }
     maintained = project.run("dagster", *job, "maintenance.yaml")
     project.assert_fresh(MODULE)
     return {
@@ -325,6 +348,8 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "daemon": daemon,
         "before": before,
         "files": files,
+        "sizes": sizes,
+        "log": log_before,
         "untouched": untouched,
         "after_nothing": after_nothing,
         "maintained": maintained,
@@ -472,19 +497,20 @@ def test_the_maintenance_job_compacts_vacuums_and_checkpoints_and_nothing_goes_s
 ) -> None:
     lake: Path = shop["lake"]
     log_table = lake / "warehouse" / "raw_log"
+    # operations [vacuum], retention 1,000 h: nothing removed, compacted or checkpointed.
     untouched = shop["untouched"]
     assert untouched.returncode == 0, untouched.stderr[-3000:]
-    assert "compact raw_log: nothing to compact" in untouched.stderr, untouched.stderr[-3000:]
-    assert shop["after_nothing"] == shop["files"]["raw_log"]  # no vacuum: orphans stay
+    assert "vacuum raw_log: removed 0 file(s)" in untouched.stderr, untouched.stderr[-3000:]
+    assert "compact" not in untouched.stderr and "checkpoint" not in untouched.stderr
+    assert shop["after_nothing"] == {"files": shop["files"]["raw_log"], "log": shop["log"]}
     maintained = shop["maintained"]
     out = maintained.stdout + maintained.stderr
     assert maintained.returncode == 0, out[-3000:]
-    # compact (target 1 MB): day 2's appended files became one; the others had one each.
-    live = pa.table(DeltaTable(str(log_table)).get_add_actions(flatten=True))
-    days = live.column("partition.date").to_pylist()
-    assert sorted(days) == DAYS, days
-    assert len([f for f in shop["files"]["raw_log"] if f.startswith(f"date={DAYS[1]}/")]) >= 3
-    assert re.search(r"compact raw_log: compacted 1 partition\(s\): \d+ -> 1 file\(s\)", out)
+    # compact, to a target of half day 2's bytes: its appended files became two.
+    assert len(shop["sizes"]) >= 3, shop["sizes"]
+    sizes = _live_sizes(log_table)
+    assert [len(sizes[day]) for day in DAYS] == [1, 2, 1], sizes
+    assert f"compact raw_log: compacted 1 partition(s): {len(shop['sizes'])} -> 2 file(s)" in out
     # vacuum (retention 2 h): the old orphan is gone, the new one (and what compaction just
     # replaced) stays.
     files = _files(log_table)
