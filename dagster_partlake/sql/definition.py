@@ -24,6 +24,7 @@ IO manager applies them one after the other, each its own commit (`kinds.units`)
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from dagster import (
     AssetSpec,
     AutomationCondition,
     BackfillPolicy,
+    BetaWarning,
     CodeReferencesMetadataValue,
     DimensionPartitionMapping,
     IdentityPartitionMapping,
@@ -79,7 +81,11 @@ _BUILTIN: dict[str, PartitionMapping] = {
     "identity": IdentityPartitionMapping(),
 }
 # Time windows of another size: the upstream windows inside the downstream one that exist.
-_WINDOWS = TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+# (Dagster marks the argument beta; partlake chose it, so its warning would only be noise in
+# every code location with SQL models.)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", BetaWarning)
+    _WINDOWS = TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
 # Asset key -> the model it was built from, for `partlake sql render` in the same process.
 _BUILT: dict[AssetKey, SqlModel] = {}
 
