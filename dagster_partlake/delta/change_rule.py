@@ -1,4 +1,4 @@
-"""What counts as a change of a partition, and when it happened (DESIGN.md decision 3).
+"""What counts as a change of a partition, and when it happened.
 
 A partition changed when a commit changed its set of live files with actions marked
 `dataChange: true` (a file is its path plus its deletion vector); maintenance (`dataChange:

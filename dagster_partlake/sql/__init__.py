@@ -1,6 +1,6 @@
 """SQL models: a folder of `.sql` files with directives, as partitioned Dagster assets.
 
-A front door to the same assets Python declares (DESIGN.md decision 13): `parse` reads one file
+A front door to the assets Python declares (one model, many front doors): `parse` reads a file
 (directives, sqlglot tree, table references); `directives` maps the directives onto the metadata
 a Python asset declares; `project` validates a whole folder (keys, references, cycles) and orders
 it; `views` rewrites a query to read per-run temporary views; `lineage` derives column-level

@@ -5,7 +5,7 @@ asset would declare (`partlake/kind`, gates, `partlake/incremental`, ...), with 
 table its query reads, carrying the partition mapping. So the IO manager loads each input as a
 DataFrame of exactly the mapped upstream partitions and records what was consumed, and the
 planner, the sensor, `partlake run` and the asset checks treat a SQL model like a Python asset
-(DESIGN.md decision 13). The asset's body registers the inputs as temporary views
+(one model, many front doors). The asset's body registers the inputs as temporary views
 (`dagster_partlake.sql.views`) and returns `spark.sql` of the rewritten query.
 
 Partition mappings need no directive in the common cases: the same partitions (identity), time
