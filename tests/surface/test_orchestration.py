@@ -232,10 +232,6 @@ def _skipped_with(dev: DagsterDev, text: str) -> bool:
     return any(text in (t["skipReason"] or "") for t in _ticks(dev))
 
 
-def _failed_runs(dev: DagsterDev, count: int) -> bool:
-    return len([r for r in _runs(dev) if r["status"] == "FAILURE"]) >= count
-
-
 def _daemon_refresh(project: UserProject, raw: str) -> dict[str, Any]:
     """Under `dagster dev`: the sensor that runs by default refreshes day 2, whose batch fails
     its constraint twice (the ticks back off), then succeeds once the source is fixed."""
