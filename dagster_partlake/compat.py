@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         AssetKey,
         AssetSelection,
         DagsterInstance,
+        Definitions,
         RunRequest,
     )
 
@@ -76,6 +77,7 @@ __all__ = [
     "WorkerStatus",
     "all_assets_checked_at_load",
     "backfill_request",
+    "definitions_of_function",
     "backfills_in_progress",
     "log_check_evaluation",
     "partition_loading_context",
@@ -289,3 +291,16 @@ def backfills_in_progress(
         pairs = [(p.asset_key, p.partition_key) for p in target.iterate_asset_partitions()]
         found.append((backfill.backfill_id, pairs))
     return found
+
+
+def definitions_of_function(value: object) -> Definitions | None:
+    """What a `@dg.definitions` function at module level returns, loaded as Dagster loads a
+    module (`dagster ... -m MODULE` calls it without arguments); None when `value` is no such
+    function. Its type is private (`dagster.components.definitions.LazyDefinitions`)."""
+    from dagster import Definitions as PublicDefinitions
+    from dagster.components.definitions import LazyDefinitions
+
+    if not isinstance(value, LazyDefinitions):
+        return None
+    loaded = value()
+    return loaded if isinstance(loaded, PublicDefinitions) else None

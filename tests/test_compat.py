@@ -327,3 +327,24 @@ def test_a_backfill_request_becomes_a_backfill_listed_until_it_ends() -> None:
         assert backfill is not None
         instance.update_backfill(backfill.with_status(BulkActionStatus.COMPLETED_SUCCESS))
         assert compat.backfills_in_progress(instance, {"partlake/sensor": "s"}, graph) == []
+
+
+def test_a_definitions_function_is_loaded_as_dagster_loads_it() -> None:
+    """`@dg.definitions` (a dg project's `definitions.py`) gives Dagster's private
+    LazyDefinitions, which `partlake -m MODULE` calls as `dagster -m MODULE` does."""
+    import dagster as dg
+
+    @asset
+    def one() -> int:
+        return 1
+
+    @dg.definitions
+    def defs() -> Definitions:
+        return Definitions(assets=[one])
+
+    loaded = compat.definitions_of_function(defs)
+    assert loaded is not None and [k.to_user_string() for k in loaded.resolve_all_asset_keys()] == [
+        "one"
+    ]
+    assert compat.definitions_of_function(Definitions(assets=[one])) is None
+    assert compat.definitions_of_function(len) is None

@@ -125,6 +125,14 @@ def test_without_a_policy_each_partition_is_a_run_and_downstream_waits_for_its_o
         (("monthly",), "2024-02|eu", (2,)),
     ]
     assert by_number[3].run_tags()["partlake/partitions"] == "2024-01|eu"
+    # What each run reads of the runs it waits for: `partlake run` starts a run once those
+    # partitions are written, even if another asset of their run failed.
+    assert [r.reads for r in runs.runs] == [
+        (),
+        (),
+        (("daily", "2024-01-31|eu"),),
+        (("daily", "2024-02-01|eu"),),
+    ]
 
 
 def test_blocked_partitions_and_what_depends_on_them_wait() -> None:

@@ -102,3 +102,29 @@ def test_a_failed_run_is_counted_once(lake: Path, instance, monkeypatch) -> None
     failures = json.loads(cursor)["failures"]
     assert [count for count, _ in failures.values()] == [1], failures
     assert "backing-off" in skip
+
+
+def test_an_asset_of_an_io_manager_without_a_root_is_in_the_default_lake(
+    lake: Path, elsewhere: Path
+) -> None:
+    """The code location's `io_manager` names a root; an asset written by a second IO manager
+    without one (`io_manager_key="plain_io"`) lives in the default lake ($PARTLAKE_HOME), also
+    for the sensor and `partlake_stale()`, which see the asset graph alone (no resources)."""
+    from dagster_partlake.planning.graph import LakeGraph
+
+    @asset(partitions_def=DAYS, io_manager_key="plain_io")
+    def copy(raw: DataFrame) -> DataFrame:
+        return raw
+
+    defs = Definitions(
+        assets=[raw, clean, copy],
+        resources={
+            "io_manager": DeltaPartitionIOManager(root=str(lake)),
+            "plain_io": DeltaPartitionIOManager(),
+        },
+    )
+    expected = {"raw": lake, "clean": lake, "copy": elsewhere}
+    for graph in (LakeGraph(defs), LakeGraph(asset_graph=defs.resolve_asset_graph())):
+        assert {n: a.path for n, a in graph.assets.items()} == {
+            n: table_path(str(root), [n]) for n, root in expected.items()
+        }

@@ -167,7 +167,9 @@ def test_dependencies_come_from_the_syntax_tree(tmp_path: Path) -> None:
 def test_common_partition_mappings_need_no_directive(tmp_path: Path) -> None:
     months = MultiPartitionMapping(
         {
-            "date": DimensionPartitionMapping("month", TimeWindowPartitionMapping()),
+            "date": DimensionPartitionMapping(
+                "month", TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+            ),
             "region": DimensionPartitionMapping("region", IdentityPartitionMapping()),
         }
     )
@@ -204,6 +206,31 @@ def test_common_partition_mappings_need_no_directive(tmp_path: Path) -> None:
     assert mapping("named", "daily_region_stats") == months
     assert isinstance(mapping("all_days", "clean_events"), AllPartitionMapping)
     assert spec_of(assets["everything"]).partitions_def is None
+
+
+def test_a_month_of_a_daily_upstream_reads_the_days_it_has(tmp_path: Path) -> None:
+    """The default time-window mapping allows upstream windows that do not exist (a daily
+    upstream ending within the month), as the planner plans it; importing sql_assets shows
+    no Dagster beta warning for it."""
+    from dagster import MonthlyPartitionsDefinition, TimeWindowPartitionMapping
+
+    days = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
+    months = MonthlyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
+    daily = partlake_source("daily", partitions_def=days)
+    folder = write(tmp_path / "models", {"monthly.sql": "-- @partitions: m\nselect * from daily\n"})
+    (monthly,) = sql_assets(folder, partitions={"m": months}, upstream=[daily])
+    mapping = monthly.get_partition_mapping(AssetKey("daily"))
+    assert isinstance(mapping, TimeWindowPartitionMapping)
+    assert mapping.allow_nonexistent_upstream_partitions
+    quiet = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import dagster_partlake.sql.definition"],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
 
 
 def test_code_version_changes_with_the_query_or_directives_only(tmp_path: Path) -> None:

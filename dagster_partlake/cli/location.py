@@ -8,6 +8,7 @@ import sys
 
 from dagster import Definitions
 
+from dagster_partlake.compat import definitions_of_function
 from dagster_partlake.errors import PartlakeConfigError
 
 
@@ -22,10 +23,12 @@ def load_definitions(module: str) -> Definitions:
             f"cannot import module {module!r} ({error}); run from the directory that contains it "
             "or install it."
         ) from error
-    found = [v for v in vars(loaded).values() if isinstance(v, Definitions)]
+    # As Dagster loads a module: a `@dg.definitions` function (a dg project's) first.
+    lazy = [d for v in vars(loaded).values() if (d := definitions_of_function(v)) is not None]
+    found = lazy or [v for v in vars(loaded).values() if isinstance(v, Definitions)]
     if len(found) != 1:
         raise PartlakeConfigError(
             f"module {module!r} has {len(found)} Definitions objects; it needs exactly one "
-            "(e.g. `defs = Definitions(...)`)."
+            "(e.g. `defs = Definitions(...)`, or a function decorated with @dg.definitions)."
         )
     return found[0]

@@ -158,7 +158,7 @@ def commit(
 
     started = time.perf_counter()
     commit_id = commit_id or uuid.uuid4().hex
-    snapshot = _writable(location, snapshot, name, schema, partition_by)
+    snapshot = _writable(location, snapshot, name, schema, partition_by, max_attempts)
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
         if attempt > 1:
@@ -210,6 +210,7 @@ def _writable(
     name: str,
     schema: pa.Schema | None,
     partition_by: Sequence[str],
+    max_attempts: int,
 ) -> Snapshot:
     """The snapshot to commit on: the table created when there is none, checked writable, with
     the columns `schema` adds."""
@@ -217,7 +218,7 @@ def _writable(
         snapshot = created(location, name, schema, partition_by)
     snapshot.check_writable()
     if schema is not None:
-        _add_new_columns(snapshot, schema)
+        _add_new_columns(snapshot, schema, name, max_attempts)
     return snapshot
 
 
@@ -361,19 +362,59 @@ def created(
     return snapshot
 
 
-def _add_new_columns(snapshot: Snapshot, schema: pa.Schema) -> None:
+def _add_new_columns(snapshot: Snapshot, schema: pa.Schema, name: str, max_attempts: int) -> None:
     # An append commit does not change the table schema, so columns the write adds (allowed by
     # `merge_for_write`) go in first as a metadata-only commit. Should the data commit then fail,
     # the table keeps nullable columns that no file has yet, which every reader treats as nulls.
+    # Writers of other partitions may add the same columns at the same moment (their data has
+    # them too): the loser follows the log and finds them there.
+    from deltalake import Field as DeltaField
+    from deltalake.exceptions import CommitFailedError
+
+    last_error: Exception | None = None
+    wanted = [f for f in schema if f.name not in snapshot.schema.names]
+    for attempt in range(1, max_attempts + 1):
+        table_schema = snapshot.schema
+        new = [f for f in wanted if f.name not in table_schema.names]
+        if last_error is not None:
+            _check_added_alike(wanted, table_schema, name)
+        if not new:
+            return
+        try:
+            snapshot.table.alter.add_columns(
+                [DeltaField.from_arrow(f) for f in new], post_commithook_properties=post_commit()
+            )
+        except CommitFailedError as error:
+            last_error = error
+            time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+        snapshot.refresh()
+        if last_error is None:
+            return
+    raise CommitConflictError(
+        f"could not add the new columns of table {name} after {max_attempts} attempts because "
+        f"concurrent writers kept changing its metadata (last error: {last_error}). Nothing "
+        "was committed."
+    )
+
+
+def _check_added_alike(added: Sequence[pa.Field], table_schema: pa.Schema, name: str) -> None:
+    """Refuse columns a concurrent writer added with other types than this write's (compared
+    as Delta types: Arrow has several for one Delta type)."""
     from deltalake import Field as DeltaField
 
-    existing = set(snapshot.schema.names)
-    new = [f for f in schema if f.name not in existing]
-    if new:
-        snapshot.table.alter.add_columns(
-            [DeltaField.from_arrow(f) for f in new], post_commithook_properties=post_commit()
+    from dagster_partlake.errors import SchemaMismatchError
+
+    changed = [
+        f"{f.name} ({table_schema.field(f.name).type}, this write: {f.type})"
+        for f in added
+        if f.name in table_schema.names
+        and DeltaField.from_arrow(table_schema.field(f.name)).type != DeltaField.from_arrow(f).type
+    ]
+    if changed:
+        raise SchemaMismatchError(
+            f"a concurrent writer of table {name} added columns with other types: "
+            f"{', '.join(changed)}. Nothing was committed; run again to write on its schema."
         )
-        snapshot.refresh()
 
 
 def landed_version(location: TableLocation, before: int, commit_id: str, name: str) -> int:

@@ -2,8 +2,10 @@
 
 Each planned run (`planning.runs`) is one run of the code location's asset job, executed
 in this process so every run shares one Spark session; runs are recorded in the Dagster instance
-and show up in the UI. A run starts once every run it waits for has succeeded; a run whose
-upstream run failed is skipped (its partitions stay stale for the next plan). Up to
+and show up in the UI. A run starts once every run it waits for has ended and every partition
+it reads of them was written; a run that reads a partition whose write failed (or was skipped)
+is skipped (its partitions stay stale for the next plan), and one whose upstream run failed
+only in assets it does not read runs. Up to
 `max_parallel` runs execute at once, each in its own thread (by default as many as the assets'
 Dagster pool allows, see `orchestration.pools`); every step still claims a pool slot from
 the instance, so runs launched elsewhere (the sensor's, the UI's) share the same limit.
@@ -226,8 +228,8 @@ def _interrupted(instance: DagsterInstance, run_ids: Iterable[str]) -> None:
 
 
 class _Schedule:
-    """Starts each planned run once the runs it waits for succeeded, skips it when one failed,
-    and collects the outcomes."""
+    """Starts each planned run once the runs it waits for ended with what it reads of them
+    written, skips it when a partition it reads was not written, and collects the outcomes."""
 
     def __init__(
         self,
@@ -243,7 +245,7 @@ class _Schedule:
         self.job = graph.defs.resolve_implicit_global_asset_job_def()
         self.on_outcome = on_outcome
         self.pending = list(run_plan.runs)
-        self.succeeded: dict[int, bool] = {}
+        self.ended: set[int] = set()  # numbers of the runs reported
         self.not_written: set[tuple[str, Key]] = set()  # failed or skipped so far
         self.outcomes: list[Outcome] = []
         self.cutoff = any(a.kind == "tracked" for a in graph.assets.values())
@@ -252,11 +254,11 @@ class _Schedule:
         running: dict[Future[list[Outcome]], PlannedRun] = {}
         while self.pending or running:
             for run in list(self.pending):
-                failed_before = [w for w in run.waits_for if self.succeeded.get(w) is False]
-                if failed_before:
+                lost = [up for up in run.reads if up in self.not_written]
+                if lost:
                     self.pending.remove(run)
-                    self.report(run, _skipped(run, self.not_written))
-                elif all(self.succeeded.get(w) for w in run.waits_for):
+                    self.report(run, _skipped(run, lost))
+                elif all(w in self.ended for w in run.waits_for):
                     self.pending.remove(run)
                     if run.waits_for and self.cutoff and self.still_fresh(run):
                         self.report(run, _unchanged(run))
@@ -276,7 +278,7 @@ class _Schedule:
                 self.report(finished, future.result())
 
     def report(self, run: PlannedRun, results: list[Outcome]) -> None:
-        self.succeeded[run.number] = all(o.ok for o in results)
+        self.ended.add(run.number)
         self.not_written.update((o.asset, o.partition) for o in results if not o.ok)
         for outcome in results:
             self.outcomes.append(outcome)
@@ -306,12 +308,12 @@ def _unchanged(run: PlannedRun) -> list[Outcome]:
     ]
 
 
-def _skipped(run: PlannedRun, not_written: Collection[tuple[str, Key]]) -> list[Outcome]:
-    """Outcomes of a run not started because a run it waits for failed: each names the
-    upstream partition that was not written (`upstream checked 2024-07-03 failed`)."""
+def _skipped(run: PlannedRun, lost: Collection[tuple[str, Key]]) -> list[Outcome]:
+    """Outcomes of a run not started because partitions it reads (`lost`) were not written:
+    each names those it reads itself, else the run's (`upstream checked 2024-07-03 failed`)."""
     outcomes = []
     for item in run.items:
-        causes = _reads_from(item, not_written) or sorted(not_written, key=str)
+        causes = _reads_from(item, lost) or sorted(lost, key=str)
         shown = [f"{asset} {key or '-'}" for asset, key in causes]
         because = f"upstream {', '.join(shown[:3])}{' ...' if len(shown) > 3 else ''} failed"
         outcomes.append(

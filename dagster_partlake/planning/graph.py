@@ -149,7 +149,8 @@ class LakeGraph:
         if resource is not None:
             return io_manager_lake([resource])
         if node is not None:
-            return _configured_lake(node.assets_def.resource_defs.get(key))
+            # This asset's own IO manager: one that names no root keeps the default lake.
+            return _configured_lake(node.assets_def.resource_defs.get(key), unnamed_is_default=True)
         return assets_lake(self.asset_graph, key)
 
     def _lake_asset(self, spec: ModelSpec) -> LakeAsset:
@@ -390,16 +391,21 @@ def assets_lake(
     return None
 
 
-def _configured_lake(definition: object) -> TableLocation | None:
+def _configured_lake(
+    definition: object, *, unnamed_is_default: bool = False
+) -> TableLocation | None:
     """The lake a resource definition is configured with, when it stores a lake (an IO manager
-    with a `lake_location`, such as `DeltaPartitionIOManager`) and names its root."""
+    with a `lake_location`, such as `DeltaPartitionIOManager`) and names its root; with
+    `unnamed_is_default`, the default lake when it names none."""
     resource_cls = getattr(definition, "configurable_resource_cls", None)
     if definition is None or not callable(getattr(resource_cls, "lake_location", None)):
         return None
     field = definition.config_schema.as_field()  # type: ignore[attr-defined]
     config = field.default_value if field.default_provided else {}
     root, options = config.get("root"), config.get("storage_options") or {}
-    return lake_location(root, options) if isinstance(root, str) else None
+    if isinstance(root, str):
+        return lake_location(root, options)
+    return lake_location(None, options) if unnamed_is_default else None
 
 
 def io_manager_lake(resources: Iterable[object]) -> TableLocation | None:

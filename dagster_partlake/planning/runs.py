@@ -36,6 +36,9 @@ class PlannedRun:
     # Reads a partition that a run it waits for may leave unchanged (early cutoff): whether it
     # runs at all is known only once that run has committed.
     after_cutoff: bool = False
+    # The partitions (asset, key) of the runs it waits for that it reads: it can run once those
+    # are written, even if another asset of such a run failed.
+    reads: tuple[tuple[str, Key], ...] = ()
 
     @property
     def partition_key(self) -> str | None:
@@ -145,6 +148,7 @@ def runs_of(
                     batch.items,
                     tuple(sorted(waits)),
                     after_cutoff=any(up[0] in rules.cutoff for up in read),
+                    reads=tuple(dict.fromkeys(read)),
                 )
             )
             written.update({(i.asset, i.partition): number for i in batch.items})

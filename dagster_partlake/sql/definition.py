@@ -24,6 +24,7 @@ IO manager applies them one after the other, each its own commit (`kinds.units`)
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from dagster import (
     AssetSpec,
     AutomationCondition,
     BackfillPolicy,
+    BetaWarning,
     CodeReferencesMetadataValue,
     DimensionPartitionMapping,
     IdentityPartitionMapping,
@@ -78,6 +80,12 @@ _BUILTIN: dict[str, PartitionMapping] = {
     "all": AllPartitionMapping(),
     "identity": IdentityPartitionMapping(),
 }
+# Time windows of another size: the upstream windows inside the downstream one that exist.
+# (Dagster marks the argument beta; partlake chose it, so its warning would only be noise in
+# every code location with SQL models.)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", BetaWarning)
+    _WINDOWS = TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
 # Asset key -> the model it was built from, for `partlake sql render` in the same process.
 _BUILT: dict[AssetKey, SqlModel] = {}
 
@@ -479,14 +487,17 @@ def default_mapping(
     upstream: PartitionsDefinition | None, downstream: PartitionsDefinition | None
 ) -> PartitionMapping | None | Literal[False]:
     """The mapping the common cases need: None (Dagster's default does it: identity, an
-    unpartitioned side, one time dimension to another), a `MultiPartitionMapping` (time windows
-    of another size, the other dimensions equal), or False (no default fits)."""
+    unpartitioned side), time windows of another size (`TimeWindowPartitionMapping`, or a
+    `MultiPartitionMapping` with it and the other dimensions equal), or False (no default
+    fits). A window maps to those of its upstream windows that exist: a month of a daily
+    upstream that starts or ends within it reads the days it has, as the planner plans it
+    (Dagster's own default refuses such a month)."""
     if upstream is None or downstream is None or upstream == downstream:
         return None
     if isinstance(upstream, TimeWindowPartitionsDefinition) and isinstance(
         downstream, TimeWindowPartitionsDefinition
     ):
-        return None
+        return _WINDOWS
     if not (
         isinstance(upstream, MultiPartitionsDefinition)
         and isinstance(downstream, MultiPartitionsDefinition)
@@ -500,7 +511,7 @@ def default_mapping(
         if name in down and down[name] == definition:
             result[name] = DimensionPartitionMapping(name, IdentityPartitionMapping())
         elif isinstance(definition, TimeWindowPartitionsDefinition) and len(down_time) == 1:
-            result[name] = DimensionPartitionMapping(down_time[0], TimeWindowPartitionMapping())
+            result[name] = DimensionPartitionMapping(down_time[0], _WINDOWS)
         else:
             return False
     used = {m.dimension_name for m in result.values()}

@@ -119,3 +119,44 @@ def test_writer_killed_before_commit_leaves_table_unchanged(
     assert (DeltaTable(str(root)).version(), delta_files(root), delta_rows(root, ["id"])) == before
     df = read_partitions(spark, str(root), PartitionSelection.everything()).df
     assert spark_rows(df, ["id"]) == before[2]
+
+
+def test_two_writers_adding_the_same_column_both_commit(tmp_path: Path) -> None:
+    """Two writers of different partitions whose data brings the same new column (schema_mode
+    add_columns), each on a snapshot taken before the other added it: the second finds the
+    column there and commits, instead of failing on delta-rs' "Metadata changed since last
+    commit" (seen with `partlake run` running two partitions at once)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from dagster_partlake.delta.payload import CommitPayload
+    from dagster_partlake.delta.snapshot import open_snapshot
+    from dagster_partlake.delta.transaction import Actions, commit
+    from dagster_partlake.errors import SchemaMismatchError
+    from dagster_partlake.storage.location import as_location
+
+    root = tmp_path / "t"
+    write_deltalake(str(root), pa.table({"p": ["a"], "v": [1]}), partition_by=["p"])
+    location = as_location(str(root))
+    snapshots = [open_snapshot(location, table_name="t") for _ in range(3)]
+    payload = CommitPayload(partition_keys=("a",))
+
+    def write(snapshot: object, note: pa.DataType) -> int:
+        return commit(
+            location,
+            snapshot,  # type: ignore[arg-type]
+            lambda _snapshot: Actions(),
+            payload=lambda commit_id, now: payload.committed(
+                write_id=commit_id, commit_time_ms=now
+            ).to_commit_info(),
+            name="t",
+            schema=pa.schema([("p", pa.string()), ("v", pa.int64()), ("note", note)]),
+        ).version
+
+    # One metadata commit added the column; both data commits landed after it.
+    assert [write(snapshots[0], pa.string()), write(snapshots[1], pa.large_string())] == [2, 3]
+    assert DeltaTable(str(root)).schema().to_arrow().names == ["p", "v", "note"]
+    # A third writer's data has the column with another type: refused, nothing committed.
+    with pytest.raises(SchemaMismatchError, match=r"other types: note \(string, this write: int64"):
+        write(snapshots[2], pa.int64())
+    assert DeltaTable(str(root)).version() == 3
