@@ -39,3 +39,15 @@ def test_a_location_gives_each_reader_its_uri(
 def test_a_tables_location_under_an_object_store_lake() -> None:
     assert table_location("s3://lake/root", ["a", "b"]).uri == "s3://lake/root/warehouse/a/b"
     assert table_location("gs://b/r", ["a"]).spark_uri("x") == "gs://b/r/warehouse/a/x"
+
+
+def test_an_asset_key_may_be_given_as_dagster_spells_it() -> None:
+    from dagster import AssetKey
+
+    from dagster_partlake import table_path
+
+    expected = "/lake/warehouse/raw/orders"
+    assert table_path("/lake", "raw/orders") == expected  # was /lake/warehouse/r/a/w/...
+    assert table_path("/lake", ["raw", "orders"]) == expected
+    assert table_path("/lake", AssetKey(["raw", "orders"])) == expected
+    assert table_path("/lake", "orders") == "/lake/warehouse/orders"
