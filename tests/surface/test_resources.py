@@ -45,7 +45,7 @@ by_part = {"partition_expr": "part"}
 ranged = {"partitions_def": parts, "backfill_policy": one_run, "metadata": by_part}
 
 spark = SparkResource(
-    master="local[1]",
+    master="local[2]",
     app_name="shop-nightly",
     spark_config={
         "spark.sql.session.timeZone": "America/New_York",
@@ -270,7 +270,7 @@ def test_the_io_manager_reads_with_the_session_its_spark_resource_describes(
     facts = table_rows(_warehouse(shop) / "session_facts", columns)
     assert [f[0] for f in facts] == ["p1", "p2"]
     part, app_name, master, greeting, epoch_local, java_options, extensions = facts[0]
-    assert (app_name, master) == ("shop-nightly", "local[1]")
+    assert (app_name, master) == ("shop-nightly", "local[2]")
     assert greeting == "from spark_conf"  # spark_conf wins over spark_config
     assert epoch_local == "1969-12-31 19:00:00"  # spark_config's time zone (UTC-5)
     # Class data sharing off: no archive given to the JVM, none built.
