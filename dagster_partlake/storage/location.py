@@ -242,7 +242,7 @@ def table_location(
     if isinstance(asset_key, str):
         parts: Sequence[str] = asset_key.split("/")  # a key as Dagster spells it: 'a/b'
     else:
-        parts = getattr(asset_key, "path", asset_key)
+        parts = getattr(asset_key, "path", asset_key)  # type: ignore[arg-type]
     return base.join(WAREHOUSE_DIR, *parts)
 
 
