@@ -317,3 +317,11 @@ def test_returning_something_else_than_a_dataframe_is_explained(
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert "returned list; DeltaPartitionIOManager stores Spark DataFrames" in str(failure)
+
+
+def test_max_commit_attempts_below_one_is_refused_at_load() -> None:
+    """Zero attempts would fail every write with 'could not commit ... after 0 attempts'."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="max_commit_attempts"):
+        DeltaPartitionIOManager(max_commit_attempts=0)

@@ -39,3 +39,44 @@ def test_a_location_gives_each_reader_its_uri(
 def test_a_tables_location_under_an_object_store_lake() -> None:
     assert table_location("s3://lake/root", ["a", "b"]).uri == "s3://lake/root/warehouse/a/b"
     assert table_location("gs://b/r", ["a"]).spark_uri("x") == "gs://b/r/warehouse/a/x"
+
+
+def test_an_asset_key_may_be_given_as_dagster_spells_it() -> None:
+    from dagster import AssetKey
+
+    from dagster_partlake import table_path
+
+    expected = "/lake/warehouse/raw/orders"
+    assert table_path("/lake", "raw/orders") == expected  # was /lake/warehouse/r/a/w/...
+    assert table_path("/lake", ["raw", "orders"]) == expected
+    assert table_path("/lake", AssetKey(["raw", "orders"])) == expected
+    assert table_path("/lake", "orders") == "/lake/warehouse/orders"
+
+
+# What Spark raised reading a source on the S3 server when only the IO manager had the endpoint
+# (s3a then asked AWS), shortened.
+SPARK_ASKED_AWS = """An error occurred while calling o68.parquet.
+: java.net.UnknownHostException: getFileStatus on s3a://lake/p/orders/date=2024-01-02/part-0.parquet: software.amazon.awssdk.core.exception.SdkClientException: Received an UnknownHostException when attempting to interact with a service.
+\tat software.amazon.awssdk.auth.credentials.internal.ProfileCredentialsUtils.resolve(ProfileCredentialsUtils.java:1)
+\tat org.apache.hadoop.fs.s3a.S3AFileSystem.getFileStatus(S3AFileSystem.java:1)
+Caused by: java.net.UnknownHostException: lake.s3.us-east-2.amazonaws.com: Name or service not known
+\t... 42 more
+"""  # noqa: E501
+
+
+def test_a_spark_read_the_store_refused_names_the_table_and_the_spark_settings() -> None:
+    from dagster_partlake.storage.errors import spark_read_error
+
+    location = table_location("s3://lake/p", ["orders"], "s3://lake/p/orders")
+    error = spark_read_error(location, "orders", RuntimeError(SPARK_ASKED_AWS))
+    assert error is not None
+    text = str(error)
+    assert text.startswith(
+        "table orders: Spark cannot read s3://lake/p/orders: the endpoint does not answer"
+    ), text
+    assert "SparkResource(storage_options=...)" in text
+    assert "The store said: java.net.UnknownHostException: getFileStatus on s3a://" in text
+    # Not an object store's cause, or a local table: the engine's error stands.
+    assert spark_read_error(location, "orders", RuntimeError("AnalysisException: x")) is None
+    local = table_location("/lake", ["orders"])
+    assert spark_read_error(local, "orders", RuntimeError(SPARK_ASKED_AWS)) is None

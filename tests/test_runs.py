@@ -149,6 +149,23 @@ def test_blocked_partitions_and_what_depends_on_them_wait() -> None:
     ]
 
 
+def test_a_range_of_dynamic_partitions_follows_the_instance_order_of_their_keys() -> None:
+    """Cutting a single-run range of dynamic partitions reads their keys from the instance
+    (it failed with Dagster's "The instance is not available to load partitions")."""
+    from dagster import DagsterInstance, DynamicPartitionsDefinition
+
+    stores = DynamicPartitionsDefinition(name="stores")
+    assets = [PlanAsset("sales", ())]
+    stale = plan(PlanInput(assets, {}, {}, partition_keys={"sales": ["s9", "s8"]}))
+    one_run = {"sales": BackfillPolicy.single_run()}
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("stores", ["s9", "s8"])
+        runs = plan_runs(
+            stale, assets, {"sales": stores}, one_run, dynamic_partitions_store=instance
+        )
+    assert [(r.keys, r.partition_range) for r in runs.runs] == [(("s9", "s8"), ("s9", "s8"))]
+
+
 def test_multi_run_policy_chunks_a_box_into_ranges() -> None:
     keys = [f"2024-01-{d:02d}|eu" for d in range(1, 8)]
     runs = plan_runs(

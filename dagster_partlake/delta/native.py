@@ -224,8 +224,8 @@ def commit_with_delta_spark(
     raise CommitConflictError(
         f"could not commit to table {snapshot.name} through delta-spark after {max_attempts} "
         f"attempts because concurrent writers kept changing the same partitions{cause}; lower "
-        "the number of parallel writers of this table or raise max_attempts. Nothing was "
-        "committed."
+        "the number of parallel writers of this table or raise the IO manager's "
+        "max_commit_attempts. Nothing was committed."
     )
 
 

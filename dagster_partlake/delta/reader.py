@@ -28,6 +28,7 @@ from dagster_partlake.delta.selection import HIVE_NULL, PartitionSelection
 from dagster_partlake.delta.snapshot import Snapshot, open_snapshot
 from dagster_partlake.delta.table import LiveFile
 from dagster_partlake.errors import PartlakeConfigError, TableFeatureError
+from dagster_partlake.storage.errors import spark_read_error
 from dagster_partlake.storage.location import TableLocation
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ def read_files(
     Raises:
         PartlakeConfigError: a file is not laid out in `col=value/` folders.
         TableFeatureError: the table needs Spark's Delta to be read and the session lacks it.
+        StorageError: Spark could not reach the table's object store (naming the table).
     """
     schema = arrow_to_spark(snapshot.schema)
     columns = [field.name for field in schema.fields]
@@ -138,11 +140,17 @@ def read_files(
                 "partition values from the path; rewrite the table with dagster_partlake or Spark."
             )
     location = snapshot.location
-    df = (
-        spark.read.schema(schema)
-        .option("basePath", location.spark_uri())
-        .parquet(*location.spark_uris([f.relative_path for f in files]))
-    )
+    try:
+        df = (
+            spark.read.schema(schema)
+            .option("basePath", location.spark_uri())
+            .parquet(*location.spark_uris([f.relative_path for f in files]))
+        )
+    except Exception as error:
+        unreachable = spark_read_error(location, snapshot.name, error)
+        if unreachable is None:
+            raise
+        raise unreachable from error
     return ReadResult(df.select(*columns), snapshot.version, tuple(files))
 
 

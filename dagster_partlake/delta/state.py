@@ -17,7 +17,8 @@ it was read at is unchanged and whether the commit after it exists (two `stat`s;
 store two HEAD requests, `delta.log_files`), so a table that did not move costs next to nothing,
 and a table re-created at the same path or a damaged commit is read anew. A table is named by
 its location (`dagster_partlake.storage`: a path or a URI and its storage options); the cache
-keys it by its URI. A `StateCache(persist_dir=...)` also keeps each state on disk in the same
+keys it by its URI and its store (`TableLocation.cache_key`: the same URI on another S3 server
+is another table). A `StateCache(persist_dir=...)` also keeps each state on disk in the same
 column-wise form (`marshal`, stamped with the commit file it was read at), so a new process
 loads it without reading the log and follows only the commits made since.
 

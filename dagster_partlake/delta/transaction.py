@@ -192,7 +192,8 @@ def commit(
     raise CommitConflictError(
         f"could not commit to table {name} after {max_attempts} attempts because concurrent "
         f"writers kept changing it (last error: {last_error}); lower the number of parallel "
-        "writers of this table or raise max_attempts. Nothing was committed."
+        "writers of this table or raise the IO manager's max_commit_attempts. Nothing was "
+        "committed."
     )
 
 

@@ -153,6 +153,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
     )
     max_commit_attempts: int = Field(
         default=DEFAULT_MAX_ATTEMPTS,
+        ge=1,
         description="Commit attempts when concurrent writers conflict, before failing the step.",
     )
     writer: Literal["partlake", "delta-spark"] = Field(

@@ -103,7 +103,9 @@ def plan_runs(
             `partitions_defs`, `policies`, `units` and `cutoff` given by hand.
         blocked: partitions not to run (already running, or backing off after a failure); the
             partitions that depend on them are left waiting too.
-        instance: with `Definitions`, the Dagster instance holding dynamic partitions.
+        instance: the Dagster instance holding dynamic partitions (with `Definitions`,
+            default: the one of `$DAGSTER_HOME`, when the code location has dynamic
+            partitions); a range of dynamic partitions follows its order of their keys.
     """
     if not isinstance(assets, Definitions):
         return runs.plan_runs(
@@ -114,12 +116,13 @@ def plan_runs(
             blocked=blocked,
             units=units,
             cutoff=cutoff,
+            dynamic_partitions_store=instance,
         )
     from dagster_partlake.planning.graph import LakeGraph
 
     graph = LakeGraph(assets)
     store = instance if instance is not None else _dynamic_store(graph.has_dynamic_partitions)
-    rules = graph.run_rules(graph.plan_assets(store))
+    rules = graph.run_rules(graph.plan_assets(store), store)
     return runs.runs_of(plan, rules, blocked=blocked)
 
 

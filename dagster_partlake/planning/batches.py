@@ -35,6 +35,7 @@ import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from dagster import (
     BackfillPolicy,
@@ -43,8 +44,12 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from dagster_partlake.compat import partition_loading_context
 from dagster_partlake.partitions.keys import key_values
 from dagster_partlake.planning.definition import Key, Plan, PlanAsset, StalePartition
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ class RunRules:
     # Assets reading an input only once (incrementally, a landing folder): never several
     # partitions of a series in one run (each commit records what its whole run read).
     reads_once: Collection[str] = ()
+    # Where the keys of dynamic partitions definitions are (the Dagster instance): a range of
+    # dynamic partitions is cut in the order the instance holds them.
+    dynamic_partitions_store: DagsterInstance | None = None
     # Partition key coordinates per in-order asset (`series_of`), made on first use.
     _grids: dict[str, _Grid] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -121,7 +129,7 @@ class RunRules:
             return ()
         grid = self._grids.get(name)
         if grid is None:
-            grid = self._grids[name] = _Grid(partitions_def)
+            grid = self._grids[name] = _Grid(partitions_def, self.dynamic_partitions_store)
         coords = grid.coords(key)
         return tuple(c for i, c in enumerate(coords) if i != grid.time_axis)
 
@@ -267,7 +275,9 @@ class _Round:
                 by_key.setdefault(item.partition, []).append(item)
             policy = self.rules.policies.get(leader)
             for part in self.split_series(leader, keys, policy):
-                for chunk in _chunks(part, self.rules.partitions_defs.get(leader), policy):
+                partitions_def = self.rules.partitions_defs.get(leader)
+                store = self.rules.dynamic_partitions_store
+                for chunk in _chunks(part, partitions_def, policy, store):
                     chunk_items = tuple(i for k in chunk.keys for i in by_key.get(k, ()))
                     ready.append(
                         Batch(tuple(members), chunk.keys, chunk.partition_range, chunk_items)
@@ -351,14 +361,17 @@ class _Chunk:
 
 
 def _chunks(
-    keys: Sequence[Key], partitions_def: PartitionsDefinition | None, policy: BackfillPolicy | None
+    keys: Sequence[Key],
+    partitions_def: PartitionsDefinition | None,
+    policy: BackfillPolicy | None,
+    store: DagsterInstance | None = None,
 ) -> list[_Chunk]:
     if partitions_def is None or keys == [None]:
         return [_Chunk((None,), None)]
     if policy is None:
         return [_Chunk((k,), None) for k in keys]
     limit = policy.max_partitions_per_run
-    grid = _Grid(partitions_def)
+    grid = _Grid(partitions_def, store)
     chunks: list[_Chunk] = []
     for box in _boxes(grid, [k for k in keys if k is not None]):
         for start in range(0, len(box), limit or len(box)):
@@ -377,7 +390,9 @@ class _Grid:
     position in that dimension's key order. Lets range questions be answered without building
     Dagster's partition key objects, which costs seconds at tens of thousands of keys."""
 
-    def __init__(self, partitions_def: PartitionsDefinition) -> None:
+    def __init__(
+        self, partitions_def: PartitionsDefinition, store: DagsterInstance | None = None
+    ) -> None:
         if isinstance(partitions_def, MultiPartitionsDefinition):
             dims = {d.name: d.partitions_def for d in partitions_def.partitions_defs}
         else:
@@ -392,9 +407,11 @@ class _Grid:
             ),
             None,
         )
-        self.position = [
-            {k: i for i, k in enumerate(dims[n].get_partition_keys())} for n in self.names
-        ]
+        # A dynamic dimension's keys are in `store` (the Dagster instance).
+        with partition_loading_context(store):
+            self.position = [
+                {k: i for i, k in enumerate(dims[n].get_partition_keys())} for n in self.names
+            ]
 
     def coords(self, key: str) -> tuple[int, ...]:
         """Position per dimension; -1 where the value is not a partition of that dimension."""

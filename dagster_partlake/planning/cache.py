@@ -4,12 +4,12 @@ A new process (`partlake plan`, `partlake run`) finds the table states in the on
 (`dagster_partlake.delta.state`), but would still judge every partition of every asset: at
 100,000 partitions per asset that full plan is most of its first plan's time. So every plan made
 with an on-disk cache is saved with what it was computed from: the version of every table and a
-signature of the graph (assets, tables, code versions, partitions, dependencies with their
-partition mappings, and the partition keys of root assets). A new process whose persisted
-states are at exactly those versions, with the same signature, starts from that plan and plans
-only what the commits since then changed (`dagster_partlake.planning.replan`). Anything it cannot
-describe exactly (dynamic partitions, a custom partition mapping, a folder source) is never
-saved, and a damaged file is ignored.
+signature of the graph (assets, tables and the store they are on, code versions, partitions,
+dependencies with their partition mappings, and the partition keys of root assets). A new
+process whose persisted states are at exactly those versions, with the same signature, starts
+from that plan and plans only what the commits since then changed
+(`dagster_partlake.planning.replan`). Anything it cannot describe exactly (dynamic partitions, a
+custom partition mapping, a folder source) is never saved, and a damaged file is ignored.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def signature(graph: LakeGraph, partition_keys: Mapping[str, Sequence[Key]]) -> 
             repr(
                 (
                     name,
-                    asset.path,
+                    asset.location.cache_key,
                     asset.is_source,
                     asset.code_version,
                     asset.kind,
@@ -121,8 +121,10 @@ def _mapping(graph: LakeGraph, child: LakeAsset, parent: LakeAsset) -> str | Non
 
 
 def _file(persist_dir: str, graph: LakeGraph) -> str:
-    # One file per set of tables: a new signature (new code, a new day) replaces the plan.
-    tables = repr(sorted((name, a.path) for name, a in graph.assets.items()))
+    # One file per set of tables: a new signature (new code, a new day) replaces the plan. A
+    # table is named with its store (`TableLocation.cache_key`): the same URIs on another S3
+    # server are other tables, with a plan of their own.
+    tables = repr(sorted((name, a.location.cache_key) for name, a in graph.assets.items()))
     return os.path.join(persist_dir, f"plan-{hashlib.sha1(tables.encode()).hexdigest()}.plan")
 
 

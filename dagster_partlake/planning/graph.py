@@ -211,9 +211,13 @@ class LakeGraph:
                 result[asset.name] = tuple(k for k in keys if k in self.assets)
         return result
 
-    def run_rules(self, assets: Sequence[PlanAsset]) -> RunRules:
+    def run_rules(
+        self,
+        assets: Sequence[PlanAsset],
+        dynamic_partitions_store: DagsterInstance | None = None,
+    ) -> RunRules:
         """How this code location's stale partitions become runs, for the planner's `assets`
-        (from `plan_assets`)."""
+        (from `plan_assets` with the same `dynamic_partitions_store`)."""
         return RunRules(
             assets,
             self.partitions_defs(),
@@ -221,6 +225,7 @@ class LakeGraph:
             self.units(),
             self.cutoff(),
             reads_once=self.reads_once(),
+            dynamic_partitions_store=dynamic_partitions_store,
         )
 
     def reads_once(self) -> set[str]:

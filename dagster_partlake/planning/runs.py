@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from dagster import BackfillPolicy, PartitionsDefinition
+from dagster import BackfillPolicy, DagsterInstance, PartitionsDefinition
 
 from dagster_partlake.compat import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster_partlake.metadata import PARTITIONS_TAG, REASONS_TAG
@@ -108,6 +108,7 @@ def plan_runs(
     blocked: Mapping[str, set[Key]] | None = None,
     units: Mapping[str, Sequence[str]] | None = None,
     cutoff: Collection[str] = (),
+    dynamic_partitions_store: DagsterInstance | None = None,
 ) -> RunPlan:
     """Every run the plan needs, with what each waits for (`RunRules` spells out the arguments
     but `plan` and `blocked`; `runs_of` takes them as one value).
@@ -116,8 +117,17 @@ def plan_runs(
         plan: from `planner.plan`.
         blocked: partitions not to run (already running, or backing off after a failure); the
             partitions that depend on them are left waiting too.
+        dynamic_partitions_store: the Dagster instance holding the keys of dynamic partitions
+            definitions, when a range of them may be cut.
     """
-    rules = RunRules(assets, partitions_defs, policies, units or {}, cutoff)
+    rules = RunRules(
+        assets,
+        partitions_defs,
+        policies,
+        units or {},
+        cutoff,
+        dynamic_partitions_store=dynamic_partitions_store,
+    )
     return runs_of(plan, rules, blocked=blocked)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -73,6 +73,8 @@ class PlanResult:
     inputs: PlanInput
     states: dict[str, TableState | None]
     seconds: float
+    # Where the plan found the keys of dynamic partitions: its runs are cut from the same ones.
+    dynamic_partitions_store: DagsterInstance | None = field(default=None, compare=False)
 
     @property
     def versions(self) -> dict[str, int]:
@@ -143,7 +145,8 @@ class PlanningSession:
         result = _with_increments(self.graph, whole, states)
         if select:
             result = result.select(select)
-        return PlanResult(result, inputs, states, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return PlanResult(result, inputs, states, seconds, dynamic_partitions_store)
 
     def runs(self, result: PlanResult, *, blocked: Mapping[str, set[Key]] | None = None) -> RunPlan:
         """The runs `result`'s plan becomes in this code location."""
@@ -404,8 +407,10 @@ def _ranges(
 def runs_for(
     graph: LakeGraph, result: PlanResult, *, blocked: Mapping[str, set[Key]] | None = None
 ) -> RunPlan:
-    """The runs `result`'s plan becomes in this code location (`planning.runs`)."""
-    return runs_of(result.plan, graph.run_rules(result.inputs.assets), blocked=blocked)
+    """The runs `result`'s plan becomes in this code location (`planning.runs`), over the
+    dynamic partitions it was planned with."""
+    rules = graph.run_rules(result.inputs.assets, result.dynamic_partitions_store)
+    return runs_of(result.plan, rules, blocked=blocked)
 
 
 def _may_exist(location: TableLocation) -> bool:

@@ -259,6 +259,10 @@ class SparkResource(LazyPySparkResource):
 
         assert self.remote is not None
         self._owns_session = running_session() is None
+        # As pyspark's own builder does for a remote session: `pyspark.sql.functions` and
+        # `Column` then build Spark Connect expressions (F.sum("x") on a classic path asks for
+        # a SparkContext: "SparkContext or SparkSession should be created first").
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
         session = ConnectSession.builder.remote(self.remote).getOrCreate()
         _warned.discard(self.remote)  # a new session says again what it waits for
         session.client.set_retry_policies(
@@ -315,7 +319,7 @@ class SparkResource(LazyPySparkResource):
             f"the Spark Connect server {self.remote} did not answer (each call retried for "
             f"{self.connect_wait_seconds} s: {detail}). Nothing was committed: the partitions "
             "stay as they were. Start the server again (partlake spark start) or point "
-            "SparkResource(remote=...) / PARTLAKE_SPARK_REMOTE at a running one; the sensor "
+            "SparkResource(remote=...) at a running one; the sensor "
             "retries the run after its back-off."
         )
 

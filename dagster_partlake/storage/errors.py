@@ -73,3 +73,31 @@ def storage_error(location: TableLocation, name: str, error: BaseException) -> S
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     advice = cause_of(error) or "check the storage options and that the store is reachable"
     return StorageError(f"cannot access {where}{at}: {advice}. The store said: {first}")
+
+
+def spark_read_error(
+    location: TableLocation, table: str, error: BaseException
+) -> StorageError | None:
+    """The error to raise when Spark could not read `location` on an object store for a
+    known cause (None: another error, to raise as it is).
+
+    Spark reaches the store with the Spark resource's settings, not the IO manager's: a lake
+    whose options were given to the IO manager only is planned and committed fine, and only
+    Spark's reads fail (with a Java exception on a `Py4JJavaError` whose first line names a
+    JVM object), so the message says which settings Spark used.
+    """
+    if location.is_local:
+        return None
+    # The messages of the exception and its causes, without the stack frames (whose class
+    # names, e.g. the SDK's `auth.credentials` providers, would read as causes).
+    lines = [line.strip().strip(":").strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("at ", "... "))]
+    advice = cause_of(RuntimeError("\n".join(lines)))
+    if advice is None:
+        return None
+    said = next((line for line in lines if "Exception" in line), lines[0] if lines else "")
+    return StorageError(
+        f"table {table}: Spark cannot read {location.uri}: {advice}. Spark reaches the store "
+        "with the Spark resource's storage options (SparkResource(storage_options=...), else "
+        f"the environment variables), not the IO manager's. The store said: {said[:300]}"
+    )

@@ -226,7 +226,8 @@ def table_location(
 
     Args:
         lake: the lake root (None: `lake_location()`'s default).
-        asset_key: a Dagster `AssetKey` or its path components.
+        asset_key: a Dagster `AssetKey`, its path components, or its name as Dagster spells
+            it ('raw/orders').
         path: the asset's `partlake/path` metadata, if any.
         storage_options: explicit options (default: the lake's).
     """
@@ -238,8 +239,11 @@ def table_location(
         if "://" in text or os.path.isabs(text):
             return TableLocation.parse(text, base.storage_options)
         return base.join(*text.split("/"))
-    parts = getattr(asset_key, "path", asset_key)
-    return base.join(WAREHOUSE_DIR, *parts)  # type: ignore[misc]
+    if isinstance(asset_key, str):
+        parts: Sequence[str] = asset_key.split("/")  # a key as Dagster spells it: 'a/b'
+    else:
+        parts = getattr(asset_key, "path", asset_key)  # type: ignore[arg-type]
+    return base.join(WAREHOUSE_DIR, *parts)
 
 
 def table_path(
@@ -249,7 +253,8 @@ def table_path(
 
     Args:
         root: lake root (None: `$PARTLAKE_HOME`, else `.partlake`).
-        asset_key: a Dagster `AssetKey` or its path components.
+        asset_key: a Dagster `AssetKey`, its path components, or its name as Dagster spells
+            it ('raw/orders').
         path: the asset's `partlake/path` metadata, if any.
     """
     return table_location(root, asset_key, path).uri
