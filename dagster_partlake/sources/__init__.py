@@ -1,6 +1,6 @@
 """Sources outside the lake: PostgreSQL tables and Kafka topics, Dagster-free.
 
-Each kind gives what a Delta table or a folder gives (DESIGN: a source is one concept with
+Each kind gives what a Delta table or a folder gives (a source is one concept with
 kinds): where it is, resolved once from its declaration (`PostgresTable`, `KafkaTopic`, stored
 in the source asset's metadata without secrets); a state reader whose per-partition change
 stamps the planner reads as it reads a Delta table's lastUpdated (`postgres.table_state`,
