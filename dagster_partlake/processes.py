@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, DagsterRun
@@ -66,3 +68,60 @@ def record_worker(instance: DagsterInstance, run: DagsterRun) -> bool:
         return False
     instance.add_run_tags(run.run_id, process_tags())
     return True
+
+
+# Called when an output of a run has committed (`DeltaPartitionIOManager`, after the commit),
+# with the run, the instance and a logger: what the layers above want done then (the next level
+# of a refresh, `orchestration.chain`), registered by them here, a base module every layer sees.
+# The hooks run in a thread of their own, one pass at a time per run (a commit during a pass asks
+# for one more), so the run's next steps do not wait for them; the run's end waits.
+RunHook = Callable[["DagsterRun", "DagsterInstance", Any], object]
+_RUN_HOOKS: list[RunHook] = []
+_PASSES: dict[str, tuple[threading.Thread, list[bool]]] = {}  # run id -> its pass, asked again
+_PASSES_LOCK = threading.Lock()
+HOOKS_WAIT_SECONDS = 60.0
+
+
+def on_run_committed(hook: RunHook) -> None:
+    """Call `hook` when an output of a run has committed in this process (registered once)."""
+    if hook not in _RUN_HOOKS:
+        _RUN_HOOKS.append(hook)
+
+
+def run_committed(run: DagsterRun, instance: DagsterInstance, log: Any) -> None:
+    """Start a pass of the hooks for `run` (or ask the one running for another)."""
+    if not _RUN_HOOKS:
+        return
+    with _PASSES_LOCK:
+        running = _PASSES.get(run.run_id)
+        if running is not None and running[0].is_alive():
+            running[1][0] = True
+            return
+        again = [False]
+        thread = threading.Thread(
+            target=_passes, args=(run, instance, log, again), name="partlake-run-hooks"
+        )
+        _PASSES[run.run_id] = (thread, again)
+        thread.start()
+
+
+def _passes(run: DagsterRun, instance: DagsterInstance, log: Any, again: list[bool]) -> None:
+    while True:
+        for hook in list(_RUN_HOOKS):
+            try:
+                hook(run, instance, log)
+            except Exception as error:  # noqa: BLE001 - the sensor remains the safety net
+                if log is not None:
+                    log.warning(f"after a commit of this run, {hook.__name__} failed: {error}")
+        with _PASSES_LOCK:
+            if not again[0]:
+                return
+            again[0] = False
+
+
+def run_hooks_done(run_id: str) -> None:
+    """Wait (a bounded time) for the hooks of the run's commits; forget them."""
+    with _PASSES_LOCK:
+        running = _PASSES.pop(run_id, None)
+    if running is not None:
+        running[0].join(HOOKS_WAIT_SECONDS)

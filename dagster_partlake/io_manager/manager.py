@@ -64,7 +64,7 @@ from dagster_partlake.partitions.keys import (
     selection_for_keys,
     validate_keys,
 )
-from dagster_partlake.processes import record_worker
+from dagster_partlake.processes import record_worker, run_committed, run_hooks_done
 from dagster_partlake.records.queries import newest_record
 from dagster_partlake.records.record import CommitRecord
 from dagster_partlake.sources.kafka import KafkaTopic
@@ -103,6 +103,17 @@ class _Read:
 # through `partlake_source(io_manager_key=...)`), and the output's commit records it all the same.
 _READS: dict[tuple[str, str], dict[str, _Read]] = {}
 _READS_LOCK = threading.Lock()
+
+
+def _committed(context: OutputContext) -> None:
+    """Say that an output of the run committed: what the layers above want done then
+    (`processes.run_committed`: the next level of a refresh) runs beside the run's next steps."""
+    try:
+        run = context.step_context.dagster_run
+        instance = context.step_context.instance
+    except DagsterInvariantViolationError:
+        return  # outside a run
+    run_committed(run, instance, context.log)
 
 
 def _forget_reads(run_id: str) -> None:
@@ -178,6 +189,8 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         run = context.dagster_run
         if run is not None:
             _forget_reads(run.run_id)
+            # What its commits asked for is done before the run ends.
+            run_hooks_done(run.run_id)
 
     def __repr_args__(self) -> Any:
         # Secrets never reach a repr, and so no log line or error message that shows one.
@@ -278,6 +291,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
             # What `partlake run`'s line and the UI show of a run its guards skipped.
             metadata[SKIPPED_KEY] = MetadataValue.text(skip)
         context.add_output_metadata(metadata)
+        _committed(context)
 
     def _write(
         self,

@@ -21,16 +21,87 @@ so the runs waiting for them go on.
 
 from __future__ import annotations
 
-from dagster import DagsterRun, DefaultRunLauncher
+import os
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+from dagster import DagsterRun, DefaultRunLauncher, Field
+from dagster._core.launcher.base import LaunchRunContext
+from dagster._serdes import serialize_value
 
 from dagster_partlake.compat import CheckRunHealthResult, WorkerStatus
+from dagster_partlake.orchestration.warm import WARM_TAG, WarmPool
 from dagster_partlake.orchestration.workers import alive, free_slots, worker_of_run
 
 
 class MonitoredRunLauncher(DefaultRunLauncher):
     """Launches runs as the DefaultRunLauncher does, and tells run monitoring whether a run's
     worker process is still alive. Configured in dagster.yaml (see the module docstring); not a
-    resource of the code location."""
+    resource of the code location.
+
+    With `warm_workers: N` (config), it keeps up to N warm workers per code location
+    (`orchestration.warm`): processes that have imported Dagster and the code location and
+    started its local Spark; a run is handed to a ready one, whose replacement starts at once,
+    and otherwise launched as before.
+    """
+
+    def __init__(self, inst_data: Any = None, warm_workers: int = 0) -> None:
+        super().__init__(inst_data=inst_data)
+        self._pool = WarmPool(warm_workers) if warm_workers > 0 else None
+
+    @classmethod
+    def config_type(cls) -> dict[str, Any]:
+        return {
+            "warm_workers": Field(
+                int,
+                is_required=False,
+                default_value=0,
+                description=(
+                    "Warm run workers kept per code location (0: a new process per run, as "
+                    "Dagster's DefaultRunLauncher)."
+                ),
+            )
+        }
+
+    @classmethod
+    def from_config_value(
+        cls, inst_data: Any, config_value: Mapping[str, Any]
+    ) -> MonitoredRunLauncher:
+        return cls(inst_data=inst_data, warm_workers=int(config_value.get("warm_workers", 0)))
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        origin = run.job_code_origin
+        if self._pool is None or origin is None:
+            super().launch_run(context)
+            return
+        worker = self._pool.take(origin)
+        if worker is None:
+            super().launch_run(context)
+        else:
+            self._instance.add_run_tags(run.run_id, {WARM_TAG: str(worker.pid)})
+            worker.hand(run.run_id, serialize_value(self._instance.get_ref()))
+        self._pool.fill(origin)  # the next run's worker warms up now
+
+    def terminate(self, run_id: str) -> bool:
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or WARM_TAG not in run.tags:
+            return super().terminate(run_id)
+        if run.is_finished:
+            return False
+        self._instance.report_run_canceling(run)
+        # The worker executes the run as `dagster api execute_run` does: an interrupt ends it.
+        try:
+            os.kill(int(run.tags[WARM_TAG]), signal.SIGINT)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def dispose(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+        super().dispose()
 
     @property
     def supports_check_run_worker_health(self) -> bool:

@@ -88,10 +88,12 @@ from dagster_partlake.metadata import (
     REFRESH_TAG,
     UPSTREAM_FAILED_TAG,
 )
+from dagster_partlake.orchestration import chain
 from dagster_partlake.planning.graph import LakeGraph, repository_lake
 from dagster_partlake.planning.planner import Key, StalePartition, render_partition
 from dagster_partlake.planning.runs import PlannedRun, RunPlan
 from dagster_partlake.planning.session import PlanningSession, PlanResult
+from dagster_partlake.processes import on_run_committed
 from dagster_partlake.spec.load import checked_selection
 from dagster_partlake.storage.location import lake_location
 
@@ -245,6 +247,11 @@ def build_invalidation_sensor(
         io_manager_key=io_manager_key,
         refresh=refresh,
     )
+
+    # A run this sensor requests asks for the next level of its refresh once it has committed
+    # (`orchestration.chain`): the run's process knows the sensor's settings by its name.
+    chain.SENSORS[name] = settings
+    on_run_committed(chain.request_next_level)
 
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
     # Dagster run each request's assets in the code location's asset job. It is all assets, and

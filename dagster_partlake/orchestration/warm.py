@@ -1,0 +1,248 @@
+"""Warm run workers: processes that have imported Dagster and the code location, and started its
+local Spark, before a run is handed to them.
+
+A run launched by Dagster's DefaultRunLauncher starts a new process that imports Dagster and the
+code location and, with local Spark, starts a JVM: seconds before its first step, paid by every
+run. `MonitoredRunLauncher(warm_workers=N)` keeps up to N workers per code location ready
+instead (`WarmPool`), each a process running this module's `main`:
+
+1. it loads the code location the way a run's process does (`recon_job_from_origin`), and
+   starts its Spark session when the code location's `SparkResource` is local (a Spark Connect
+   or cluster session costs nothing to start);
+2. it says it is ready on stdout: its pid and every file of the code location it imported
+   (with size and modification time), so the launcher can tell when that code changed on disk;
+3. it waits for one line on stdin: the run to execute (its id and the Dagster instance's
+   reference), executes it exactly as `dagster api execute_run` does (the same events, the
+   same `RUN_START` with its pid, the same interrupt handling for cancellation), and exits.
+
+A worker runs one run, never two. Its stdin is the launcher's: when the launcher's process ends,
+the worker reads end-of-file and exits without running anything. A worker whose code changed on
+disk is stopped, never handed a run (`WarmWorker.stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+    from dagster._core.origin import JobPythonOrigin
+
+READY = "partlake-warm-worker-ready"
+
+
+def code_files(working_directory: str | None) -> dict[str, tuple[int, int]]:
+    """The imported modules' files below `working_directory` (the code location's own code),
+    each with its size and modification time (ns)."""
+    if not working_directory:
+        return {}
+    base = os.path.realpath(working_directory) + os.sep
+    found: dict[str, tuple[int, int]] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if not real.startswith(base) or f"{os.sep}site-packages{os.sep}" in real:
+            continue
+        try:
+            stat = os.stat(real)
+        except OSError:
+            continue
+        found[real] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def _warm_spark(recon_job: ReconstructableJob) -> bool:
+    """Start the code location's local Spark session now; whether one was started."""
+    from dagster_partlake.spark.resource import SparkResource
+
+    repository = recon_job.repository.get_definition()
+    for definition in repository.get_top_level_resources().values():
+        resource_cls = getattr(definition, "configurable_resource_cls", None)
+        if not (isinstance(resource_cls, type) and issubclass(resource_cls, SparkResource)):
+            continue
+        field = definition.config_schema.as_field()
+        config = field.default_value if field.default_provided else {}
+        resource = resource_cls(**config)
+        if resource.remote is not None or not resource.master.startswith("local"):
+            return False
+        from dagster_partlake.spark.resource import take_session_starts
+
+        resource.spark_session  # noqa: B018 - starts the JVM; the run's resource reuses it
+        take_session_starts()  # not the run's start-up: its metadata must not show it
+        return True
+    return False
+
+
+def main() -> int:
+    """A warm worker (see the module docstring); `$PARTLAKE_WARM_ORIGIN` is the serialized
+    `JobPythonOrigin` of the code location's job."""
+    from dagster import DagsterInstance
+    from dagster._cli.api import _execute_run_command_body
+    from dagster._core.origin import JobPythonOrigin
+    from dagster._serdes import deserialize_value
+    from dagster._utils.hosted_user_process import recon_job_from_origin
+    from dagster._utils.interrupts import capture_interrupts
+
+    origin = deserialize_value(os.environ["PARTLAKE_WARM_ORIGIN"], JobPythonOrigin)
+    recon_job = recon_job_from_origin(origin)
+    recon_job.get_definition()  # imports the code location
+    spark = _warm_spark(recon_job)
+    pointer = origin.repository_origin.code_pointer
+    ready = {
+        "pid": os.getpid(),
+        "spark": spark,
+        "files": code_files(getattr(pointer, "working_directory", None)),
+    }
+    sys.stdout.write(f"{READY} {json.dumps(ready)}\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # the launcher is gone: nothing to run
+    order: dict[str, Any] = json.loads(line)
+    from dagster._core.instance.ref import InstanceRef
+
+    with capture_interrupts():
+        ref = deserialize_value(order["instance_ref"], InstanceRef)
+        with DagsterInstance.from_ref(ref) as instance:
+            return _execute_run_command_body(
+                order["run_id"], instance, lambda _event: None, set_exit_code_on_failure=False
+            )
+
+
+# -- the launcher's side --------------------------------------------------------------------------
+
+WARM_TAG = "partlake/warm_worker"  # on a run handed to a warm worker: the worker's pid
+
+
+class WarmWorker:
+    """One worker process started by the pool, and what it said when it became ready."""
+
+    def __init__(self, proc: subprocess.Popen[str], key: str) -> None:
+        self.proc = proc
+        self.key = key
+        self.started = time.monotonic()
+        self.ready: dict[str, Any] | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, name="partlake-warm-worker", daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        """Wait for the ready line, then pass the worker's output on (the run's stdout)."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if self.ready is None and line.startswith(READY + " "):
+                self.ready = json.loads(line[len(READY) + 1 :])
+                self._ready.set()
+                continue
+            sys.stdout.write(line)
+        self._ready.set()  # ended: never ready
+
+    def is_ready(self) -> bool:
+        return self.ready is not None and self.proc.poll() is None
+
+    def stale(self) -> bool:
+        """Whether a file of the code location it imported changed since (or is gone)."""
+        assert self.ready is not None
+        for path, (size, mtime) in self.ready["files"].items():
+            try:
+                stat = os.stat(path)
+            except OSError:
+                return True
+            if (stat.st_size, stat.st_mtime_ns) != (size, mtime):
+                return True
+        return False
+
+    def hand(self, run_id: str, instance_ref: str) -> None:
+        """Give it the run; it executes it and exits."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"run_id": run_id, "instance_ref": instance_ref}) + "\n")
+        self.proc.stdin.close()
+
+    def stop(self) -> None:
+        """End a worker that will not run anything (end-of-file on its stdin, then a kill)."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class WarmPool:
+    """Up to `size` warm workers per code location (its job's Python origin), started in the
+    background, each handed at most one run."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._workers: dict[str, list[WarmWorker]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(origin: JobPythonOrigin) -> str:
+        """Workers are shared by the runs of one code location (any job of it)."""
+        from dagster._serdes import serialize_value
+
+        return serialize_value(origin.repository_origin)
+
+    def take(self, origin: JobPythonOrigin) -> WarmWorker | None:
+        """A ready worker of the code location whose code is as it was loaded, else None (a
+        worker whose code changed is stopped; one still warming up is left to warm up)."""
+        key = self.key(origin)
+        with self._lock:
+            workers = self._workers.setdefault(key, [])
+            for worker in list(workers):
+                if worker.proc.poll() is not None:
+                    workers.remove(worker)
+                elif worker.is_ready() and worker.stale():
+                    workers.remove(worker)
+                    worker.stop()
+                elif worker.is_ready():
+                    workers.remove(worker)
+                    return worker
+        return None
+
+    def fill(self, origin: JobPythonOrigin) -> None:
+        """Start workers until the code location has `size` (in the background)."""
+        from dagster._serdes import serialize_value
+
+        key = self.key(origin)
+        with self._lock:
+            workers = self._workers.setdefault(key, [])
+            workers[:] = [w for w in workers if w.proc.poll() is None]
+            for _ in range(self.size - len(workers)):
+                pointer = origin.repository_origin.code_pointer
+                cwd = getattr(pointer, "working_directory", None) or os.getcwd()
+                env = {**os.environ, "PARTLAKE_WARM_ORIGIN": serialize_value(origin)}
+                proc = subprocess.Popen(
+                    [origin.executable_path, "-m", "dagster_partlake.orchestration.warm"],
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                workers.append(WarmWorker(proc, key))
+
+    def stop(self) -> None:
+        with self._lock:
+            workers = [w for ws in self._workers.values() for w in ws]
+            self._workers.clear()
+        for worker in workers:
+            worker.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
