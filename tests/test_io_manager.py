@@ -325,3 +325,68 @@ def test_max_commit_attempts_below_one_is_refused_at_load() -> None:
 
     with pytest.raises(ValidationError, match="max_commit_attempts"):
         DeltaPartitionIOManager(max_commit_attempts=0)
+
+
+def test_a_dependency_the_asset_does_not_load_is_recorded_as_the_run_found_it(
+    spark, lake: Path, instance
+) -> None:
+    """`deps=[raw]`: the asset reads raw's table itself; its commit records raw's partitions
+    as they were when the run started, so the plan is empty after the run, and a rewrite of
+    one partition of raw makes exactly the partition that maps to it stale (it was stale
+    forever: no input was loaded, so nothing said what the write was computed from)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from dagster_partlake import partlake_source
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import make_plan
+
+    days = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
+    raw = partlake_source("raw", partitions_def=days, root=str(lake))
+    raw_path = str(lake / "warehouse" / "raw")
+
+    @asset(partitions_def=days, deps=[raw])
+    def counted(context) -> DataFrame:  # noqa: ANN001
+        rows = DeltaTable(raw_path).to_pyarrow_table().to_pylist()
+        day = context.partition_key
+        n = sum(1 for r in rows if r["date"] == day)
+        return spark.createDataFrame([(day, n)], "date string, n long")
+
+    def write(day: str, n: int) -> None:
+        table = pa.table({"date": [day] * n, "v": list(range(n))})
+        write_deltalake(
+            raw_path, table, partition_by=["date"], mode="overwrite", predicate=f"date = '{day}'"
+        )
+
+    write_deltalake(raw_path, pa.table({"date": ["2024-01-01"], "v": [0]}), partition_by=["date"])
+    write("2024-01-02", 2)
+    from dagster import Definitions
+
+    defs = Definitions(assets=[raw, counted], resources=resources(lake))
+    for day in ("2024-01-01", "2024-01-02"):
+        materialize(
+            [raw, counted],
+            selection=[counted.key],
+            partition_key=day,
+            instance=instance,
+            resources=resources(lake),
+        )
+    assert not make_plan(LakeGraph(defs, root=str(lake)), StateCache()).plan
+    write("2024-01-02", 3)
+    stale = make_plan(LakeGraph(defs, root=str(lake)), StateCache()).plan
+    assert [(i.asset, i.partition, i.reason) for i in stale.items] == [
+        ("counted", "2024-01-02", "upstream_changed")
+    ]
+    materialize(
+        [raw, counted],
+        selection=[counted.key],
+        partition_key="2024-01-02",
+        instance=instance,
+        resources=resources(lake),
+    )
+    assert delta_rows(lake / "warehouse" / "counted", ["date", "n"]) == [
+        ("2024-01-01", 1),
+        ("2024-01-02", 3),
+    ]
+    assert not make_plan(LakeGraph(defs, root=str(lake)), StateCache()).plan

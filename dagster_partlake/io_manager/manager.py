@@ -252,6 +252,7 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
                 "partitions one by one. Return one DataFrame."
             )
         reads = self._inputs_of(context)
+        reads = {**self._dependencies_read(context, target, reads), **reads}
         incremental = any(r.incremental or r.landing is not None for r in reads.values())
         target = replace(target, incremental_inputs=incremental)
         if ordered and incremental and len(target.keys) > 1:
@@ -641,6 +642,63 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         context.log.info(f"run condition '{condition.description}' does not hold: skipped")
         return condition.description
 
+    def _dependencies_read(
+        self, context: OutputContext, target: WriteTarget, reads: Mapping[str, _Read]
+    ) -> dict[str, _Read]:
+        """The upstream assets the output depends on without loading them (`deps=[...]`): each
+        as its table was when the run started, for the partitions the output's map to.
+
+        Dagster loads no input for such a dependency, so no read says what the output was
+        computed from; the run's start is the latest state it can have seen, so a change
+        during the run is seen by the next plan, never missed.
+        """
+        from dagster_partlake.delta.snapshot import open_snapshot
+
+        parents = _parents(context)
+        missing = sorted((parents or set()) - set(reads) - {target.asset_name})
+        if not missing:
+            return {}
+        try:
+            layer = context.step_context.job_def.asset_layer
+            record = context.step_context.instance.get_run_record_by_id(context.run_id)
+        except DagsterInvariantViolationError:
+            return {}
+        started = record.start_time if record is not None and record.start_time else time.time()
+        found: dict[str, _Read] = {}
+        for name in missing:
+            key = AssetKey.from_user_string(name)
+            if not layer.has(key):
+                continue
+            spec = spec_of(layer.get(key).assets_def, key)
+            if spec.is_folder or spec.external is not None:
+                continue  # read by the asset itself through no table of this lake's
+            location = self.location_of(spec)
+            try:
+                snapshot = open_snapshot(
+                    location,
+                    table_name=name,
+                    timestamp=dt.datetime.fromtimestamp(started, dt.UTC),
+                    must_exist=False,
+                )
+            except PartlakeError:
+                snapshot = None  # no version that old: not there yet when the run started
+            if snapshot is None:
+                found[name] = _Read(-1, {})
+                continue
+            state = _STATES.at_version(location, snapshot.version, name=name)
+            wanted = _mapped_keys(layer.asset_graph, context.asset_key, key, target.keys)
+            codec = KeyCodec(list(spec.columns), state.column_types)
+            partitions: dict[str, int] = {}
+            for values, updated in state.last_updated.items():
+                if updated is None:
+                    continue
+                by_column = dict(zip(state.partition_by, values, strict=True))
+                pid = codec.key([by_column.get(c.column) for c in spec.columns]) or WHOLE_TABLE_ID
+                if wanted is None or pid in wanted:
+                    partitions[pid] = max(partitions.get(pid, 0), updated)
+            found[name] = _Read(snapshot.version, partitions)
+        return found
+
     def _remember(self, context: InputContext, asset_name: str, read: _Read) -> None:
         step = context.step_context
         with _READS_LOCK:
@@ -970,6 +1028,21 @@ def _parents(context: OutputContext) -> set[str] | None:
         return None
     node = job.asset_layer.get(context.asset_key)
     return {key.to_user_string() for key in node.parent_keys}
+
+
+def _mapped_keys(
+    asset_graph: Any, child: AssetKey, parent: AssetKey, keys: Iterable[str]
+) -> set[str] | None:
+    """The parent's partition keys the child's `keys` map to (None: all of them, the parent
+    being unpartitioned or the child's keys none)."""
+    keys = [k for k in keys if k != WHOLE_TABLE_ID]
+    if not keys or asset_graph.get(parent).partitions_def is None:
+        return None
+    mapped: set[str] = set()
+    for key in keys:
+        result = asset_graph.get_parent_partition_keys_for_child(key, parent, child)
+        mapped.update(result.partitions_subset.get_partition_keys())
+    return mapped
 
 
 def _reads_itself(context: InputContext) -> bool:
