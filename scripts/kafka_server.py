@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,12 +32,13 @@ import time
 import uuid
 from pathlib import Path
 
+from server_process import HOST, alive, listening, read_info, read_pid, stop_group
+
 KAFKA = ("org.apache.kafka", "kafka_2.13", "4.4.0")
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_JAR_DIR = REPO / ".partlake" / "jars" / "tools"
 DEFAULT_STATE = REPO / ".partlake" / "kafka"
-HOST = "127.0.0.1"
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>partlake</groupId><artifactId>kafka-broker</artifactId><version>1</version>
@@ -84,44 +84,10 @@ def install(jar_dir: Path = DEFAULT_JAR_DIR) -> Path:
     return target
 
 
-def listening(port: int, host: str = HOST) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
-
-
-def _pid(state: Path) -> int | None:
-    try:
-        return int((state / "server.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][:1] != "Z"  # a zombie has stopped
-    except OSError:
-        return True
-
-
-def _info(state: Path) -> dict[str, object]:
-    try:
-        return json.loads((state / "server.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _java(jars: Path, main: str, *args: str, heap: str) -> list[str]:
@@ -173,10 +139,10 @@ def start(
         raise SystemExit(
             f"Error: {jars} is incomplete: run `make install` (kafka_server.py install)."
         )
-    running = _pid(state)
-    if running is not None and _alive(running):
+    running = read_pid(state)
+    if running is not None and alive(running):
         raise SystemExit(f"Error: a Kafka broker already runs from {state} (pid {running}).")
-    previous = _info(state)
+    previous = read_info(state)
     if previous and int(previous.get("port", port)) != port:
         port = int(previous["port"])  # a restart keeps the address clients know
     if listening(port):
@@ -232,23 +198,8 @@ def start(
 
 
 def stop(state: Path = DEFAULT_STATE, grace: float = 30) -> bool:
-    """Stop the broker started from `state` by its PID; True if one was running."""
-    pid = _pid(state)
-    if pid is None:
-        return False
-    was_running = _alive(pid)
-    if was_running:
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-    (state / "server.pid").unlink(missing_ok=True)
-    return was_running
+    """Stop the server started from `state` by its PID; True if one was running."""
+    return stop_group(state, grace)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,11 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "stop":
         print("Kafka broker stopped." if stop(state) else "No Kafka broker was running.")
     else:
-        pid = _pid(state)
-        if pid is None or not _alive(pid):
+        pid = read_pid(state)
+        if pid is None or not alive(pid):
             print("not running")
             return 3
-        print(f"running: pid {pid}, {_info(state).get('bootstrap_servers')}")
+        print(f"running: pid {pid}, {read_info(state).get('bootstrap_servers')}")
     return 0
 
 

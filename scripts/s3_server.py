@@ -22,20 +22,19 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from server_process import HOST, alive, listening, read_info, read_pid, stop_group
+
 S3PROXY = ("org.gaul", "s3proxy", "4.1.0", "jar-with-dependencies")
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_JAR_DIR = REPO / ".partlake" / "jars" / "tools"
 DEFAULT_STATE = REPO / ".partlake" / "s3"
-HOST = "127.0.0.1"
 DEMO_ACCESS_KEY = "partlake"
 DEMO_SECRET_KEY = "partlake-local-secret"  # a local test server's key, not a credential
 REGION = "us-east-1"
@@ -70,40 +69,6 @@ def install(jar_dir: Path = DEFAULT_JAR_DIR) -> Path:
     return target
 
 
-def listening(port: int, host: str = HOST) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
-def _pid(state: Path) -> int | None:
-    try:
-        return int((state / "server.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][:1] != "Z"  # a zombie has stopped
-    except OSError:
-        return True
-
-
-def _info(state: Path) -> dict[str, object]:
-    try:
-        return json.loads((state / "server.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def start(
     *,
     state: Path = DEFAULT_STATE,
@@ -121,8 +86,8 @@ def start(
     jar = jar or jar_path()
     if not jar.is_file():
         raise SystemExit(f"Error: {jar} is missing: run `make test-deps` (s3_server.py install).")
-    running = _pid(state)
-    if running is not None and _alive(running):
+    running = read_pid(state)
+    if running is not None and alive(running):
         raise SystemExit(f"Error: an S3 server already runs from {state} (pid {running}).")
     if listening(port):
         raise SystemExit(f"Error: port {port} on {HOST} is in use by another program: --port.")
@@ -175,29 +140,9 @@ def start(
     return info
 
 
-def stop(state: Path = DEFAULT_STATE, grace: float = 20) -> bool:
-    """Stop the server started from `state` by its PID; True if one was running."""
-    pid = _pid(state)
-    if pid is None:
-        return False
-    was_running = _alive(pid)
-    if was_running:
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-    (state / "server.pid").unlink(missing_ok=True)
-    return was_running
-
-
 def env_lines(state: Path = DEFAULT_STATE) -> list[str]:
     """`export` lines for the AWS settings delta-rs, Spark (through partlake) and boto3 read."""
-    info = _info(state)
+    info = read_info(state)
     try:
         lines = (state / "s3proxy.properties").read_text().splitlines()
     except OSError:
@@ -213,6 +158,11 @@ def env_lines(state: Path = DEFAULT_STATE) -> list[str]:
         "AWS_SECRET_ACCESS_KEY": secret[0],
     }
     return [f"export {key}={value}" for key, value in values.items()]
+
+
+def stop(state: Path = DEFAULT_STATE, grace: float = 20) -> bool:
+    """Stop the server started from `state` by its PID; True if one was running."""
+    return stop_group(state, grace)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,11 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "stop":
         print("S3 server stopped." if stop(state) else "No S3 server was running.")
     elif args.command == "status":
-        pid = _pid(state)
-        if pid is None or not _alive(pid):
+        pid = read_pid(state)
+        if pid is None or not alive(pid):
             print("not running")
             return 3
-        print(f"running: pid {pid}, {_info(state).get('endpoint')}")
+        print(f"running: pid {pid}, {read_info(state).get('endpoint')}")
     else:
         print("\n".join(env_lines(state)))
     return 0
