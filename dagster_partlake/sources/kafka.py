@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.delta.state import VALUES, TableState
 from dagster_partlake.errors import PartlakeConfigError, SourceError
+from dagster_partlake.metadata import KAFKA_KEY
+from dagster_partlake.sources.declared import from_settings
 
 BOOTSTRAP_ENV = "PARTLAKE_KAFKA_BOOTSTRAP_SERVERS"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -94,17 +96,7 @@ class KafkaTopic:
         Raises:
             PartlakeConfigError: an unknown or malformed entry.
         """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(settings) - known)
-        if unknown:
-            raise PartlakeConfigError(
-                f"source {source}: partlake/kafka has unknown key(s) {', '.join(unknown)}; the "
-                f"keys are {', '.join(sorted(known))}."
-            )
-        try:
-            return cls(**dict(settings))
-        except TypeError as error:
-            raise PartlakeConfigError(f"source {source}: partlake/kafka: {error}") from error
+        return from_settings(cls, settings, source=source, key=KAFKA_KEY)
 
     @property
     def servers(self) -> str:

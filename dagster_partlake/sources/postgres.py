@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Any
 from dagster_partlake.columnar.intmap import IntMap
 from dagster_partlake.delta.state import VALUES, TableState
 from dagster_partlake.errors import PartlakeConfigError, SourceError
+from dagster_partlake.metadata import POSTGRES_KEY
+from dagster_partlake.sources.declared import from_settings
 
 if TYPE_CHECKING:
     import psycopg
@@ -140,17 +142,7 @@ class PostgresTable:
         Raises:
             PartlakeConfigError: an unknown or malformed entry.
         """
-        known = {f.name for f in fields(cls)} - {"password"}
-        unknown = sorted(set(settings) - known)
-        if unknown:
-            raise PartlakeConfigError(
-                f"source {source}: partlake/postgres has unknown key(s) {', '.join(unknown)}; "
-                f"the keys are {', '.join(sorted(known))}."
-            )
-        try:
-            return cls(**dict(settings))
-        except TypeError as error:
-            raise PartlakeConfigError(f"source {source}: partlake/postgres: {error}") from error
+        return from_settings(cls, settings, source=source, key=POSTGRES_KEY, secret="password")
 
     # Resolved against the environment at use, so a process sees its own variables.
 
