@@ -17,19 +17,27 @@ from typing import TYPE_CHECKING, Any
 # asset graph of a code location loaded in this process (not a remote one).
 from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
-# What a run launcher tells run monitoring about a run's worker process (`MonitoredRunLauncher`).
-from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+# What `create_run_for_job` raises for a run id that exists: two runs of a refresh requesting
+# the same next run at once (`orchestration.chain`).
+from dagster._core.errors import DagsterRunAlreadyExists
+
+# What a run launcher tells run monitoring about a run's worker process, and what it is given to
+# launch a run (`MonitoredRunLauncher`).
+from dagster._core.launcher.base import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 
 # The status of an asset check's latest result for one partition (`get_asset_check_partition_info`).
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 # Run tags Dagster reads to know a run's partition or partition range, and the tag in which the
-# DefaultRunLauncher records the code server that started a run's worker (no public constants).
+# DefaultRunLauncher records the code server that started a run's worker; the run key and the
+# sensor a sensor's run carries (no public constants).
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     GRPC_INFO_TAG,
     PARTITION_NAME_TAG,
+    RUN_KEY_TAG,
+    SENSOR_NAME_TAG,
 )
 
 CHECK_FAILED = AssetCheckExecutionRecordStatus.FAILED
@@ -54,7 +62,12 @@ if TYPE_CHECKING:
         AutomationContext as AutomationContext,
     )
     from dagster._core.definitions.partitions.context import PartitionLoadingContext
+    from dagster._core.definitions.repository_definition import RepositoryDefinition
     from dagster._core.execution.context.system import StepExecutionContext
+
+    # Where a run's job is loaded from in a Python process: what a run records as its
+    # `job_code_origin` (annotations only).
+    from dagster._core.origin import JobPythonOrigin as JobPythonOrigin
 
     # What `event_log_storage.get_asset_check_execution_history` returns (annotations only).
     from dagster._core.storage.asset_check_execution_record import (
@@ -73,11 +86,18 @@ __all__ = [
     "CHECK_PLANNED",
     "GRPC_INFO_TAG",
     "PARTITION_NAME_TAG",
+    "RUN_KEY_TAG",
+    "SENSOR_NAME_TAG",
     "CheckRunHealthResult",
+    "DagsterRunAlreadyExists",
+    "LaunchRunContext",
     "WorkerStatus",
     "all_assets_checked_at_load",
     "backfill_request",
     "definitions_of_function",
+    "execute_run",
+    "job_origin",
+    "job_repository",
     "backfills_in_progress",
     "log_check_evaluation",
     "partition_loading_context",
@@ -304,3 +324,36 @@ def definitions_of_function(value: object) -> Definitions | None:
         return None
     loaded = value()
     return loaded if isinstance(loaded, PublicDefinitions) else None
+
+
+def job_origin(text: str) -> JobPythonOrigin:
+    """A run's `job_code_origin` from its serialized text (`dagster.serialize_value`)."""
+    from dagster import deserialize_value
+    from dagster._core.origin import JobPythonOrigin
+
+    return deserialize_value(text, JobPythonOrigin)
+
+
+def job_repository(origin: JobPythonOrigin) -> RepositoryDefinition:
+    """The repository of a run's job, loaded in this process from the run's `job_code_origin`
+    as the run's own process loads it (importing the code location)."""
+    from dagster._utils.hosted_user_process import recon_job_from_origin
+
+    return recon_job_from_origin(origin).repository.get_definition()
+
+
+def execute_run(run_id: str, instance_ref: str) -> int:
+    """Execute the run `run_id` of the instance whose serialized `InstanceRef` is
+    `instance_ref` in this process, exactly as `dagster api execute_run` does (the same events,
+    `RUN_START` with this pid, SIGINT read as the run's cancellation); the exit code it gives."""
+    from dagster import DagsterInstance, deserialize_value
+    from dagster._cli.api import _execute_run_command_body
+    from dagster._core.instance.ref import InstanceRef
+    from dagster._utils.interrupts import capture_interrupts
+
+    with capture_interrupts():
+        ref = deserialize_value(instance_ref, InstanceRef)
+        with DagsterInstance.from_ref(ref) as instance:
+            return _execute_run_command_body(
+                run_id, instance, lambda _event: None, set_exit_code_on_failure=False
+            )

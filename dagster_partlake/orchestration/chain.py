@@ -53,7 +53,7 @@ def request_next_level(run: DagsterRun, instance: DagsterInstance, log: Any = No
     Does nothing (an empty list) for a run the invalidation sensor did not request, a sensor
     whose refresh is a backfill, or an instance without a queued run coordinator.
     """
-    from dagster._core.run_coordinator import QueuedRunCoordinator
+    from dagster import QueuedRunCoordinator
 
     from dagster_partlake.orchestration.sensor import SENSOR_TAG
 
@@ -87,15 +87,14 @@ def _requests(
     run: DagsterRun, instance: DagsterInstance, settings: _Settings, refresh: str
 ) -> tuple[list[RunRequest], Any]:
     """What the sensor's next tick would request, this run counted as ended."""
-    from dagster._utils.hosted_user_process import recon_job_from_origin
-
+    from dagster_partlake import compat
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.orchestration import sensor
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import PlanningSession
 
     assert run.job_code_origin is not None
-    repository = recon_job_from_origin(run.job_code_origin).repository.get_definition()
+    repository = compat.job_repository(run.job_code_origin)
     asset_graph = repository.asset_graph
     graph = LakeGraph(
         asset_graph=asset_graph, root=settings.root, io_manager_key=settings.io_manager_key
@@ -120,8 +119,12 @@ def _submit(
     run: DagsterRun, instance: DagsterInstance, job_def: Any, request: RunRequest, sensor: str
 ) -> str | None:
     """Create `request`'s run (unless it exists) for the code location of `run`, and queue it."""
-    from dagster._core.errors import DagsterRunAlreadyExists
-    from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
+    from dagster_partlake.compat import (
+        PARTITION_NAME_TAG,
+        RUN_KEY_TAG,
+        SENSOR_NAME_TAG,
+        DagsterRunAlreadyExists,
+    )
 
     assert request.run_key is not None
     if instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: request.run_key}), limit=1):

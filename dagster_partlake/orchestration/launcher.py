@@ -26,11 +26,9 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import DagsterRun, DefaultRunLauncher, Field
-from dagster._core.launcher.base import LaunchRunContext
-from dagster._serdes import serialize_value
+from dagster import DagsterRun, DefaultRunLauncher, Field, serialize_value
 
-from dagster_partlake.compat import CheckRunHealthResult, WorkerStatus
+from dagster_partlake.compat import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from dagster_partlake.orchestration.warm import WARM_TAG, WarmPool
 from dagster_partlake.orchestration.workers import alive, free_slots, worker_of_run
 

@@ -344,17 +344,14 @@ def _start_shared_session(graph: LakeGraph) -> bool:
     return True
 
 
-def _execute(
+def _launch(
     job: JobDefinition, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun, run_id: str
-) -> list[Outcome]:
-    """Execute one planned run in this process, as the Dagster run `run_id`; one outcome per
-    stale asset partition it covers: ok, failed (its step failed, with the error), or skipped
-    (its step never ran because an upstream step of the same run failed)."""
+) -> tuple[dict[str, str], bool]:
+    """Run the job in this process; each failed step's error (by step key) and whether the run
+    failed as a whole (it could not start, or failed outside its steps)."""
     kwargs: dict[str, Any] = {}
     if run.partition_key is not None:
         kwargs["partition_key"] = run.partition_key
-    versions = {name: _latest_version(graph, name) for name in run.assets}
-    started = time.perf_counter()
     errors: dict[str, str] = {}  # step key -> its error
     try:
         result = job.execute_in_process(
@@ -367,12 +364,23 @@ def _execute(
             run_id=run_id,
             **kwargs,
         )
-        for failure in result.get_step_failure_events():
-            errors[failure.step_key or ""] = _root_cause(failure.step_failure_data.error)
-        whole_run_failed = not result.success and not errors
     except DagsterError as exc:  # a run that could not even start: report, go on with the rest
         errors[""] = f"{type(exc).__name__}: {exc}"[:300]
-        whole_run_failed = True
+        return errors, True
+    for failure in result.get_step_failure_events():
+        errors[failure.step_key or ""] = _root_cause(failure.step_failure_data.error)
+    return errors, not result.success and not errors
+
+
+def _execute(
+    job: JobDefinition, instance: DagsterInstance, graph: LakeGraph, run: PlannedRun, run_id: str
+) -> list[Outcome]:
+    """Execute one planned run in this process, as the Dagster run `run_id`; one outcome per
+    stale asset partition it covers: ok, failed (its step failed, with the error), or skipped
+    (its step never ran because an upstream step of the same run failed)."""
+    versions = {name: _latest_version(graph, name) for name in run.assets}
+    started = time.perf_counter()
+    errors, whole_run_failed = _launch(job, instance, graph, run, run_id)
     known = instance.get_run_by_id(run_id) is not None
     elapsed_ms = int((time.perf_counter() - started) * 1000)
     steps = _steps(instance, job, graph, run, run_id) if known else {}

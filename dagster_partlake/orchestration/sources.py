@@ -29,8 +29,8 @@ from dagster_partlake.planning.convert import read_state, to_partition_states
 from dagster_partlake.planning.graph import LakeAsset, io_manager_lake
 from dagster_partlake.sources.kafka import KafkaTopic
 from dagster_partlake.sources.postgres import PostgresTable
-from dagster_partlake.spec.model import model_spec
-from dagster_partlake.storage.location import lake_location
+from dagster_partlake.spec.model import ModelSpec, model_spec
+from dagster_partlake.storage.location import TableLocation, lake_location
 
 _cache = StateCache()
 
@@ -75,8 +75,54 @@ def partlake_source(
             (`dagster_partlake.sources.kafka`).
     """
     asset_key = AssetKey.from_coercible(key)
-    full_metadata = dict(metadata or {})
     name = asset_key.to_user_string()
+    full_metadata = _declaration(
+        name,
+        dict(metadata or {}),
+        folder=folder,
+        path=path,
+        root=root,
+        after_commit=after_commit,
+        postgres=postgres,
+        kafka=kafka,
+    )
+    # Checked now, as every reader will parse it: the plan, runs, the sensor, the CLI.
+    spec = model_spec(
+        asset_key, metadata=full_metadata, partitions_def=partitions_def, managed=False
+    )
+
+    def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
+        lake = io_manager_lake([getattr(context.resources, io_manager_key)])
+        return _observed(spec, lake, name=name, partitions_def=partitions_def, folder=folder)
+
+    # Dagster marks observable sources beta; partlake relies on them knowingly, so a user's
+    # terminal does not show the warning for a call they did not write.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        return observable_source_asset(
+            key=asset_key,
+            partitions_def=partitions_def,
+            metadata=full_metadata,
+            io_manager_key=io_manager_key,
+            group_name=group_name,
+            description=description,
+            required_resource_keys={io_manager_key},
+        )(_observe)
+
+
+def _declaration(
+    name: str,
+    full_metadata: dict[str, Any],
+    *,
+    folder: bool,
+    path: str | None,
+    root: str | None,
+    after_commit: AfterCommit | None,
+    postgres: PostgresTable | None,
+    kafka: KafkaTopic | None,
+) -> dict[str, Any]:
+    """The source's metadata with what `partlake_source` was given (checked: one kind of
+    source, `after_commit` only on a folder)."""
     external = [kind for kind, given in (("postgres", postgres), ("kafka", kafka)) if given]
     if external and (folder or path or root or len(external) > 1):
         raise PartlakeConfigError(
@@ -103,45 +149,38 @@ def partlake_source(
                 "of a folder; add folder=True (a Delta table's files belong to its log)."
             )
         full_metadata[AFTER_COMMIT_KEY] = after_commit
-    # Checked now, as every reader will parse it: the plan, runs, the sensor, the CLI.
-    spec = model_spec(
-        asset_key, metadata=full_metadata, partitions_def=partitions_def, managed=False
+    return full_metadata
+
+
+def _observed(
+    spec: ModelSpec,
+    lake: TableLocation | None,
+    *,
+    name: str,
+    partitions_def: PartitionsDefinition | None,
+    folder: bool,
+) -> DataVersionsByPartition | DataVersion:
+    """The source's data versions: each partition's lastUpdated (one version if unpartitioned,
+    "absent" before it exists), read where the source is declared in `lake` (default: the
+    lake of `$PARTLAKE_HOME`)."""
+    location = spec.location(lake if lake is not None else lake_location())
+    asset = LakeAsset(
+        key=spec.key,
+        name=name,
+        partitions_def=partitions_def,
+        columns=spec.columns,
+        path=location.uri,
+        location=location,
+        is_source=True,
+        is_folder=folder,
+        external=spec.external,
+        code_version=None,
+        parents=(),
     )
-
-    def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
-        lake = io_manager_lake([getattr(context.resources, io_manager_key)])
-        location = spec.location(lake if lake is not None else lake_location())
-        asset = LakeAsset(
-            key=asset_key,
-            name=name,
-            partitions_def=partitions_def,
-            columns=spec.columns,
-            path=location.uri,
-            location=location,
-            is_source=True,
-            is_folder=folder,
-            external=spec.external,
-            code_version=None,
-            parents=(),
-        )
-        states = to_partition_states(asset, read_state(asset, _cache))
-        if partitions_def is None:
-            state = states.get(None)
-            return DataVersion(str(state.last_updated) if state else "absent")
-        return DataVersionsByPartition(
-            {key: DataVersion(str(s.last_updated)) for key, s in states.items() if key}
-        )
-
-    # Dagster marks observable sources beta; partlake relies on them knowingly, so a user's
-    # terminal does not show the warning for a call they did not write.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", BetaWarning)
-        return observable_source_asset(
-            key=asset_key,
-            partitions_def=partitions_def,
-            metadata=full_metadata,
-            io_manager_key=io_manager_key,
-            group_name=group_name,
-            description=description,
-            required_resource_keys={io_manager_key},
-        )(_observe)
+    states = to_partition_states(asset, read_state(asset, _cache))
+    if partitions_def is None:
+        state = states.get(None)
+        return DataVersion(str(state.last_updated) if state else "absent")
+    return DataVersionsByPartition(
+        {key: DataVersion(str(s.last_updated)) for key, s in states.items() if key}
+    )

@@ -32,8 +32,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dagster._core.definitions.reconstruct import ReconstructableJob
-    from dagster._core.origin import JobPythonOrigin
+    from dagster import RepositoryDefinition
+
+    from dagster_partlake.compat import JobPythonOrigin
 
 READY = "partlake-warm-worker-ready"
 
@@ -60,11 +61,10 @@ def code_files(working_directory: str | None) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _warm_spark(recon_job: ReconstructableJob) -> bool:
+def _warm_spark(repository: RepositoryDefinition) -> bool:
     """Start the code location's local Spark session now; whether one was started."""
     from dagster_partlake.spark.resource import SparkResource
 
-    repository = recon_job.repository.get_definition()
     for definition in repository.get_top_level_resources().values():
         resource_cls = getattr(definition, "configurable_resource_cls", None)
         if not (isinstance(resource_cls, type) and issubclass(resource_cls, SparkResource)):
@@ -85,17 +85,11 @@ def _warm_spark(recon_job: ReconstructableJob) -> bool:
 def main() -> int:
     """A warm worker (see the module docstring); `$PARTLAKE_WARM_ORIGIN` is the serialized
     `JobPythonOrigin` of the code location's job."""
-    from dagster import DagsterInstance
-    from dagster._cli.api import _execute_run_command_body
-    from dagster._core.origin import JobPythonOrigin
-    from dagster._serdes import deserialize_value
-    from dagster._utils.hosted_user_process import recon_job_from_origin
-    from dagster._utils.interrupts import capture_interrupts
+    from dagster_partlake import compat
 
-    origin = deserialize_value(os.environ["PARTLAKE_WARM_ORIGIN"], JobPythonOrigin)
-    recon_job = recon_job_from_origin(origin)
-    recon_job.get_definition()  # imports the code location
-    spark = _warm_spark(recon_job)
+    origin = compat.job_origin(os.environ["PARTLAKE_WARM_ORIGIN"])
+    repository = compat.job_repository(origin)  # imports the code location
+    spark = _warm_spark(repository)
     pointer = origin.repository_origin.code_pointer
     ready = {
         "pid": os.getpid(),
@@ -108,14 +102,7 @@ def main() -> int:
     if not line.strip():
         return 0  # the launcher is gone: nothing to run
     order: dict[str, Any] = json.loads(line)
-    from dagster._core.instance.ref import InstanceRef
-
-    with capture_interrupts():
-        ref = deserialize_value(order["instance_ref"], InstanceRef)
-        with DagsterInstance.from_ref(ref) as instance:
-            return _execute_run_command_body(
-                order["run_id"], instance, lambda _event: None, set_exit_code_on_failure=False
-            )
+    return compat.execute_run(order["run_id"], order["instance_ref"])
 
 
 # -- the launcher's side --------------------------------------------------------------------------
@@ -193,7 +180,7 @@ class WarmPool:
     @staticmethod
     def key(origin: JobPythonOrigin) -> str:
         """Workers are shared by the runs of one code location (any job of it)."""
-        from dagster._serdes import serialize_value
+        from dagster import serialize_value
 
         return serialize_value(origin.repository_origin)
 
@@ -216,7 +203,7 @@ class WarmPool:
 
     def fill(self, origin: JobPythonOrigin) -> None:
         """Start workers until the code location has `size` (in the background)."""
-        from dagster._serdes import serialize_value
+        from dagster import serialize_value
 
         key = self.key(origin)
         with self._lock:

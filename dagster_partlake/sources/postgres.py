@@ -420,21 +420,10 @@ def _scanned_state(
 # -- the triggers ---------------------------------------------------------------------------------
 
 
-def install(
-    connection: psycopg.Connection[Any],
-    table: PostgresTable,
-    columns: Sequence[str],
-    *,
-    source: str,
-) -> None:
-    """Create the stamps (schema `partlake`), the trigger function and the triggers of the
-    table, and stamp the partitions of its current rows, in one transaction that holds the
-    table's writers back while it counts them (a second install waits, then finds it done)."""
-    assert table.table is not None
-    identity = table.identity
-    function = f"{SCHEMA}.stamp_{hashlib.sha1(identity.encode()).hexdigest()[:16]}"
-    parts = ", ".join(f"r.{_ident(c)}::text" for c in columns)
-    part = f"ARRAY[{parts}]::text[]" if columns else "ARRAY[]::text[]"
+def _trigger_body(identity: str, part: str) -> str:
+    """The PL/pgSQL body of the source's statement triggers: each statement's inserted, deleted
+    and changed rows counted into the stamps of their partitions (`part`, an SQL array of the
+    row's partition values), every touched partition's stamp moved forward."""
     upsert = (
         f"INSERT INTO {SCHEMA}.{STAMPS} AS s (source, part, stamp, rows) "
         "SELECT {literal}, part, now_ms, sum(delta) FROM changed GROUP BY part "
@@ -462,6 +451,25 @@ BEGIN
   END IF;
   RETURN NULL;
 END"""
+    return body
+
+
+def install(
+    connection: psycopg.Connection[Any],
+    table: PostgresTable,
+    columns: Sequence[str],
+    *,
+    source: str,
+) -> None:
+    """Create the stamps (schema `partlake`), the trigger function and the triggers of the
+    table, and stamp the partitions of its current rows, in one transaction that holds the
+    table's writers back while it counts them (a second install waits, then finds it done)."""
+    assert table.table is not None
+    identity = table.identity
+    function = f"{SCHEMA}.stamp_{hashlib.sha1(identity.encode()).hexdigest()[:16]}"
+    parts = ", ".join(f"r.{_ident(c)}::text" for c in columns)
+    part = f"ARRAY[{parts}]::text[]" if columns else "ARRAY[]::text[]"
+    body = _trigger_body(identity, part)
     relation = _ident(table.table)
     name = hashlib.sha1(identity.encode()).hexdigest()[:12]
     with connection.transaction():

@@ -18,6 +18,7 @@ import pytest
 from dagster_partlake.orchestration.warm import WARM_TAG
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.servers import DagsterDev, dagster_dev, wait_until
+from tests.surface.options import covers
 from tests.surface.project import table_rows
 
 pytestmark = [pytest.mark.daemon, pytest.mark.dagster_cli, pytest.mark.spark]
@@ -133,6 +134,7 @@ def _event_types(dev: DagsterDev, run_id: str) -> list[str]:
     return [e["__typename"] for e in events]
 
 
+@covers("MonitoredRunLauncher(warm_workers=)")
 def test_runs_are_handed_to_warm_workers(tmp_path: Path) -> None:
     code = tmp_path / "code"
     code.mkdir()
