@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.sources [--rows 10000000] [--days 30] [--messages 2000000]
                                            [--repeats 3] [--out benchmarks/out/sources.json]
+                                           [--only postgres|kafka|plan ...]
 
 One local Spark session (local[2]) and one Dagster instance in this process serve every run; the
 servers (a PostgreSQL cluster, a Kafka broker) run on 127.0.0.1 and are stopped at the end. Each
@@ -237,8 +238,13 @@ def _produce(broker: Any, topic: str, messages: int, days: int) -> float:
     for i in range(messages):
         day = f"2024-01-{1 + i % days:02d}"
         value = f'{{"id":{i},"day":"{day}","amount":{i % 1000}}}'
-        producer.produce(topic, key=str(i), value=value)
-        if i % 100_000 == 0:
+        while True:
+            try:
+                producer.produce(topic, key=str(i), value=value)
+                break
+            except BufferError:  # the client's queue is full: let it deliver, then go on
+                producer.poll(0.5)
+        if i % 10_000 == 0:
             producer.poll(0)
     producer.flush(600)
     return time.perf_counter() - started
@@ -362,6 +368,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["load_average"] = os.getloadavg()
+    if args.only and args.out.exists():
+        # A partial run (--only) replaces its sections of the last report and keeps the others.
+        earlier = json.loads(args.out.read_text())
+        report = {
+            **earlier,
+            **report,
+            "sections_started": {
+                **earlier.get("sections_started", {}),
+                **{k: report["started"] for k in only},
+            },
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
