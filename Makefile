@@ -113,20 +113,28 @@ lint: install
 test-faults: check-java install test-deps
 	$(BIN)/python -m pytest -m faults tests/test_faults.py tests/test_s3_lake.py tests/test_source_faults.py
 
-# Long end-to-end variants of paths `make test` covers once (about 25 minutes): a merge model's
-# later days refreshed in one range run under the daemon (CI checks the same runs through
-# `partlake plan` / `partlake run`); a failing partition's back-off under the daemon and its
-# view in the browser (CI checks the back-off in the test's process, tests/test_invalidation.py); streams and incremental inputs with
-# their tables on the S3 server (CI runs them on local disk); the whole example on a standalone
-# cluster (CI runs a standalone cluster's Delta reads and appends on S3, tests/test_spark_jars.py).
+# Long end-to-end variants of paths `make test` covers once (marker `extended`, about 40
+# minutes): a merge model's later days refreshed in one range run under the daemon (CI checks the
+# same runs through `partlake plan` / `partlake run`); a failing partition's back-off under the
+# daemon and its view in the browser (CI checks the back-off in the test's process,
+# tests/test_invalidation.py); Declarative Automation's partlake_stale() under the daemon (CI
+# evaluates it with Dagster's automation API, tests/surface/test_orchestration.py); streams and
+# incremental inputs with their tables on the S3 server (CI runs them on local disk); the whole
+# example on a standalone cluster and on a Spark Connect server (CI runs partlake run on a Spark
+# Connect server from a user's code location, tests/surface/test_spark_connect.py, and a
+# standalone cluster's Delta reads and appends on S3, tests/test_spark_jars.py); the example's
+# model kinds, gates, SQL models and feeds end to end (CI runs each from a user's code location,
+# tests/surface/); delta-spark's feature matrix beyond deletion vectors and V2 checkpoints; the
+# class-data-sharing archive mapped by a new session.
 .PHONY: test-extended
 test-extended: check-java install test-deps
-	$(BIN)/python -m pytest -m extended tests/test_daemon.py tests/test_s3_lake.py tests/test_clusters.py
+	$(BIN)/python -m pytest -m extended
 
-# delta-spark's feature matrix alone (tests/delta/test_delta_spark_tables.py; also in make test).
+# delta-spark's feature matrix alone (tests/delta/test_delta_spark_tables.py; its deletion vectors
+# and V2 checkpoints are in make test, the rest in make test-extended).
 .PHONY: test-delta-matrix
 test-delta-matrix: check-java install
-	$(BIN)/python -m pytest tests/delta/test_delta_spark_tables.py
+	$(BIN)/python -m pytest -m 'not faults' tests/delta/test_delta_spark_tables.py
 
 # The soak (benchmarks/soak.py): the example under dagster dev with the sensor on while source
 # partitions are rewritten at random for MINUTES; JSON in benchmarks/out/soak.json.

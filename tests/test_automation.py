@@ -34,6 +34,7 @@ def runs(dev) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     return sorted(found, key=lambda r: r["creationTime"])
 
 
+@pytest.mark.extended  # CI: partlake_stale() in tests/surface/test_orchestration.py
 def test_partlake_stale_refreshes_exactly_the_stale_closure_upstream_first(tmp_path: Path) -> None:
     home = tmp_path / "dagster_home"
     home.mkdir()

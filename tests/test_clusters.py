@@ -84,6 +84,7 @@ def fingerprint(lake: Path) -> dict[str, dict[tuple, tuple[int, str]]]:
     return result
 
 
+@pytest.mark.extended  # CI: tests/surface/test_spark_connect.py
 def test_local_spark_and_a_spark_connect_server_give_identical_tables(tmp_path: Path) -> None:
     local_lake, local_env = fresh_lake(tmp_path, "local")
     refresh(local_env, "--max-parallel", "2")

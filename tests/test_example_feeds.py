@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli]
 SELECT = "user_plans,payments"
 
 
+@pytest.mark.extended  # CI: tests/surface/test_inputs.py, tests/test_incremental.py
 def test_the_feeds_are_read_incrementally_and_planned_exactly(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     env = cli_env(tmp_path, lake)

@@ -23,6 +23,7 @@ SELECT = "clean_events,daily_region_stats"
 DAY = dt.date(2024, 1, 1)
 
 
+@pytest.mark.extended  # CI: tests/surface/test_gates.py, tests/test_gates.py
 def test_a_failed_gate_stops_the_batch_and_the_plan_names_it(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     env = cli_env(tmp_path, lake)

@@ -72,6 +72,7 @@ def expected_history(by_day: dict[dt.date, list[tuple[int, str, str]]]) -> list[
     return sorted(closed + current, key=lambda r: (r[0], r[2]))
 
 
+@pytest.mark.extended  # CI: tests/surface/test_kinds.py, tests/test_kinds.py
 def test_example_model_kinds_through_partlake_run(tmp_path: Path, lake: Path) -> None:
     env = cli_env(tmp_path, lake)
     for day in DAYS:

@@ -76,6 +76,7 @@ def outcome_lines(stdout: str) -> set[tuple[str, str]]:
     return set(re.findall(r"^\[OK\] (\S+) (\S+) \(", stdout, re.MULTILINE))
 
 
+@pytest.mark.extended  # CI: tests/surface/test_sql.py, tests/test_sql_runs.py
 def test_example_sql_models(tmp_path: Path, lake: Path, monkeypatch) -> None:
     env = cli_env(tmp_path, lake)
     for day in DAYS:

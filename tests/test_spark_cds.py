@@ -23,6 +23,7 @@ def archive_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cds"
 
 
+@pytest.mark.extended  # CI: its build and locking below; make bench-spark-start times it
 def test_a_built_archive_is_mapped_by_the_next_local_session(
     archive_dir: Path, tmp_path: Path
 ) -> None:

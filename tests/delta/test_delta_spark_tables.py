@@ -264,6 +264,7 @@ def test_deletion_vectors_v2_checkpoints_and_a_managed_table(watched, lake: Path
     t.caught_up_from_every_version()
 
 
+@pytest.mark.extended  # the matrix (make test-delta-matrix)
 def test_dml_without_deletion_vectors_multi_part_checkpoints_and_change_data_feed(
     watched, lake: Path
 ) -> None:
@@ -311,6 +312,7 @@ def test_dml_without_deletion_vectors_multi_part_checkpoints_and_change_data_fee
     t.caught_up_from_every_version()
 
 
+@pytest.mark.extended  # the matrix (make test-delta-matrix)
 def test_column_mapping_renames_and_drops(watched) -> None:
     t = watched("mapped")
     schema = "id long, v string, extra string, part string"
@@ -333,6 +335,7 @@ def test_column_mapping_renames_and_drops(watched) -> None:
     t.caught_up_from_every_version()
 
 
+@pytest.mark.extended  # the matrix (make test-delta-matrix)
 def test_timestamp_ntz_partitions_and_classic_checkpoints(watched) -> None:
     t = watched("ntz")
     schema = "id long, at timestamp_ntz"
