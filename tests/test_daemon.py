@@ -472,6 +472,7 @@ class TestSqliteInstance:
         mine = [r for r in records if r is not None and r.run_id == ranged["runId"]]
         assert [r.partition_keys for r in mine] == [("2024-01-03|us",), ("2024-01-04|us",)]
 
+    @pytest.mark.extended  # CI: tests/test_unreadable.py (plan, run, sensor tick in process)
     def test_damaged_table_fails_ticks_with_its_message_and_holds_back_its_closure(
         self, refreshed: Refreshed
     ) -> None:
@@ -662,6 +663,7 @@ class TestSqliteInstance:
             browser.close()
 
 
+@pytest.mark.extended  # CI: the daemon on SQLite above, surface/test_orchestration.py
 @pytest.mark.s3
 class TestPostgresInstance:
     """The same daemon flow as a team runs it beyond one machine: the Dagster instance in

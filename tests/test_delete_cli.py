@@ -67,6 +67,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+@pytest.mark.extended  # CI: the delete below, tests/delta/test_delete.py
 def test_a_source_delete_then_partlake_run_equals_a_recomputation_from_scratch(
     example, lake: Path, tmp_path: Path, monkeypatch
 ) -> None:

@@ -180,6 +180,7 @@ def test_example_sql_models(tmp_path: Path, lake: Path, monkeypatch) -> None:
     assert json.loads(plan.stdout) == []
 
 
+@pytest.mark.extended  # CI: tests/test_kinds.py (in-order kinds, a range day by day in one run)
 def test_a_merge_models_later_days_refresh_in_one_run(tmp_path: Path, lake: Path) -> None:
     """marts/user_activity (a merge, each day on top of the one before) over four days: an old
     day rewritten makes its three later days stale, and `partlake plan` and `partlake run` apply

@@ -214,6 +214,7 @@ def objects(s3: S3Server, path: str, log: bool = False) -> set[str]:
     return {k for k in keys if k.startswith("_delta_log/") == log}
 
 
+@pytest.mark.extended  # CI: the commands on local disk, S3 runs above, surface/test_storage_s3.py
 def test_maintain_delete_history_restore_and_sql_on_s3(s3: S3Server, diff_lake: DiffLake) -> None:
     """Every table command on the lake the concurrent runs filled, one process each, the Delta
     table on the server checked after each: compaction, vacuum and a checkpoint invalidate

@@ -173,6 +173,7 @@ def test_a_run_with_nothing_new_commits_nothing(shop: dict[str, Any]) -> None:
     assert _ids(project, "click_events") == list(range(170))
 
 
+@pytest.mark.extended  # CI: continuous streams in tests/test_stream_cancel.py
 def test_a_continuous_stream_stops_after_its_batch_and_goes_on_from_there(
     shop: dict[str, Any], tmp_path: Path
 ) -> None:
