@@ -302,9 +302,10 @@ def test_maintain_delete_history_restore_and_sql_on_s3(s3: S3Server, diff_lake: 
 def test_partlake_stale_on_s3_finds_what_partlake_plan_finds(
     s3: S3Server, diff_lake: DiffLake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Dagster's own automation evaluation of `partlake_stale()` over the S3 lake the CLI test
-    restored (in this process: the condition runs in the code server, not in a subprocess of
-    ours): exactly the partitions `partlake plan` finds, each under its reason."""
+    """Dagster's own automation evaluation of `partlake_stale()` over the S3 lake after a delete
+    of rows from outside partlake (in this process: the condition runs in the code server, not
+    in a subprocess of ours): exactly the partitions `partlake plan` finds, each under its
+    reason."""
     import importlib
 
     from dagster import AssetKey, AssetsDefinition, DagsterInstance, evaluate_automation_conditions
@@ -312,11 +313,16 @@ def test_partlake_stale_on_s3_finds_what_partlake_plan_finds(
     from dagster_partlake import partlake_stale
     from tests.test_freshness import _true_labels
 
+    assert diff_lake.original, "the concurrent runs that fill the lake failed"
+    # A change of its own, so the test holds alone: a delete by another Delta writer.
+    parts = table(s3, "diff/warehouse/parts")
+    first = min(n for part, n, _ in rows(parts) if part == "p1")
+    parts.delete(f"part = 'p1' AND n = {first}")
     env = s3_env(diff_lake.tmp, s3, "diff", "stale", S3_TEST_PARTS="p1,p2")
     plan = run_partlake("plan", "-m", MODULE, "--json", env=env, timeout=180)
     assert plan.returncode == 0, plan.stderr[-3000:]
     found = {(i["asset"], i["partition"], i["reason"]) for i in json.loads(plan.stdout)}
-    assert found, "the CLI test leaves p1 stale (its restore): it did not run first"
+    assert found == {("parts", "p1", "out_of_band"), ("part_totals", "p1", "upstream_changed")}
     for name in ("PARTLAKE_LAKE_ROOT", "PARTLAKE_HOME", "S3_TEST_PARTS", *s3.storage_options()):
         monkeypatch.setenv(name, env[name])
     monkeypatch.setenv("PARTLAKE_CACHE_DIR", str(tmp_path / "state-cache"))
