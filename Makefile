@@ -177,8 +177,20 @@ bench-stream: check-java install
 
 # One rewritten source partition -> its closure fresh again, under the daemon with the sensor:
 # local Spark on SQLite, and a shared Spark Connect server on PostgreSQL; median of 3, by phase.
+# BEFORE=DIR (a checkout of earlier code holding the same benchmarks/refresh.py): 3 rounds that
+# alternate the two checkouts, JSON in benchmarks/out/refresh_interleaved.json.
 bench-refresh: check-java install
+ifdef BEFORE
+	$(BIN)/python -m benchmarks.interleave --before $(BEFORE) $(BENCH_ARGS)
+else
 	$(BIN)/python -m benchmarks.refresh $(BENCH_ARGS)
+endif
+
+# One `dagster asset materialize` of one partition, process start to commit, by phase (5 rounds;
+# BEFORE=DIR: side by side with a checkout of earlier code); JSON in benchmarks/out/materialize.json.
+.PHONY: bench-materialize
+bench-materialize: check-java install
+	$(BIN)/python -m benchmarks.materialize $(if $(BEFORE),--before $(BEFORE)) $(BENCH_ARGS)
 
 # PostgreSQL and Kafka sources next to hand-written Spark jobs, interleaved: 30 days of a 10M-row
 # table into its partitions, Kafka to Delta in messages per second, and a no-change plan's
