@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.output import emit  # noqa: E402
 from benchmarks.refresh import PHASES, TARGETS  # noqa: E402
 
 
@@ -144,11 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{json.dumps(b['median_phases_on_chain_s'])}, after "
             f"{json.dumps(a['median_phases_on_chain_s'])}"
         )
-    text = json.dumps(results, indent=2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(results, args.out)
 
 
 if __name__ == "__main__":

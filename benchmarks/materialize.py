@@ -47,6 +47,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from benchmarks.output import emit  # noqa: E402
+
 ASSET = "clean_events"
 PARTITION = "2024-01-01|eu"
 METADATA = {
@@ -206,11 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             envs = {n: {**side_env(p, work / mode / n), **remote} for n, p in sides.items()}
             results["modes"][mode] = measure(mode, sides, envs, args.rounds, bool(args.before))
     results["load_average_1m"] = round(os.getloadavg()[0], 2)
-    text = json.dumps(results, indent=2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(results, args.out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ and in `--out`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -26,6 +25,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.output import emit
 
 REPO = Path(__file__).resolve().parents[1]
 NOOP = "Everything is fresh: nothing to run."
@@ -155,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_samples_s": {name: [round(v, 3) for v in s] for name, s in cpu.items()},
         "cpu": summarize(cpu),
     }
-    text = json.dumps(result, indent=2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

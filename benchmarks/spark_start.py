@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.output import emit
+
 REPO = Path(__file__).resolve().parents[1]
 
 PROBE = """
@@ -112,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_jars_over_none_cds_on": ratio("on+jars", "on"),
         "ratio_jars_over_none_cds_off": ratio("off+jars", "off"),
     }
-    text = json.dumps(result, indent=2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":
