@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from dagster_partlake.faults import DIR_ENV, POINTS_FILE
+from dagster_partlake.orchestration.warm import WARM_TAG
 from tests.conftest import REPO_ROOT, cli_env, run_partlake, subprocess_env
 from tests.lake_checks import TABLES, check_lake, read_table
 from tests.servers import (
@@ -185,6 +186,10 @@ def kill_paused_run(
     sensor's retry may commit while the slot waits to be freed (up to 45 s)."""
     pid = drill.paused(point, number)
     run = started_run(drill.dev, since, asset)
+    # The example's dagster.yaml keeps a warm worker: a run handed to one runs in that worker,
+    # so the process killed is the worker the run's tag names.
+    warm = run["tags"].get(WARM_TAG)
+    assert warm is None or warm == str(pid), (warm, pid)
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     wait_until(
@@ -258,6 +263,8 @@ class TestRunWorkerKilled:
             )
             failed.append(run)
         drill.disarm()
+        # Warm workers killed too: the pool replaced them and later runs went on.
+        assert any(WARM_TAG in r["tags"] for r in failed), failed
         wait_until(lambda: drill.dev.stale() == [], timeout=600, what="the closure to refresh")
         check_lake(drill.lake)
         runs = ended_runs_since(drill.dev, changed)
@@ -283,6 +290,7 @@ class TestRunWorkerKilled:
         drill.arm("after_commit@clean_events:1")
         changed = time.time()
         ingest(drill.dev.env, "--date", "2024-01-01", "--region", "eu", "--seed", "22")
+        killed = []
         for number, asset in ((1, "clean_events"), (2, "daily_region_stats")):
             drill.paused("after_commit", number)
             if number == 1:
@@ -290,9 +298,10 @@ class TestRunWorkerKilled:
                 # may commit daily_region_stats within seconds. Pass 1 stays taken: this is 2.
                 drill.aim("after_commit@daily_region_stats:2")
             check_readable(drill.lake)
-            kill_paused_run(drill, "after_commit", number, changed, asset)
+            killed.append(kill_paused_run(drill, "after_commit", number, changed, asset))
             check_readable(drill.lake)
         drill.disarm()
+        assert any(WARM_TAG in r["tags"] for r in killed), killed
         wait_until(lambda: drill.dev.stale() == [], timeout=600, what="the closure to refresh")
         check_lake(drill.lake)
         runs = ended_runs_since(drill.dev, changed)
