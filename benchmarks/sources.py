@@ -1,7 +1,8 @@
 """PostgreSQL and Kafka sources, side by side with the Spark jobs a user would write by hand.
 
     .venv/bin/python -m benchmarks.sources [--rows 10000000] [--days 30] [--messages 2000000]
-                                           [--repeats 3] [--out benchmarks/out/sources.json]
+                                           [--repeats 3] [--layout spread|in_order]
+                                           [--out benchmarks/out/sources.json]
                                            [--only postgres|kafka|plan ...]
 
 One local Spark session (local[2]) and one Dagster instance in this process serve every run; the
@@ -10,9 +11,11 @@ pair is interleaved, partlake first then the hand-written job, `--repeats` times
 their ratio are reported (targets, not tests: within 1.15x):
 
 - **PostgreSQL into partitions**: a table of `--rows` orders over `--days` days (an index on the
-  date). partlake: `dagster.materialize` of the `--days` partitions of an asset copying the
-  source (`partlake_source(..., postgres=PostgresTable(...))`, a single-run backfill: one JDBC
-  query per day, in parallel, then partlake's writer and one commit). By hand:
+  date; `--layout spread`, the default, cycles the days row by row, `in_order` fills them day
+  after day). partlake: `dagster.materialize` of the `--days` partitions of an asset copying the
+  source (`partlake_source(..., postgres=PostgresTable(...))`, a single-run backfill: parallel JDBC
+  queries as `read_by="auto"` picks them, by ranges of the primary key when the days are
+  spread, a query per day when in order; then partlake's writer and one commit). By hand:
   `spark.read.jdbc(...)` split into as many id ranges, then delta-spark's writer partitioned by
   date. Each into a fresh table; both must hold the same rows (count and sum).
 - **Kafka into Delta**: `--messages` JSON messages on a topic of 4 partitions. partlake: an
@@ -77,7 +80,9 @@ def _table_stats(path: Path, column: str) -> tuple[int, int]:
 # -- PostgreSQL -----------------------------------------------------------------------------------
 
 
-def _load_orders(server: Any, rows: int, days: int) -> float:
+def _load_orders(server: Any, rows: int, days: int, layout: str = "spread") -> float:
+    """The orders table: `spread`, the days cycling row by row (every page holds rows of every
+    day), or `in_order`, day after day (as a table filled over time)."""
     import psycopg
 
     started = time.perf_counter()
@@ -89,10 +94,11 @@ def _load_orders(server: Any, rows: int, days: int) -> float:
             "CREATE TABLE orders (id bigint, order_date date NOT NULL, user_id bigint, "
             "amount bigint)"
         )
+        day = "(g %% %s)" if layout == "spread" else "((g - 1) * %s / %s)"
         connection.execute(
-            "INSERT INTO orders SELECT g, date '2024-01-01' + (g %% %s)::int, g %% 100003, "
+            f"INSERT INTO orders SELECT g, date '2024-01-01' + {day}::int, g %% 100003, "
             "g %% 1000 FROM generate_series(1, %s) g",
-            (days, rows),
+            (days, rows) if layout == "spread" else (days, rows, rows),
         )
         connection.execute("CREATE INDEX ON orders (order_date)")
         connection.execute("ALTER TABLE orders ADD PRIMARY KEY (id)")
@@ -100,9 +106,11 @@ def _load_orders(server: Any, rows: int, days: int) -> float:
     return time.perf_counter() - started
 
 
-def postgres_pair(server: Any, work: Path, rows: int, days: int, repeats: int) -> dict[str, Any]:
+def postgres_pair(
+    server: Any, work: Path, rows: int, days: int, repeats: int, layout: str = "spread"
+) -> dict[str, Any]:
     """partlake's read of `days` partitions against the hand-written JDBC job."""
-    load_seconds = _load_orders(server, rows, days)
+    load_seconds = _load_orders(server, rows, days, layout)
     end = dt.date(2024, 1, 1) + dt.timedelta(days=days)
     daily = DailyPartitionsDefinition(start_date="2024-01-01", end_date=end.isoformat())
     keys = daily.get_partition_keys()
@@ -169,6 +177,7 @@ def postgres_pair(server: Any, work: Path, rows: int, days: int, repeats: int) -
     return {
         "rows": rows,
         "days": days,
+        "layout": layout,
         "load_seconds": round(load_seconds, 1),
         "partlake_seconds": [round(s, 3) for s in partlake_seconds],
         "by_hand_seconds": [round(s, 3) for s in by_hand_seconds],
@@ -334,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--layout",
+        choices=["spread", "in_order"],
+        default="spread",
+        help="the orders' days cycling row by row, or day after day",
+    )
     parser.add_argument("--only", choices=["postgres", "kafka", "plan"], action="append")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out" / "sources.json")
     args = parser.parse_args(argv)
@@ -351,11 +366,11 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ["PGUSER"] = server.user
                 if "postgres" in only:
                     report["postgres"] = postgres_pair(
-                        server, work, args.rows, args.days, args.repeats
+                        server, work, args.rows, args.days, args.repeats, args.layout
                     )
                     print(json.dumps(report["postgres"]), flush=True)
                 else:
-                    _load_orders(server, args.rows, args.days)
+                    _load_orders(server, args.rows, args.days, args.layout)
                 if "plan" in only:
                     report["plan"] = plan_cost(server, work, args.days, max(args.repeats, 5))
                     print(json.dumps(report["plan"]), flush=True)

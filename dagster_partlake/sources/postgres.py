@@ -28,11 +28,22 @@ For a `query` there are no triggers: each plan reads the query whole, grouped by
 columns, with a fingerprint of each partition's rows (`md5` of the rows in order): a full read
 per plan, fit for small queries only.
 
-**Reads.** A run reads exactly its partitions through Spark's JDBC source, one query per
-partition, `WHERE` on the partition columns (PostgreSQL receives the predicate); a partition with
-more than `split_rows` rows (its stamp's count) is read in ranges of `split_column` by parallel
-queries. The stamps of the partitions read are taken before the rows, so a change in between is
-seen by the next plan, never missed.
+**Reads.** A run reads exactly its partitions through Spark's JDBC source, in parallel queries
+whose `WHERE` PostgreSQL receives (`read_by`):
+
+- `partition`: one query per partition, on the partition columns; a partition with more than
+  `split_rows` rows (its stamp's count) in ranges of `split_column`. Each query reads only its
+  partition's pages when the partition's rows lie together (a table filled in time order).
+- `range`: the partitions read together in ranges of a key (`split_column`, else the table's
+  one-column integer primary key), each range filtered to the partitions wanted (no filter
+  when they are all of the table's). When every page holds rows of many partitions, one query
+  per partition would read the pages once per partition; ranges read each page once.
+- `auto` (the default): `range` when the table has such a key and PostgreSQL's statistics
+  (`pg_stats.correlation` of the partition columns, from ANALYZE or autovacuum) say no partition
+  column follows the rows' physical order (|correlation| < 0.5 for each); else `partition`.
+
+The stamps of the partitions read are taken before the rows, so a change in between is seen by
+the next plan, never missed.
 
 **Credentials** come from the declaration or the standard libpq variables (`PGHOST`, `PGPORT`,
 `PGDATABASE`, `PGUSER`, and the password from the variable `password_env`, default
@@ -75,6 +86,10 @@ _PARTITION_TYPES = {
     "bigint": "string",
     "smallint": "string",
 }
+# How a run's partitions are read (see Reads above).
+READ_BY = ("auto", "partition", "range")
+# `auto` reads by ranges when no partition column's |pg_stats.correlation| reaches this.
+SCATTERED_BELOW = 0.5
 # Passwords given in code, by the settings they were given with (never in metadata).
 _PASSWORDS: dict[str, str] = {}
 # The last stamps read per source and process: a plan whose cheap query finds them unmoved
@@ -104,9 +119,13 @@ class PostgresTable:
             127.0.0.1), `$PGPORT` (else 5432), `$PGDATABASE`, `$PGUSER`.
         password: the login's password; prefer `password_env`. Kept in this process only.
         password_env: the environment variable holding the password (default `PGPASSWORD`).
-        split_column: a numeric column to read a large partition by in parallel ranges.
-        split_rows: a partition with more rows than this is split (with `split_column`).
+        split_column: a numeric column to read a large partition by in parallel ranges (and
+            the key of `read_by="range"`).
+        split_rows: a partition with more rows than this is split (with `split_column`); a
+            range read has at least one range per this many rows.
         fetch_size: rows per round trip of Spark's JDBC reads.
+        read_by: `"partition"` (a query per partition), `"range"` (the partitions together, in
+            ranges of a key) or `"auto"`: see the module's Reads.
     """
 
     table: str | None = None
@@ -120,6 +139,7 @@ class PostgresTable:
     split_column: str | None = None
     split_rows: int = 1_000_000
     fetch_size: int = 10_000
+    read_by: str = "auto"
 
     def __post_init__(self) -> None:
         if (self.table is None) == (self.query is None):
@@ -128,6 +148,10 @@ class PostgresTable:
             )
         if self.split_rows < 1 or self.fetch_size < 1:
             raise PartlakeConfigError("PostgresTable's split_rows and fetch_size must be >= 1.")
+        if self.read_by not in READ_BY:
+            raise PartlakeConfigError(
+                f"PostgresTable(read_by={self.read_by!r}): use one of {', '.join(READ_BY)}."
+            )
         if self.password is not None:
             _PASSWORDS[_key(self.settings())] = self.password
 
@@ -544,22 +568,13 @@ def read_partitions(
     source: str,
 ) -> PartitionsRead:
     """The rows of `partitions` (values of `columns`; None: every row) with Spark's JDBC
-    source, one query per partition (or per range of a large one), and their stamps taken
-    first."""
+    source, in parallel queries as `table.read_by` says, and their stamps taken first."""
     # The stamps first: a change after them is seen by the next plan.
     state = table_state(table, columns, source=source)
     known = {v: t for v, t in state.last_updated.items() if t is not None} if state else {}
     wanted = list(known) if partitions is None else [tuple(p) for p in partitions]
     stamps = {p: known[p] for p in wanted if p in known}
-    counts = _counts(table, wanted, source=source) if table.split_column else {}
-    predicates: list[str] = []
-    for values in wanted:
-        where = " AND ".join(_equals(c, v) for c, v in zip(columns, values, strict=True))
-        rows = counts.get(values, 0)
-        if table.split_column and rows > table.split_rows:
-            predicates.extend(_ranges(table, where, rows, source=source))
-        else:
-            predicates.append(where or "TRUE")
+    predicates = _predicates(table, columns, wanted, set(known), source=source)
     relation = table.table if table.table is not None else f"({table.query}) AS partlake_source"
     properties = {
         "driver": "org.postgresql.Driver",
@@ -567,10 +582,116 @@ def read_partitions(
         **({"user": table.resolved_user} if table.resolved_user else {}),
         **({"password": pw} if (pw := table.resolved_password()) else {}),
     }
-    if not predicates:
-        predicates = ["FALSE"]  # no partition to read: the columns, no rows
     df = spark.read.jdbc(table.jdbc_url(), relation, predicates=predicates, properties=properties)
     return PartitionsRead(df, stamps, len(predicates))
+
+
+def _predicates(
+    table: PostgresTable,
+    columns: Sequence[str],
+    wanted: Sequence[tuple[str | None, ...]],
+    known: set[tuple[str | None, ...]],
+    *,
+    source: str,
+) -> list[str]:
+    """The WHERE of each parallel query reading `wanted` (`known`: every stamped partition)."""
+    if not wanted:
+        return ["FALSE"]  # no partition to read: the columns, no rows
+    wheres = [
+        " AND ".join(_equals(c, v) for c, v in zip(columns, values, strict=True)) or "TRUE"
+        for values in wanted
+    ]
+    layout = _layout(table, columns, source=source)
+    if _by_range(table, layout, source=source):
+        assert layout.key is not None
+        # Every stamped partition wanted: the table's rows are exactly the wanted ones.
+        where = "TRUE" if known and known <= set(wanted) else _any_of(columns, wanted)
+        rows = sum(_counts(table, wanted, source=source).values())
+        pieces = min(MAX_RANGES, max(len(wanted), -(-rows // table.split_rows)))
+        return _ranges(table, layout.key, where, pieces, source=source)
+    counts = _counts(table, wanted, source=source) if table.split_column else {}
+    predicates: list[str] = []
+    for values, where in zip(wanted, wheres, strict=True):
+        rows = counts.get(values, 0)
+        if table.split_column and rows > table.split_rows:
+            pieces = -(-rows // table.split_rows)
+            predicates.extend(
+                _ranges(table, table.split_column, where, pieces, source=source, bound=where)
+            )
+        else:
+            predicates.append(where)
+    return predicates
+
+
+# A range read is cut into at most this many queries.
+MAX_RANGES = 256
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What PostgreSQL's catalog says about reading the table."""
+
+    key: str | None  # split_column, else a one-column integer primary key
+    correlations: dict[str, float]  # the partition columns' pg_stats.correlation, when analyzed
+
+
+def _layout(table: PostgresTable, columns: Sequence[str], *, source: str) -> _Layout:
+    if table.table is None or table.read_by == "partition":
+        # A query's rows have no primary key or statistics; `partition` needs neither.
+        return _Layout(table.split_column, {})
+    with connect(table, source=source) as connection:
+        key = table.split_column
+        if key is None:
+            primary = connection.execute(
+                "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_index i "
+                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary",
+                (table.table,),
+            ).fetchall()
+            if len(primary) == 1 and primary[0][1] in ("smallint", "integer", "bigint"):
+                key = str(primary[0][0])
+        found = connection.execute(
+            "SELECT s.attname, s.correlation FROM pg_stats s "
+            "JOIN pg_class c ON c.relname = s.tablename "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname "
+            "WHERE c.oid = to_regclass(%s) AND s.attname = ANY(%s) AND s.correlation IS NOT NULL",
+            (table.table, list(columns)),
+        ).fetchall()
+    return _Layout(key, {str(name): float(c) for name, c in found if name in columns})
+
+
+def _by_range(table: PostgresTable, layout: _Layout, *, source: str) -> bool:
+    """Whether the partitions are read together in ranges of the layout's key.
+
+    Raises:
+        PartlakeConfigError: `read_by="range"` on a table without a key to range over.
+    """
+    if table.read_by == "range" and layout.key is None:
+        raise PartlakeConfigError(
+            f"source {source}: read_by='range' needs a numeric key to read {_relation(table)} "
+            "by: set PostgresTable(split_column=...) (or give the table a one-column integer "
+            "primary key)."
+        )
+    if table.read_by != "auto" or layout.key is None:
+        return table.read_by == "range"
+    correlations = layout.correlations
+    # Unanalyzed columns, or one that follows the rows' order: a query per partition.
+    return bool(correlations) and all(abs(c) < SCATTERED_BELOW for c in correlations.values())
+
+
+def _any_of(columns: Sequence[str], wanted: Sequence[tuple[str | None, ...]]) -> str:
+    """One condition true for the rows of the `wanted` partitions."""
+    if len(columns) == 1:
+        values = [v[0] for v in wanted]
+        listed = [_literal(v) for v in values if v is not None]
+        parts = [f"{_ident(columns[0])} IN ({', '.join(listed)})"] if listed else []
+        if None in values:
+            parts.append(f"{_ident(columns[0])} IS NULL")
+        return " OR ".join(parts)
+    return " OR ".join(
+        "(" + " AND ".join(_equals(c, v) for c, v in zip(columns, values, strict=True)) + ")"
+        for values in wanted
+    )
 
 
 def _equals(column: str, value: str | None) -> str:
@@ -594,19 +715,26 @@ def _counts(
     return {tuple(part): int(n) for part, n in rows if tuple(part) in wanted}
 
 
-def _ranges(table: PostgresTable, where: str, rows: int, *, source: str) -> list[str]:
-    """`where` split into ranges of `split_column` of about `split_rows` rows each."""
-    assert table.split_column is not None
-    column = _ident(table.split_column)
+def _ranges(
+    table: PostgresTable,
+    key: str,
+    where: str,
+    pieces: int,
+    *,
+    source: str,
+    bound: str = "TRUE",
+) -> list[str]:
+    """`where` cut into `pieces` ranges of `key` between its least and greatest value among the
+    rows matching `bound` (TRUE: the table's, which an index on `key` answers at once)."""
+    column = _ident(key)
     relation = _ident(table.table) if table.table else f"({table.query}) AS q"
     with connect(table, source=source) as connection:
         low, high = connection.execute(
-            f"SELECT min({column}), max({column}) FROM {relation} WHERE {where}"
+            f"SELECT min({column}), max({column}) FROM {relation} WHERE {bound}"
         ).fetchone() or (None, None)
     if low is None or high is None:
         return [where]
-    pieces = max(1, -(-rows // table.split_rows))
-    step = max(1, -(-(int(high) - int(low) + 1) // pieces))
+    step = max(1, -(-(int(high) - int(low) + 1) // max(1, pieces)))
     bounds = list(range(int(low), int(high) + 1, step))
     ranges = []
     for i, start in enumerate(bounds):
@@ -618,7 +746,9 @@ def _ranges(table: PostgresTable, where: str, rows: int, *, source: str) -> list
         condition = " AND ".join(parts) or "TRUE"
         if i == 0:  # rows without a value go with the first range
             condition = f"({condition} OR {column} IS NULL)"
-        ranges.append(f"{where} AND {condition}")
+        ranges.append(
+            f"({where}) AND {condition}" if " OR " in where else f"{where} AND {condition}"
+        )
     return ranges
 
 

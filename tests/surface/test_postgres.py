@@ -48,6 +48,9 @@ orders = partlake_source(
         password_env="SHOP_DB_PASSWORD",
         split_column="id",
         split_rows=150,
+        # By partition while the rows are unanalyzed; by ranges of id once ANALYZE finds
+        # every day's rows spread over the table.
+        read_by="auto",
     ),
     metadata={"partition_expr": {"date": "order_date"}},
 )
@@ -139,6 +142,8 @@ def shop(postgres_source: Any, tmp_path_factory: pytest.TempPathFactory) -> dict
             "INSERT INTO orders SELECT g, date '2024-01-01' + (g % 3), "
             "CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g FROM generate_series(1, 1200) g"
         )
+        # No statistics until a test runs ANALYZE (read_by="auto" reads by them).
+        connection.execute("ALTER TABLE orders SET (autovacuum_enabled = false)")
     project = UserProject(tmp_path_factory.mktemp("postgres"), {"SHOP_DB_PASSWORD": PG_PASSWORD})
     project.write(
         MODULE, CODE, port=server.port, database=server.db, user=server.user, password=PG_PASSWORD
@@ -208,6 +213,7 @@ def test_a_query_source_is_read_whole_and_its_password_stays_in_the_code(
     assert PG_PASSWORD not in shown.stdout + shown.stderr
 
 
+@covers("PostgresTable(read_by=)")
 def test_each_change_in_the_database_refreshes_exactly_its_closure(shop: dict[str, Any]) -> None:
     project: UserProject = shop["project"]
     server = shop["server"]
@@ -233,8 +239,23 @@ def test_each_change_in_the_database_refreshes_exactly_its_closure(shop: dict[st
         assert line in plan, plan
     assert "2024-01-02|eu" not in plan, plan
     assert "daily_totals: 3 stale" in plan, plan
+    log = Path(server.data) / "server.log"
+    logged = len(log.read_bytes())
     run = project.ok("partlake", "run", "-m", MODULE)
     assert len(outcome_lines(run)) == 4 + 3, run
+    # ANALYZE found the days' and regions' rows spread over the table: each run's partition
+    # (a run per partition of two dimensions) was read in ranges of id between the table's
+    # least and greatest id (its index's), at least one range per 150 rows.
+    received = [
+        line
+        for line in log.read_text(errors="replace")[logged:].splitlines()
+        # (not Spark's query for the columns, WHERE 1=0)
+        if "PostgreSQL JDBC Driver:" in line and "FROM public.orders " in line and "1=0" not in line
+    ]
+    for day, region, ranges in [("01", "eu", 2), ("01", "us", 2), ("03", "eu", 2), ("05", "us", 1)]:
+        wanted = f"""("order_date" = '2024-01-{day}' AND "region" = '{region}')"""
+        assert sum(wanted in line for line in received) == ranges, (wanted, received)
+    assert len(received) == 7 and all('"id" ' in line for line in received), received
     got = table_rows(project.lake / "warehouse" / "order_lines", COLUMNS)
     assert [(i, str(d), r, a) for i, d, r, a in got] == _db_rows(server)
     totals: dict[str, float] = {}
