@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -111,6 +112,34 @@ def postgres_source() -> Iterator[object]:
 
 # The password of `postgres_source`'s user: a local test server's, not a credential.
 PG_PASSWORD = "partlake-test-password"
+
+
+def postgres_table(server: Any, name: str, **options: Any) -> Any:
+    """A `PostgresTable` of `public.<name>` on `postgres_source`, its password in the code."""
+    from dagster_partlake.sources.postgres import PostgresTable
+
+    return PostgresTable(
+        table=f"public.{name}",
+        port=server.port,
+        database=server.db,
+        user=server.user,
+        password=PG_PASSWORD,
+        **options,
+    )
+
+
+def postgres_connection(server: Any) -> Any:
+    """A connection (autocommit) to `postgres_source`'s database as its user, over TCP."""
+    import psycopg
+
+    return psycopg.connect(
+        host="127.0.0.1",
+        port=server.port,
+        dbname=server.db,
+        user=server.user,
+        password=PG_PASSWORD,
+        autocommit=True,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.sources.postgres import PostgresTable, read_partitions
-from tests.conftest import PG_PASSWORD
+from tests.conftest import postgres_connection, postgres_table
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
@@ -25,15 +25,7 @@ DAYS = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
 
 @pytest.fixture
 def connection(postgres_source: Any) -> Iterator[psycopg.Connection[Any]]:
-    server = postgres_source
-    with psycopg.connect(
-        host="127.0.0.1",
-        port=server.port,
-        dbname=server.db,
-        user=server.user,
-        password=PG_PASSWORD,
-        autocommit=True,
-    ) as connection:
+    with postgres_connection(postgres_source) as connection:
         yield connection
 
 
@@ -52,16 +44,8 @@ def _table(postgres_source: Any, connection: Any, layout: str, **options: Any) -
     )
     if layout != "unanalyzed":
         connection.execute(f"ANALYZE {name}")
-    server = postgres_source
-    return PostgresTable(
-        table=f"public.{name}",
-        port=server.port,
-        database=server.db,
-        user=server.user,
-        password=PG_PASSWORD,
-        split_rows=300,
-        **options,
-    )
+    table: PostgresTable = postgres_table(postgres_source, name, split_rows=300, **options)
+    return table
 
 
 def _read(
@@ -143,15 +127,7 @@ def test_a_range_read_without_a_key_and_an_unknown_read_by_name_the_fix(
     name = f"reads_{next(_names)}"
     connection.execute(f"CREATE TABLE {name} (order_date date, amount bigint)")
     connection.execute(f"INSERT INTO {name} VALUES ('2024-01-01', 1)")
-    server = postgres_source
-    table = PostgresTable(
-        table=f"public.{name}",
-        port=server.port,
-        database=server.db,
-        user=server.user,
-        password=PG_PASSWORD,
-        read_by="range",
-    )
+    table = postgres_table(postgres_source, name, read_by="range")
     with pytest.raises(
         PartlakeConfigError, match=r"read_by='range' needs a numeric key.*split_column"
     ):

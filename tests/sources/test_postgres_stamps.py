@@ -14,7 +14,7 @@ import pytest
 
 from dagster_partlake.errors import SourceError
 from dagster_partlake.sources.postgres import PostgresTable, table_state
-from tests.conftest import PG_PASSWORD
+from tests.conftest import PG_PASSWORD, postgres_connection, postgres_table
 
 pytestmark = [pytest.mark.postgres]
 
@@ -27,21 +27,8 @@ def orders(postgres_source: Any) -> Iterator[tuple[PostgresTable, psycopg.Connec
     """A fresh table of 1,200 orders over 3 days x 2 regions, and a connection to change it."""
     name = f"orders_{next(_names)}"
     server = postgres_source
-    table = PostgresTable(
-        table=f"public.{name}",
-        port=server.port,
-        database=server.db,
-        user=server.user,
-        password=PG_PASSWORD,
-    )
-    with psycopg.connect(
-        host="127.0.0.1",
-        port=server.port,
-        dbname=server.db,
-        user=server.user,
-        password=PG_PASSWORD,
-        autocommit=True,
-    ) as connection:
+    table: PostgresTable = postgres_table(server, name)
+    with postgres_connection(server) as connection:
         connection.execute(
             f"CREATE TABLE {name} (id bigint PRIMARY KEY, order_date date, region text, "
             "amount numeric(10, 2))"

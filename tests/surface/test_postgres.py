@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import PG_PASSWORD
+from tests.conftest import PG_PASSWORD, postgres_connection
 from tests.surface.options import covers
 from tests.surface.project import UserProject, outcome_lines, table_rows
 
@@ -117,14 +117,8 @@ defs = dg.Definitions(
 
 
 def _connect(server: Any) -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        host="127.0.0.1",
-        port=server.port,
-        dbname=server.db,
-        user=server.user,
-        password=PG_PASSWORD,
-        autocommit=True,
-    )
+    connection: psycopg.Connection[Any] = postgres_connection(server)
+    return connection
 
 
 @pytest.fixture(scope="module")
