@@ -35,8 +35,8 @@ whose `WHERE` PostgreSQL receives (`read_by`):
   `split_rows` rows (its stamp's count) in ranges of `split_column`. Each query reads only its
   partition's pages when the partition's rows lie together (a table filled in time order).
 - `range`: the partitions read together in ranges of a key (`split_column`, else the table's
-  one-column integer primary key), each range filtered to the partitions wanted (no filter
-  when they are all of the table's). When every page holds rows of many partitions, one query
+  one-column integer primary key), each range filtered to the partitions wanted. When every
+  page holds rows of many partitions, one query
   per partition would read the pages once per partition; ranges read each page once.
 - `auto` (the default): `range` when the table has such a key and PostgreSQL's statistics
   (`pg_stats.correlation` of the partition columns, from ANALYZE or autovacuum) say no partition
@@ -574,7 +574,7 @@ def read_partitions(
     known = {v: t for v, t in state.last_updated.items() if t is not None} if state else {}
     wanted = list(known) if partitions is None else [tuple(p) for p in partitions]
     stamps = {p: known[p] for p in wanted if p in known}
-    predicates = _predicates(table, columns, wanted, set(known), source=source)
+    predicates = _predicates(table, columns, wanted, source=source)
     relation = table.table if table.table is not None else f"({table.query}) AS partlake_source"
     properties = {
         "driver": "org.postgresql.Driver",
@@ -590,11 +590,10 @@ def _predicates(
     table: PostgresTable,
     columns: Sequence[str],
     wanted: Sequence[tuple[str | None, ...]],
-    known: set[tuple[str | None, ...]],
     *,
     source: str,
 ) -> list[str]:
-    """The WHERE of each parallel query reading `wanted` (`known`: every stamped partition)."""
+    """The WHERE of each parallel query reading the `wanted` partitions."""
     if not wanted:
         return ["FALSE"]  # no partition to read: the columns, no rows
     wheres = [
@@ -604,8 +603,9 @@ def _predicates(
     layout = _layout(table, columns, source=source)
     if _by_range(table, layout, source=source):
         assert layout.key is not None
-        # Every stamped partition wanted: the table's rows are exactly the wanted ones.
-        where = "TRUE" if known and known <= set(wanted) else _any_of(columns, wanted)
+        # Filtered even when every partition is wanted: rows of a partition inserted after the
+        # stamps were read are not the run's to write.
+        where = _any_of(columns, wanted)
         rows = sum(_counts(table, wanted, source=source).values())
         pieces = min(MAX_RANGES, max(len(wanted), -(-rows // table.split_rows)))
         return _ranges(table, layout.key, where, pieces, source=source)
