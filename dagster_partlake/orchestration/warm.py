@@ -39,19 +39,23 @@ if TYPE_CHECKING:
 READY = "partlake-warm-worker-ready"
 
 
-def code_files(working_directory: str | None) -> dict[str, tuple[int, int]]:
-    """The imported modules' files below `working_directory` (the code location's own code),
-    each with its size and modification time (ns)."""
-    if not working_directory:
-        return {}
-    base = os.path.realpath(working_directory) + os.sep
+def code_files() -> dict[str, tuple[int, int]]:
+    """The files of the imported modules that are not installed packages or the standard
+    library (the code location's own code, wherever its folder is: under the working directory
+    or on `PYTHONPATH`), each with its size and modification time (ns)."""
+    installed = {
+        os.path.realpath(p) + os.sep
+        for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    }
     found: dict[str, tuple[int, int]] = {}
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
         if not path:
             continue
         real = os.path.realpath(path)
-        if not real.startswith(base) or f"{os.sep}site-packages{os.sep}" in real:
+        if any(real.startswith(prefix) for prefix in installed) or any(
+            f"{os.sep}{folder}{os.sep}" in real for folder in ("site-packages", "dist-packages")
+        ):
             continue
         try:
             stat = os.stat(real)
@@ -90,12 +94,7 @@ def main() -> int:
     origin = compat.job_origin(os.environ["PARTLAKE_WARM_ORIGIN"])
     repository = compat.job_repository(origin)  # imports the code location
     spark = _warm_spark(repository)
-    pointer = origin.repository_origin.code_pointer
-    ready = {
-        "pid": os.getpid(),
-        "spark": spark,
-        "files": code_files(getattr(pointer, "working_directory", None)),
-    }
+    ready = {"pid": os.getpid(), "spark": spark, "files": code_files()}
     sys.stdout.write(f"{READY} {json.dumps(ready)}\n")
     sys.stdout.flush()
     line = sys.stdin.readline()
