@@ -593,34 +593,33 @@ def _predicates(
     *,
     source: str,
 ) -> list[str]:
-    """The WHERE of each parallel query reading the `wanted` partitions."""
+    """The WHERE of each parallel query reading the `wanted` partitions (one connection for
+    the catalog, the stamps' row counts and the key's bounds)."""
     if not wanted:
         return ["FALSE"]  # no partition to read: the columns, no rows
-    wheres = [
-        " AND ".join(_equals(c, v) for c, v in zip(columns, values, strict=True)) or "TRUE"
-        for values in wanted
-    ]
-    layout = _layout(table, columns, source=source)
-    if _by_range(table, layout, source=source):
-        assert layout.key is not None
-        # Filtered even when every partition is wanted: rows of a partition inserted after the
-        # stamps were read are not the run's to write.
-        where = _any_of(columns, wanted)
-        rows = sum(_counts(table, wanted, source=source).values())
-        pieces = min(MAX_RANGES, max(len(wanted), -(-rows // table.split_rows)))
-        return _ranges(table, layout.key, where, pieces, source=source)
-    counts = _counts(table, wanted, source=source) if table.split_column else {}
-    predicates: list[str] = []
-    for values, where in zip(wanted, wheres, strict=True):
-        rows = counts.get(values, 0)
-        if table.split_column and rows > table.split_rows:
-            pieces = -(-rows // table.split_rows)
-            predicates.extend(
-                _ranges(table, table.split_column, where, pieces, source=source, bound=where)
-            )
-        else:
-            predicates.append(where)
-    return predicates
+    with connect(table, source=source) as connection:
+        layout = _layout(connection, table, columns)
+        if _by_range(table, layout, source=source):
+            assert layout.key is not None
+            # Filtered even when every partition is wanted: rows of a partition inserted after
+            # the stamps were read are not the run's to write.
+            rows = sum(_counts(connection, table, wanted).values())
+            pieces = min(MAX_RANGES, max(len(wanted), -(-rows // table.split_rows)))
+            return _ranges(connection, table, layout.key, _any_of(columns, wanted), pieces)
+        counts = _counts(connection, table, wanted) if table.split_column else {}
+        predicates: list[str] = []
+        for values in wanted:
+            where = " AND ".join(_equals(c, v) for c, v in zip(columns, values, strict=True))
+            where = where or "TRUE"
+            rows = counts.get(values, 0)
+            if table.split_column and rows > table.split_rows:
+                pieces = -(-rows // table.split_rows)
+                predicates.extend(
+                    _ranges(connection, table, table.split_column, where, pieces, bound=where)
+                )
+            else:
+                predicates.append(where)
+        return predicates
 
 
 # A range read is cut into at most this many queries.
@@ -635,28 +634,29 @@ class _Layout:
     correlations: dict[str, float]  # the partition columns' pg_stats.correlation, when analyzed
 
 
-def _layout(table: PostgresTable, columns: Sequence[str], *, source: str) -> _Layout:
+def _layout(
+    connection: psycopg.Connection[Any], table: PostgresTable, columns: Sequence[str]
+) -> _Layout:
     if table.table is None or table.read_by == "partition":
         # A query's rows have no primary key or statistics; `partition` needs neither.
         return _Layout(table.split_column, {})
-    with connect(table, source=source) as connection:
-        key = table.split_column
-        if key is None:
-            primary = connection.execute(
-                "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_index i "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-                "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary",
-                (table.table,),
-            ).fetchall()
-            if len(primary) == 1 and primary[0][1] in ("smallint", "integer", "bigint"):
-                key = str(primary[0][0])
-        found = connection.execute(
-            "SELECT s.attname, s.correlation FROM pg_stats s "
-            "JOIN pg_class c ON c.relname = s.tablename "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname "
-            "WHERE c.oid = to_regclass(%s) AND s.attname = ANY(%s) AND s.correlation IS NOT NULL",
-            (table.table, list(columns)),
+    key = table.split_column
+    if key is None:
+        primary = connection.execute(
+            "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_index i "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary",
+            (table.table,),
         ).fetchall()
+        if len(primary) == 1 and primary[0][1] in ("smallint", "integer", "bigint"):
+            key = str(primary[0][0])
+    found = connection.execute(
+        "SELECT s.attname, s.correlation FROM pg_stats s "
+        "JOIN pg_class c ON c.relname = s.tablename "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname "
+        "WHERE c.oid = to_regclass(%s) AND s.attname = ANY(%s) AND s.correlation IS NOT NULL",
+        (table.table, list(columns)),
+    ).fetchall()
     return _Layout(key, {str(name): float(c) for name, c in found if name in columns})
 
 
@@ -701,37 +701,37 @@ def _equals(column: str, value: str | None) -> str:
 
 
 def _counts(
-    table: PostgresTable, partitions: Sequence[tuple[str | None, ...]], *, source: str
+    connection: psycopg.Connection[Any],
+    table: PostgresTable,
+    partitions: Sequence[tuple[str | None, ...]],
 ) -> dict[tuple[str | None, ...], int]:
     """Rows per partition, from the stamps (no scan of the table)."""
     if table.query is not None:
         return {}
-    with connect(table, source=source) as connection:
-        rows = connection.execute(
-            f"SELECT part, rows FROM {SCHEMA}.{STAMPS} WHERE source = %s",
-            (table.identity,),
-        ).fetchall()
+    rows = connection.execute(
+        f"SELECT part, rows FROM {SCHEMA}.{STAMPS} WHERE source = %s",
+        (table.identity,),
+    ).fetchall()
     wanted = set(partitions)
     return {tuple(part): int(n) for part, n in rows if tuple(part) in wanted}
 
 
 def _ranges(
+    connection: psycopg.Connection[Any],
     table: PostgresTable,
     key: str,
     where: str,
     pieces: int,
     *,
-    source: str,
     bound: str = "TRUE",
 ) -> list[str]:
     """`where` cut into `pieces` ranges of `key` between its least and greatest value among the
     rows matching `bound` (TRUE: the table's, which an index on `key` answers at once)."""
     column = _ident(key)
     relation = _ident(table.table) if table.table else f"({table.query}) AS q"
-    with connect(table, source=source) as connection:
-        low, high = connection.execute(
-            f"SELECT min({column}), max({column}) FROM {relation} WHERE {bound}"
-        ).fetchone() or (None, None)
+    low, high = connection.execute(
+        f"SELECT min({column}), max({column}) FROM {relation} WHERE {bound}"
+    ).fetchone() or (None, None)
     if low is None or high is None:
         return [where]
     step = max(1, -(-(int(high) - int(low) + 1) // max(1, pieces)))
