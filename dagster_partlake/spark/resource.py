@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from dagster_partlake.errors import PartlakeConfigError, SparkUnavailableError
 from dagster_partlake.spark.cds import java_options
 from dagster_partlake.spark.conf import DEFAULT_CONF
-from dagster_partlake.spark.jars import local_jars
+from dagster_partlake.spark.jars import DELTA_CATALOG, local_jars
 from dagster_partlake.spark.storage import (
     S3aSettings,
     apply_hadoop,
@@ -235,17 +236,32 @@ class SparkResource(LazyPySparkResource):
                 extra = conf.get("spark.driver.extraJavaOptions", "")
                 conf["spark.driver.extraJavaOptions"] = f"{extra} {options}".strip()
         builder = builder.appName(self.app_name)
-        for key, value in conf.items():
-            builder = builder.config(key, value)
         # getOrCreate reuses a session already running in this process (one JVM per process);
         # we only stop what we started.
         self._owns_session = running_session() is None
+        if not self._owns_session:
+            conf = _fit_running_jvm(conf)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
         started = time.perf_counter()
         self._spark_session = builder.getOrCreate()
         if self._owns_session:
             _session_starts.append(time.perf_counter() - started)
         # After the start: pyspark hands its conf to the JVM on a command line anyone can read.
         apply_hadoop(self._spark_session, self.s3a().secret)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        # An asset that builds its own session (`SparkSession.builder.getOrCreate()`) before
+        # this resource's starts the process's one JVM: it gets what this resource's would
+        # have had at launch (the lake's JARs, Delta, partlake's defaults). A JVM starts only
+        # from a step, after its resources are set up; the previous value is back at teardown.
+        if self.remote is None and self.master.startswith("local") and not self._jvm_running():
+            _launch_args.offer(self.effective_conf())
+
+    def _jvm_running(self) -> bool:
+        from pyspark import SparkContext
+
+        return SparkContext._gateway is not None
 
     def _connect(self) -> SparkSession:
         """A Spark Connect session whose every call, the first included, retries an
@@ -337,6 +353,7 @@ class SparkResource(LazyPySparkResource):
         self._owns_session = False
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
+        _launch_args.withdraw()
         if self._spark_session is not None and self._owns_session:
             if self.remote is not None:
                 # Releasing the session on the server is one call, tried once: a run ending
@@ -426,3 +443,71 @@ def _which(program: str) -> str | None:
     import shutil
 
     return shutil.which(program)
+
+
+class _LaunchArgs:
+    """`PYSPARK_SUBMIT_ARGS`, the options pyspark launches a process's JVM with, offered while a
+    resource is set up: a session the user's code builds gets the lake's conf too. A value the
+    user set is left alone."""
+
+    def __init__(self) -> None:
+        self._saved: list[str | None] = []
+
+    def offer(self, conf: dict[str, str]) -> None:
+        previous = os.environ.get(_SUBMIT_ARGS)
+        self._saved.append(previous)
+        if previous is not None and not previous.startswith(_OURS):
+            return
+        args = shlex.split(_OURS)
+        for key, value in sorted(conf.items()):
+            args += ["--conf", f"{key}={value}"]
+        os.environ[_SUBMIT_ARGS] = shlex.join([*args, "pyspark-shell"])
+
+    def withdraw(self) -> None:
+        if not self._saved:
+            return
+        previous = self._saved.pop()
+        if previous is None:
+            os.environ.pop(_SUBMIT_ARGS, None)
+        else:
+            os.environ[_SUBMIT_ARGS] = previous
+
+
+_SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"
+# Marks partlake's own value (a setting nothing reads): a nested offer replaces it, the user's
+# own value is kept.
+_OURS = "--conf spark.partlake.launched=true"
+_launch_args = _LaunchArgs()
+
+
+def _fit_running_jvm(conf: dict[str, str]) -> dict[str, str]:
+    """`conf` for a session already running in this process, started without partlake (by the
+    user's code before this resource was set up): without Delta's catalog and extension when
+    its JVM cannot load them (the session would fail at its next query with "Cannot find
+    catalog plugin class"). partlake's writer and reads work without them; what needs them
+    names the cause when reached."""
+    if conf.get("spark.sql.catalog.spark_catalog") != DELTA_CATALOG:
+        return conf
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    try:
+        gateway.jvm.java.lang.Class.forName(DELTA_CATALOG)  # type: ignore[union-attr]
+        return conf
+    except Exception:
+        pass
+    if not _warned_jvm:
+        _warned_jvm.append(True)
+        _log.warning(
+            "this process's Spark was started before partlake's SparkResource (by "
+            "SparkSession.builder.getOrCreate() at import or in an asset), without the lake's "
+            "JARs: partlake's writer and reads work, Spark's Delta (format('delta'), the "
+            "delta-spark writer) and s3a:// do not. To have them, use the resource's session "
+            "(a `spark: SparkResource` argument, `spark.spark_session`) or build yours inside "
+            "an asset, after the resource is set up."
+        )
+    dropped = ("spark.sql.catalog.spark_catalog", "spark.sql.extensions")
+    return {k: v for k, v in conf.items() if k not in dropped}
+
+
+_warned_jvm: list[bool] = []

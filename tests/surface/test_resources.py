@@ -102,12 +102,32 @@ def sales_copy(sales: DataFrame) -> DataFrame:
     return sales
 
 
-@dg.asset(**ranged)
+@dg.asset(**ranged, deps=[sales])
 def homemade(context: dg.AssetExecutionContext) -> DataFrame:
-    \"\"\"A habit of many: the asset builds its own session.\"\"\"
+    \"\"\"A habit of many: the asset builds its own session, and reads with Spark's Delta.\"\"\"
     session = SparkSession.builder.master("local[1]").getOrCreate()
-    rows = [(key, 7) for key in context.partition_keys]
+    landing = session.read.format("delta").load(table_path(None, "sales", path="landing/sales"))
+    rows = [(key, 7, landing.count()) for key in context.partition_keys]
+    return session.createDataFrame(rows, "part string, n int, sales_rows long")
+
+
+@dg.asset(**ranged)
+def homemade_total(homemade: DataFrame) -> DataFrame:
+    \"\"\"The next step of the same run, on the session the asset above built.\"\"\"
+    return homemade.groupBy("part").agg(F.sum("n").alias("total"))
+
+
+@dg.asset(**ranged)
+def early_made(context: dg.AssetExecutionContext) -> DataFrame:
+    \"\"\"Run from `shop_early`, whose session starts at import, before any resource.\"\"\"
+    session = SparkSession.builder.getOrCreate()
+    rows = [(key, 3) for key in context.partition_keys]
     return session.createDataFrame(rows, "part string, n int")
+
+
+@dg.asset(**ranged)
+def early_total(early_made: DataFrame) -> DataFrame:
+    return early_made.groupBy("part").agg(F.sum("n").alias("total"))
 
 
 @dg.asset(**ranged, io_manager_key="strict_io")
@@ -123,7 +143,7 @@ def bare_native(context: dg.AssetExecutionContext, bare_spark: SparkResource) ->
 
 defs = dg.Definitions(
     assets=[sales, session_facts, native_sales, delta_read, sales_copy, homemade, contested]
-    + [bare_native],
+    + [homemade_total, early_made, early_total, bare_native],
     resources={
         "spark": spark,
         "bare_spark": bare_spark,
@@ -134,6 +154,14 @@ defs = dg.Definitions(
     },
     executor=dg.in_process_executor,
 )
+"""
+# A module that starts its Spark session at import, before any resource is set up.
+EARLY = """
+from pyspark.sql import SparkSession
+
+SparkSession.builder.master("local[1]").getOrCreate()
+
+from shop_spark import defs  # noqa: E402
 """
 # The user's script: where each table is, read with deltalake.
 TABLES = """
@@ -195,6 +223,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     project = UserProject(root, extra_env=env)
     project.write(MODULE, CODE, jars_dir=jars)
     project.write("tables", TABLES)
+    project.write("shop_early", EARLY)
     write_deltalake(
         str(project.lake / "landing" / "sales"), pa.Table.from_pylist(SALES), partition_by=["part"]
     )
@@ -204,18 +233,19 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     drilled = UserProject(root, extra_env={**env, "PARTLAKE_FAULT_DIR": str(drill)})
     log = root / "materialize.log"
     paused = drilled.start(
-        "dagster", "asset", "materialize", "-m", MODULE, "--select", "homemade,contested",
-        "--partition-range", "p1...p2", log=log,
+        "dagster", "asset", "materialize", "-m", MODULE, "--select",
+        "homemade,homemade_total,contested", "--partition-range", "p1...p2", log=log,
     )  # fmt: skip
     bare_log = root / "bare.log"
     bare = None
     try:
         reached = _paused(paused, drill / "before_commit.1.paused")
         # Meanwhile (its own process and session; the Dagster instance exists by now, which
-        # two processes must not create at once): the asset whose session has no JARs.
+        # two processes must not create at once): the asset whose session has no JARs, and
+        # two assets of a module whose session started at import, without the JARs.
         bare = project.start(
-            "dagster", "asset", "materialize", "-m", MODULE, "--select", "bare_native",
-            "--partition", "p1", log=bare_log,
+            "dagster", "asset", "materialize", "-m", "shop_early", "--select",
+            "bare_native,early_made,early_total", "--partition-range", "p1...p2", log=bare_log,
         )  # fmt: skip
         run = project.run(
             "partlake", "run", "-m", MODULE, "--select",
@@ -332,13 +362,37 @@ def test_an_asset_building_its_own_session_writes_under_dagster_materialize(
     shop: dict[str, Any],
 ) -> None:
     """`SparkSession.builder.getOrCreate()` in the asset, run by the virtualenv's `dagster`
-    with the virtualenv not on the PATH: partlake's writer still finds pyarrow."""
+    with the virtualenv not on the PATH: partlake's writer still finds pyarrow, the session
+    has the lake's JARs (Spark's Delta reads the landing table), and the next step of the same
+    run works on it."""
     out = shop["materialize"]
     assert 'Finished execution of step "homemade"' in out, out[-3000:]
+    assert "Cannot find catalog plugin class" not in out, out[-3000:]
     assert "no pyarrow" not in out
     homemade = DeltaTable(str(_warehouse(shop) / "homemade"))
     assert len([h for h in homemade.history() if h["operation"] == "WRITE"]) == 1
-    assert table_rows(_warehouse(shop) / "homemade", ["part", "n"]) == [("p1", 7), ("p2", 7)]
+    assert table_rows(_warehouse(shop) / "homemade", ["part", "n", "sales_rows"]) == [
+        ("p1", 7, 6),
+        ("p2", 7, 6),
+    ]
+    assert table_rows(_warehouse(shop) / "homemade_total", ["part", "total"]) == [
+        ("p1", 7),
+        ("p2", 7),
+    ]
+
+
+def test_a_session_started_at_import_works_and_says_what_it_lacks(shop: dict[str, Any]) -> None:
+    """A module that starts Spark at import, before partlake's resource: the run works with
+    partlake's writer, and one line says the session lacks the lake's JARs and what to do."""
+    out = shop["bare"]
+    assert 'Finished execution of step "early_total"' in out, out[-3000:]
+    assert "Cannot find catalog plugin class" not in out, out[-3000:]
+    assert out.count("was started before partlake's SparkResource") == 1, out[-3000:]
+    assert "use the resource's session" in out
+    assert table_rows(_warehouse(shop) / "early_total", ["part", "total"]) == [
+        ("p1", 3),
+        ("p2", 3),
+    ]
 
 
 @covers("SparkResource(add_jars=)")
