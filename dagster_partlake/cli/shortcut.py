@@ -293,6 +293,8 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         or memo is None
         or result.inputs.unreadable
         or result.plan.unreadable
+        # A source with no table is said on every plan, and its table's arrival is not watched.
+        or result.plan.absent_sources
         or graph.has_dynamic_partitions
         or session.cache.persist_dir is None
         or any(not asset.location.is_local for asset in graph.assets.values())

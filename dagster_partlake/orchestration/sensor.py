@@ -376,6 +376,8 @@ def evaluate(context: SensorEvaluationContext, settings: _Settings) -> SensorRes
     errors = [u.message for u in result.plan.unreadable]
     for message in errors:
         context.log.error(message)
+    for absent in result.plan.absent_sources:
+        context.log.warning(absent.message)
     if deferred:
         context.log.info(
             f"{len(deferred)} run(s) requested next tick: partlake_fresh results of their "

@@ -124,7 +124,7 @@ def _declaration(
     """The source's metadata with what `partlake_source` was given (checked: one kind of
     source, `after_commit` only on a folder)."""
     external = [kind for kind, given in (("postgres", postgres), ("kafka", kafka)) if given]
-    if external and (folder or path or root or len(external) > 1):
+    if external and (folder or path is not None or root is not None or len(external) > 1):
         raise PartlakeConfigError(
             f"source {name} sets {' and '.join(external)} with folder, path or root; a source "
             "is one of: a Delta table (path/root), a folder (folder=True), a PostgreSQL table "
@@ -138,9 +138,11 @@ def _declaration(
         full_metadata[KAFKA_KEY] = kafka.settings()
     if folder:
         full_metadata[FORMAT_KEY] = "folder"
-    if path:
+    # An empty path or root is handed on, and refused by the check below, rather than
+    # silently meaning the default location.
+    if path is not None:
         full_metadata[PATH_KEY] = path
-    if root:
+    if root is not None:
         full_metadata[ROOT_KEY] = root
     if after_commit_of(after_commit, asset_name=name) is not None:
         if not folder:

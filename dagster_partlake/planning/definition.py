@@ -114,12 +114,33 @@ class UnreadableTable:
 
 
 @dataclass(frozen=True)
+class AbsentSource:
+    """A source with no table (or folder) where it is declared: nothing of it can be read, so
+    nothing reading it is planned; said once per source, since a typo in `path=` looks the same."""
+
+    asset: str
+    location: str  # where it was looked for (no credentials)
+    waiting: tuple[str, ...]  # the managed assets downstream of it
+    what: str = "table"  # "table", or "folder" for a landing folder
+
+    @property
+    def message(self) -> str:
+        readers = f" ({', '.join(self.waiting)})" if self.waiting else ""
+        return (
+            f"source {self.asset}: no {self.what} at {self.location}; what reads it{readers} has "
+            "nothing of it to plan until one is written there. Check the source's path= or "
+            "root= if it should be there."
+        )
+
+
+@dataclass(frozen=True)
 class Plan:
     """Stale asset partitions in dependency order (upstream assets first)."""
 
     items: tuple[StalePartition, ...]
     asset_order: tuple[str, ...]
     unreadable: tuple[UnreadableTable, ...] = ()
+    absent_sources: tuple[AbsentSource, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -140,6 +161,7 @@ class Plan:
             tuple(i for i in self.items if i.asset in wanted),
             self.asset_order,
             tuple(u for u in self.unreadable if wanted & {u.asset, *u.held}),
+            tuple(a for a in self.absent_sources if wanted & {a.asset, *a.waiting}),
         )
 
 

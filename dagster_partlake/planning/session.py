@@ -43,7 +43,7 @@ from dagster_partlake.planning.convert import (
     key_signature,
     read_state,
 )
-from dagster_partlake.planning.definition import Plan, PlanInput
+from dagster_partlake.planning.definition import AbsentSource, Plan, PlanInput
 from dagster_partlake.planning.graph import LakeAsset, LakeGraph
 from dagster_partlake.planning.planner import plan
 from dagster_partlake.planning.replan import (
@@ -143,6 +143,7 @@ class PlanningSession:
         if self.cache.persist_dir is not None:
             self._save(self.cache.persist_dir, inputs, states, whole)
         result = _with_increments(self.graph, whole, states)
+        result = replace(result, absent_sources=_absent_sources(self.graph, states))
         if select:
             result = result.select(select)
         seconds = time.perf_counter() - started
@@ -348,6 +349,23 @@ def make_plan(
     """
     return PlanningSession(graph, cache).plan(
         select=select, dynamic_partitions_store=dynamic_partitions_store
+    )
+
+
+def _absent_sources(
+    graph: LakeGraph, states: Mapping[str, TableState | None]
+) -> tuple[AbsentSource, ...]:
+    """The Delta and folder sources with nothing where they are declared (a database table or
+    a topic that is not there is an error of its reader instead)."""
+    return tuple(
+        AbsentSource(
+            name,
+            str(asset.location),
+            tuple(graph.downstream(name)),
+            "folder" if asset.is_folder else "table",
+        )
+        for name, asset in graph.assets.items()
+        if asset.is_source and asset.external is None and name in states and states[name] is None
     )
 
 

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from dagster_partlake import (
     DeltaPartitionIOManager,
     SparkResource,
+    build_invalidation_sensor,
     partlake_asset_checks,
     partlake_source,
 )
@@ -62,6 +63,8 @@ visits = partlake_source("visits", partitions_def=days, metadata={"partition_exp
 drops = partlake_source("drops", partitions_def=days, folder=True, after_commit="archive")
 # A table of a lake another IO manager keeps.
 partners = partlake_source("partners", partitions_def=days, io_manager_key="partner_io")
+# A typo: nothing is at this path.
+ghost = partlake_source("ghost", partitions_def=days, path="nowhere/ghost")
 
 
 @dg.asset(partitions_def=daily_region, backfill_policy=one_run, group_name="shop")
@@ -98,12 +101,19 @@ def partner_copy(partners: DataFrame) -> DataFrame:
     return partners
 
 
+@dg.asset(partitions_def=days, backfill_policy=one_run)
+def ghost_copy(ghost: DataFrame) -> DataFrame:
+    return ghost
+
+
 spark = SparkResource(master="local[2]")
-assets = [orders, refunds, stock, visits, drops, partners]
+assets = [orders, refunds, stock, visits, drops, partners, ghost]
 assets += [order_lines, refund_totals, stock_levels, visit_counts, dropped, partner_copy]
+assets += [ghost_copy]
 defs = dg.Definitions(
     assets=assets,
     asset_checks=partlake_asset_checks(assets),
+    sensors=[build_invalidation_sensor("shop_refresh")],
     resources={
         "spark": spark,
         "io_manager": DeltaPartitionIOManager(spark=spark),
@@ -165,9 +175,21 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         [{"date": "2024-01-01", "p": 1}],
         ["date"],
     )
-    plan = project.ok("partlake", "plan", "-m", MODULE)
-    run = project.ok("partlake", "run", "-m", MODULE)
-    return {"project": project, "places": places, "plan": plan, "run": run}
+    plan = project.run("partlake", "plan", "-m", MODULE)
+    run = project.run("partlake", "run", "-m", MODULE)
+    for done in (plan, run):
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # The sensor's tick once everything is fresh but what reads the missing source.
+    tick = project.run("dagster", "sensor", "preview", "-m", MODULE, "shop_refresh")
+    return {
+        "project": project,
+        "places": places,
+        "plan": plan.stdout,
+        "plan_err": plan.stderr,
+        "run": run.stdout,
+        "run_err": run.stderr,
+        "tick": tick,
+    }
 
 
 @covers(
@@ -241,6 +263,45 @@ def test_group_and_description_reach_dagster(shop: dict[str, Any]) -> None:
         "print(json.dumps([node.group_name, node.description]))",
     )
     assert json.loads(listed.splitlines()[-1]) == ["shop", "Orders, written by the shop's exporter"]
+
+
+def test_a_source_with_no_table_is_said_once_by_plan_run_and_the_sensor(
+    shop: dict[str, Any],
+) -> None:
+    """A source whose `path=` holds nothing (a typo): `partlake plan`, `partlake run` and the
+    sensor's tick each say once that there is no table there, naming what reads it."""
+    project: UserProject = shop["project"]
+    where = project.lake / "nowhere" / "ghost"
+    said = (
+        f"source ghost: no table at {where}; what reads it (ghost_copy) has nothing of it to "
+        "plan until one is written there."
+    )
+    for err in (shop["plan_err"], shop["run_err"]):
+        assert err.count("source ghost: no table at") == 1, err[-3000:]
+        assert said in err, err[-3000:]
+    assert "ghost" not in shop["plan"] + shop["run"]  # stdout: the plan and the lines only
+    tick = shop["tick"]
+    assert tick.returncode == 0, tick.stderr[-3000:]
+    log = tick.stdout + tick.stderr
+    assert log.count("source ghost: no table at") == 1, log[-3000:]
+    assert said in log, log[-3000:]
+    assert not where.exists()  # nothing was created where the source is declared
+
+
+def test_an_empty_source_path_is_refused_at_load(shop: dict[str, Any]) -> None:
+    project: UserProject = shop["project"]
+    project.write(
+        "empty_path",
+        """
+        import dagster as dg
+        from dagster_partlake import partlake_source
+
+        defs = dg.Definitions(assets=[partlake_source("ghost", path="")])
+        """,
+    )
+    done = project.run("partlake", "plan", "-m", "empty_path")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Error: asset ghost has partlake/path ''" in done.stdout + done.stderr
 
 
 def test_a_rewritten_source_partition_refreshes_exactly_its_closure(shop: dict[str, Any]) -> None:
