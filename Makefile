@@ -1,4 +1,4 @@
-# Two commands for a fresh clone: `make demo` and `make test` (see README).
+# Three commands for a fresh clone: `make demo`, `make test` and `make docs` (see README).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
