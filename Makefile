@@ -234,6 +234,12 @@ screenshots: check-java install
 	PARTLAKE_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q -m "not faults" tests/test_daemon.py \
 		-k "(TestSqliteInstance and (closure or browser or failing_partition)) or (TestPostgresInstance and stale_partition)"
 
+# docs/reference/metadata.md written from the metadata keys' registry
+# (dagster_partlake.spec.settings.SETTINGS; tests/test_metadata_page.py fails when they differ).
+.PHONY: docs-metadata
+docs-metadata: install
+	$(BIN)/python scripts/metadata_page.py
+
 # The documentation site (docs/, mkdocs.yml) into $(PARTLAKE_HOME)/site; --strict fails on any
 # warning: a broken link or anchor, a docstring griffe cannot parse.
 .PHONY: docs
