@@ -143,7 +143,8 @@ soak: check-java install
 	$(BIN)/python -m benchmarks.soak --minutes $(MINUTES)
 
 # The docs' shell sessions (README.md, docs/) replayed in temporary lakes, and the docs rewritten
-# with what the code prints now (scripts/docs_sessions.py; 14 to 22 minutes on 2 busy cores). CI
+# with what the code prints now (scripts/docs_sessions.py; 14 to 22 minutes on 2 busy cores, and
+# about 1.5 more for the local servers, started on 127.0.0.1 ports 9000, 9092 and 5433). CI
 # replays only the cheap ones and checks the rest by structure (tests/test_docs_sessions.py).
 .PHONY: docs-sessions
 docs-sessions: check-java install
