@@ -1,4 +1,4 @@
-# Two commands for a fresh clone: `make demo` and `make test` (see README).
+# Three commands for a fresh clone: `make demo`, `make test` and `make docs` (see README).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -143,7 +143,8 @@ soak: check-java install
 	$(BIN)/python -m benchmarks.soak --minutes $(MINUTES)
 
 # The docs' shell sessions (README.md, docs/) replayed in temporary lakes, and the docs rewritten
-# with what the code prints now (scripts/docs_sessions.py; 14 to 22 minutes on 2 busy cores). CI
+# with what the code prints now (scripts/docs_sessions.py; 14 to 22 minutes on 2 busy cores, and
+# about 1.5 more for the local servers, started on 127.0.0.1 ports 9000, 9092 and 5433). CI
 # replays only the cheap ones and checks the rest by structure (tests/test_docs_sessions.py).
 .PHONY: docs-sessions
 docs-sessions: check-java install
@@ -233,6 +234,12 @@ bench-maintain: install
 screenshots: check-java install
 	PARTLAKE_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q -m "not faults" tests/test_daemon.py \
 		-k "(TestSqliteInstance and (closure or browser or failing_partition)) or (TestPostgresInstance and stale_partition)"
+
+# docs/reference/metadata.md written from the metadata keys' registry
+# (dagster_partlake.spec.settings.SETTINGS; tests/test_metadata_page.py fails when they differ).
+.PHONY: docs-metadata
+docs-metadata: install
+	$(BIN)/python scripts/metadata_page.py
 
 # The documentation site (docs/, mkdocs.yml) into $(PARTLAKE_HOME)/site; --strict fails on any
 # warning: a broken link or anchor, a docstring griffe cannot parse.

@@ -18,15 +18,18 @@ name `-m definitions` and `definitions/sql`) through the virtualenv's `partlake`
 `dg`. `demo` is the flow of `make demo` (the demo's source data, the same materializations, the
 SQL models, the rewrite of source partition `2024-01-02|eu`, the model kinds' exports), then the
 feeds, quality gates, maintenance, history and restore, row deletes and a damaged log, in that
-order; `dimensions`, `stream`, `lint` and `dg` have their own small lakes or folders. Hidden
-steps (the source systems' writes, the runs that bring a lake to the state a session starts
-from) run without being shown.
+order; `dimensions`, `stream`, `lint` and `dg` have their own small lakes or folders; `servers`
+starts the S3 server, a Kafka broker and PostgreSQL from their scripts on 127.0.0.1 (on the ports
+the Local servers guide shows, stopped by their PIDs at the end whatever happens) and plans and
+runs a code location on them (`tests/local_servers_defs.py`). Hidden steps (the source systems'
+writes, the runs that bring a lake to the state a session starts from) run without being shown.
 
 What the docs show is real output, with the temporary folder shown as the scenario's display
 folder (`/tmp/partlake-demo`, ...). Comparing a block with a replay normalizes what changes from
 one replay to the next (`normalize`):
 
-- milliseconds (`planned in 198 ms`, `5,872 ms`) and sizes (`5.9 KB`) become `N`;
+- milliseconds (`planned in 198 ms`, `5,872 ms`), sizes (`5.9 KB`) and a server's start
+  (`answered after 2.13 s`) become `N`;
 - UUIDs (run ids, Spark's file names), partlake's file names (`part-<8 hex>-<32 hex>`), times
   (ISO, or `2026-11-24 09:39:36 UTC`), epoch milliseconds, process ids and log file names
   (`partlake-run-<stamp>-<pid>.log`) become placeholders;
@@ -39,11 +42,12 @@ A block whose normalized content equals the replay's is left as it is (its numbe
 earlier replay; no churn); any other is rewritten with the replay's output.
 
 The full replay takes 14 to 22 minutes on 2 busy cores (the demo alone runs Spark some twenty
-times), so CI (`tests/test_docs_sessions.py`) replays the cheap scenarios (`CHEAP`: no Spark) and
-checks the others by their structure (`check_structure`): each block's commands are exactly its
-sessions' commands here, every `partlake plan` output re-renders equal through the CLI's own
-renderer, every `partlake run` output's lines are the CLI's line kinds and its counts add up, and
-JSON outputs have the CLI's keys. `make docs-sessions` replays everything.
+times; the servers about 1.5 more), so CI (`tests/test_docs_sessions.py`) replays the cheap
+scenarios (`CHEAP`: no Spark; `SERVERS_CHEAP`: the servers without the run) and checks the
+others by their structure (`check_structure`): each block's commands are exactly its sessions'
+commands here, every `partlake plan` output re-renders equal through the CLI's own renderer,
+every `partlake run` output's lines are the CLI's line kinds and its counts add up, and JSON
+outputs have the CLI's keys. `make docs-sessions` replays everything.
 """
 
 from __future__ import annotations
@@ -142,6 +146,7 @@ _VOLATILE: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bpid \d+"), "pid <pid>"),
     (re.compile(r"\bprocess \d+"), "process <pid>"),
     (re.compile(r"planned in \d+ ms"), "planned in N ms"),
+    (re.compile(r"answered after [\d.]+ s"), "answered after N s"),  # a server's start
     (re.compile(r"\b\d[\d,]* ms\b"), "N ms"),
     (re.compile(r"\b\d+(\.\d+)? (B|KB|MB|GB)\b"), "N B"),
     (re.compile(r"\(\d+ row groups?\)"), "(N row groups)"),
@@ -570,6 +575,83 @@ def dg(r: Replay) -> None:
     r.session("dg-defs", "dg check defs", "dg list defs", cwd=project, stdout_only=True)
 
 
+# The Local servers guide: each server started from its script in the scenario's folder, on the
+# ports the guide shows, then a code location on all three (tests/local_servers_defs.py).
+SERVER_SCRIPTS = {
+    "s3": "python3 scripts/s3_server.py --state {root}/s3",
+    "kafka": "python3 scripts/kafka_server.py --state {root}/kafka",
+    "pg": "python3 scripts/pg_server.py --state {root}/pg",
+}
+SERVERS_MODULE = "tests.local_servers_defs"
+CREATE_TOPIC = (
+    'python -c "from confluent_kafka.admin import AdminClient, NewTopic; '
+    "admin = AdminClient({'bootstrap.servers': '127.0.0.1:9092'}); "
+    "admin.create_topics([NewTopic('clicks', 2, 1)])['clicks'].result(); "
+    'print(sorted(admin.list_topics(timeout=10).topics))"'
+)
+CREATE_ORDERS = (
+    "psql -h 127.0.0.1 -p 5433 -U partlake -d shop "
+    '-c "create table orders (id bigint primary key, order_date date not null, '
+    'amount numeric(10, 2) not null)" '
+    "-c \"insert into orders values (1, '2024-01-01', 10.00), (2, '2024-01-01', 5.50), "
+    "(3, '2024-01-02', 7.25)\""
+)
+SEND_CLICKS = (
+    'python -c "import json; from confluent_kafka import Producer; '
+    "p = Producer({'bootstrap.servers': '127.0.0.1:9092'}); "
+    "[p.produce('clicks', json.dumps({'id': i, 'day': '2024-01-02'})) for i in range(5)]; "
+    'p.flush(10)"'
+)
+
+
+def servers(r: Replay, *, run: bool = True) -> None:
+    """The three servers started, used by a code location (planned; run when `run`), stopped."""
+    s3, kafka, pg = (SERVER_SCRIPTS[name] for name in ("s3", "kafka", "pg"))
+    r.python(lambda r: r.root.chmod(0o755))  # as root, PostgreSQL's user must enter the folder
+    try:
+        r.session("servers-s3", f"{s3} start --port 9000", f"{s3} status", f"{s3} env")
+        r.python(_export_s3_env)  # what `eval "$(... env)"` and `export PGPASSWORD` do
+        r.session("servers-kafka", f"{kafka} start --port 9092", CREATE_TOPIC, f"{kafka} status")
+        r.session("servers-pg", f"{pg} start --port 5433", f"{pg} status", CREATE_ORDERS)
+        r.hidden(SEND_CLICKS)  # a web server's five clicks of 2024-01-02
+        r.session("servers-plan", f"partlake plan -m {SERVERS_MODULE}")
+        if run:
+            r.session(
+                "servers-run",
+                f"partlake run -m {SERVERS_MODULE}",
+                f"partlake plan -m {SERVERS_MODULE}",
+            )
+        r.session(
+            "servers-stop",
+            f"{s3} stop",
+            f"{kafka} stop",
+            f"{pg} stop",
+            f"{s3} status",
+            "echo $?",
+        )
+    finally:  # whatever failed, no server outlives the scenario
+        r.python(_stop_servers)
+
+
+def servers_cheap(r: Replay) -> None:
+    """The Local servers guide without its `partlake run` (Spark): what CI replays."""
+    servers(r, run=False)
+
+
+def _export_s3_env(r: Replay) -> None:
+    for line in r.transcripts["servers-s3"].splitlines():
+        if line.startswith("export AWS_"):
+            name, value = line.removeprefix("export ").split("=", 1)
+            r.env[name] = value
+    r.env["PGPASSWORD"] = "partlake-demo"
+
+
+def _stop_servers(r: Replay) -> None:
+    for script in SERVER_SCRIPTS.values():
+        command = f"{script.replace('{root}', str(r.root))} stop"
+        subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, capture_output=True, timeout=120)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -583,6 +665,7 @@ SCENARIOS = [
     Scenario("stream", stream, "/tmp/partlake-stream"),
     Scenario("lint", lint, "/tmp/lintdemo"),
     Scenario("dg", dg, "/tmp/shop"),
+    Scenario("servers", servers, "/tmp/partlake-servers"),
 ]
 # No Spark, a few seconds each: the scenarios CI replays (the demo's `partlake sql render`, from
 # an empty lake, as `render`).
@@ -591,6 +674,9 @@ CHEAP = [
     Scenario("lint", lint, "/tmp/lintdemo"),
     Scenario("dg", dg, "/tmp/shop"),
 ]
+# No Spark either, but the S3 server, a Kafka broker and PostgreSQL (tests marked so): the Local
+# servers guide without its `partlake run`.
+SERVERS_CHEAP = Scenario("servers", servers_cheap, "/tmp/partlake-servers")
 
 
 def session_commands() -> dict[str, list[str]]:

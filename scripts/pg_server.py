@@ -50,11 +50,28 @@ def _as_owner(data: Path) -> list[str]:
     return ["runuser", "-u", "postgres", "--"]
 
 
+def _check_reachable(state: Path) -> None:
+    """As root, the cluster runs as `postgres`, which must be able to enter `state`: a folder
+    above it closed to other users (root's home, a `mktemp -d` folder) makes initdb fail."""
+    if os.geteuid() != 0:
+        return
+    entered = subprocess.run(
+        ["runuser", "-u", "postgres", "--", "test", "-x", str(state)], timeout=60
+    )
+    if entered.returncode != 0:
+        raise SystemExit(
+            f"Error: as root, PostgreSQL runs as the user postgres, which cannot enter {state} "
+            "(a folder above it is closed to other users); give a --state under a folder "
+            "every user may enter, such as /tmp or /srv, or run as another user."
+        )
+
+
 def start(state: Path = DEFAULT_STATE, port: int = 5433, password: str = DEMO_PASSWORD) -> None:
     bindir = _bindir()
     data = state / "data"
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o755)
+    _check_reachable(state)
     fresh = not (data / "PG_VERSION").is_file()
     if fresh:
         data.mkdir(mode=0o700, exist_ok=True)
@@ -62,12 +79,17 @@ def start(state: Path = DEFAULT_STATE, port: int = 5433, password: str = DEMO_PA
         secret = state / "pwfile"
         secret.write_text(password)
         os.chmod(secret, 0o644)
-        subprocess.run(
-            [*as_owner, f"{bindir}/initdb", "-D", str(data), "-U", USER, "--auth-local=trust",
-             "--auth-host=scram-sha-256", f"--pwfile={secret}", "--no-sync"],
-            check=True, capture_output=True, timeout=180,
-        )  # fmt: skip
-        secret.unlink()
+        try:
+            created = subprocess.run(
+                [*as_owner, f"{bindir}/initdb", "-D", str(data), "-U", USER,
+                 "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={secret}",
+                 "--no-sync"],
+                capture_output=True, text=True, timeout=180,
+            )  # fmt: skip
+        finally:
+            secret.unlink()
+        if created.returncode != 0:
+            raise SystemExit(f"Error: initdb failed: {created.stderr.strip()[-500:]}")
     as_owner = _as_owner(data)
     options = f"-h 127.0.0.1 -p {port} -k {data}"
     started = subprocess.run(

@@ -2,15 +2,17 @@
 
 `scripts/docs_sessions.py` replays them (`make docs-sessions` rewrites the docs with the
 replay). Here, CI replays the cheap scenarios (no Spark: the SQL models' lint and render, the
-`dg` project) and compares them with the docs, normalized as the script describes; every other
-session is checked by its structure: its commands are exactly the script's, each `partlake plan`
-output renders again equal through the CLI's renderer, each `partlake run` output holds only the
-CLI's lines with a summary that counts them, and JSON outputs have the CLI's keys.
+`dg` project, and the Local servers guide without its run) and compares them with the docs,
+normalized as the script describes; every other session is checked by its structure: its
+commands are exactly the script's, each `partlake plan` output renders again equal through the
+CLI's renderer, each `partlake run` output holds only the CLI's lines with a summary that counts
+them, and JSON outputs have the CLI's keys.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import socket
 import sys
 from types import ModuleType
 
@@ -134,3 +136,29 @@ def test_cheap_sessions_are_what_the_code_prints_now() -> None:
         b for b in all_blocks() if all(name in transcripts for name in b.names)
     ]  # the blocks compared
     assert len(replayed) == 3
+
+
+@pytest.mark.dagster_cli
+@pytest.mark.s3
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_local_servers_sessions_are_what_the_scripts_print_now() -> None:
+    """The Local servers guide's sessions, replayed without its `partlake run` (Spark): each
+    server started from its script on the guide's ports, status and settings, a topic and a
+    table made, the code location planned against all three, then every server stopped by its
+    PID (whatever fails)."""
+    transcripts = sessions.replay([sessions.SERVERS_CHEAP], log=lambda _: None)
+    assert set(transcripts) == {
+        "servers-s3",
+        "servers-kafka",
+        "servers-pg",
+        "servers-plan",
+        "servers-stop",
+    }
+    found = list(sessions.drifts(transcripts))
+    assert not found, "\n\n".join(d.diff() for d in found) + (
+        "\n\n`python scripts/docs_sessions.py --only servers` rewrites them"
+    )
+    for port in (9000, 9092, 5433):  # nothing left listening
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"a server still listens on {port}"

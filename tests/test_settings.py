@@ -208,6 +208,16 @@ def test_the_settings_reference_lists_every_setting() -> None:
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     listed = [row.split("`")[1] for row in rows]
     assert listed == [s.key for s in SETTINGS]
+    # Each row says what its setting's row in the code says (its read_by once went missing).
+    on = {
+        ("asset",): "asset",
+        ("input",): "input (`AssetIn`)",
+        ("asset", "input"): "asset and input (`AssetIn`)",
+    }
+    for setting, row in zip(SETTINGS, rows, strict=True):
+        cells = [f"`{setting.key}`", on[setting.on], setting.applies_to, setting.type]
+        cells.append(setting.checked)
+        assert row == "| " + " | ".join(c.replace("|", "&#124;") for c in cells) + " |", row
 
 
 def _literal(text: str) -> str:

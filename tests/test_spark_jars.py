@@ -103,6 +103,9 @@ def test_storage_options_become_s3a_settings_without_their_secrets(
     )
     shown = repr(resource) + str(resource) + repr(resource.s3a()) + repr(io_manager)
     assert "secret-5678" not in shown and "key-id-1234" not in shown
+    # What the Object stores page shows of a repr: each secret option's value as '***'.
+    for text in (repr(resource), repr(io_manager)):
+        assert "'AWS_ACCESS_KEY_ID': '***', 'AWS_SECRET_ACCESS_KEY': '***'" in text, text
     assert "secret-5678" not in json.dumps(conf)
     assert "spark.jars" not in conf and "spark.sql.extensions" not in conf  # none fetched there
 

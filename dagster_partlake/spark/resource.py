@@ -69,6 +69,10 @@ class SparkResource(LazyPySparkResource):
     fetched (`make install`), local Spark and a standalone cluster's app read and write
     `s3a://` and `format("delta")`.
 
+    Spark settings go in `spark_conf`. `spark_config` (dagster-pyspark's name for the same
+    thing) is accepted too, so a dagster-pyspark configuration moves over unchanged; both apply,
+    and `spark_conf` wins where they set the same key.
+
     Example:
         .. code-block:: python
 
@@ -90,7 +94,8 @@ class SparkResource(LazyPySparkResource):
     spark_config: dict[str, Any] = Field(
         default_factory=dict,
         description=(
-            "Same as spark_conf (the name dagster-pyspark uses); spark_conf wins on clashes."
+            "Spark settings under dagster-pyspark's name, accepted so its configurations work "
+            "unchanged; use spark_conf. Both apply; spark_conf wins where they set the same key."
         ),
     )
     master: str = Field(
@@ -104,7 +109,10 @@ class SparkResource(LazyPySparkResource):
     app_name: str = Field(default="dagster-partlake", description="Spark application name.")
     spark_conf: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra Spark settings, applied after (and overriding) partlake's defaults.",
+        description=(
+            "Spark settings (the field to use), applied after (and overriding) partlake's "
+            "defaults and spark_config, dagster-pyspark's name, which is also accepted."
+        ),
     )
     connect_wait_seconds: int = Field(
         default=60,
