@@ -6,9 +6,10 @@ counted constraint, a sum per audited column), and arrive here per Dagster key (
 aggregation over the new rows is needed. Without those counts (a decoupled write, whose files
 name no Dagster key; a merge's or scd2's incoming batch) they are one aggregation over the rows,
 grouped by the asset's partition columns. `unique` needs its own grouping by the key, the one
-gate that always reads the rows. Offending rows are fetched only for a gate that failed (at most
-`MAX_SAMPLES`). The old side of the audits is the partitions' current rows: counts from the Delta
-log (no data read), sums and means in one aggregation over their live files.
+gate that always reads the rows; as SQL's UNIQUE, it ignores a key with a null column. Offending
+rows are fetched only for a gate that failed (at most `MAX_SAMPLES`). The old side of the audits
+is the partitions' current rows: counts from the Delta log (no data read), sums and means in one
+aggregation over their live files.
 """
 
 from __future__ import annotations
@@ -222,7 +223,11 @@ def _unique(gate: Gate, new: DataFrame, total_rows: int) -> GateResult:
     from pyspark.sql import functions as F
 
     columns = list(gate.columns)
-    duplicated = new.groupBy(*columns).agg(F.count(F.lit(1)).alias("rows")).filter("rows > 1")
+    # As SQL's UNIQUE: a key with a null column equals no other key (not_null catches nulls).
+    keyed = new
+    for column in columns:
+        keyed = keyed.where(F.col(column).isNotNull())
+    duplicated = keyed.groupBy(*columns).agg(F.count(F.lit(1)).alias("rows")).filter("rows > 1")
     found = duplicated.agg(F.sum("rows").alias("rows")).collect()[0]["rows"] or 0
     samples = (
         tuple(_plain(r.asDict()) for r in duplicated.limit(MAX_SAMPLES).collect()) if found else ()
