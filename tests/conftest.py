@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Every incremental plan made in the tests (and in the CLIs and servers they start, which inherit
 # the environment) is also planned in full, and a difference fails loudly.
 os.environ["PARTLAKE_CHECK_REPLAN"] = "1"
+
+# The warm Spark every local run attaches to (`dagster_partlake.spark.warm`): the tests', in a
+# folder of this test session, inherited by every CLI and server they start, and stopped at its
+# end (`_no_warm_spark_left`), so none outlives the tests or meets a user's.
+os.environ["PARTLAKE_SPARK_WARM_DIR"] = tempfile.mkdtemp(prefix="partlake-tests-warm-")
 
 # Subprocesses and Dagster's code loading must find the example package `definitions`.
 if str(REPO_ROOT) not in sys.path:
@@ -43,6 +49,17 @@ def lake_jars() -> list[str]:
     from dagster_partlake.spark.jars import local_jars
 
     return [str(path) for path in local_jars()]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_warm_spark_left() -> Iterator[None]:
+    """Stop every warm Spark the tests started, when they end."""
+    yield
+    from dagster_partlake.spark import warm
+
+    for info in warm.stop_all():
+        print(f"stopped the tests' warm Spark, pid {info.pid} ({info.folder})")
+    shutil.rmtree(os.environ["PARTLAKE_SPARK_WARM_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""`partlake spark start|stop|status`: a local Spark Connect server shared by every run."""
+"""`partlake spark start|stop|status`: the warm local Spark every run attaches to, and a local
+Spark Connect server shared by every run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dagster_partlake.cli.output import echo
 
 @main.group("spark")
 def spark_group() -> None:
-    """A local Spark Connect server shared by every run (127.0.0.1 only)."""
+    """The warm local Spark runs attach to, and a local Spark Connect server (127.0.0.1 only)."""
 
 
 def _root(root: str | None) -> str:
@@ -39,24 +40,73 @@ def spark_start(port: int, master: str, driver_memory: str, root: str | None) ->
 
 @spark_group.command("stop")
 @click.option("--root", help="Lakehouse root for the PID and log files (default $PARTLAKE_HOME).")
+@click.option("--warm", "only_warm", is_flag=True, help="Stop only the warm Spark.")
+@click.option("--connect", "only_connect", is_flag=True, help="Stop only the Connect server.")
 @boundary
-def spark_stop(root: str | None) -> None:
-    """Stop the Spark Connect server started by `partlake spark start`."""
+def spark_stop(root: str | None, only_warm: bool, only_connect: bool) -> None:
+    """Stop the warm Spark (every run attached to it fails) and the Spark Connect server
+    started by `partlake spark start`."""
+    from dagster_partlake.spark import warm
     from dagster_partlake.spark.server import stop
 
-    echo("Spark Connect server stopped." if stop(_root(root)) else "No server was running.")
+    if not only_connect:
+        stopped = warm.stop_all()
+        for info in stopped:
+            echo(f"warm Spark stopped: pid {info.pid} ({info.master}, {info.folder})")
+        if not stopped:
+            echo("No warm Spark was running.")
+    if not only_warm:
+        echo("Spark Connect server stopped." if stop(_root(root)) else "No server was running.")
 
 
 @spark_group.command("status")
 @click.option("--root", help="Lakehouse root for the PID and log files (default $PARTLAKE_HOME).")
 @boundary
 def spark_status(root: str | None) -> None:
-    """Say whether the Spark Connect server is running."""
+    """Say whether the warm Spark and the Spark Connect server are running: for the warm
+    Spark, its processes, how long it has been idle and stays so, its memory and its log.
+    Exits 3 when neither runs."""
+    from dagster_partlake.spark import warm
     from dagster_partlake.spark.server import status
 
+    running = [h for h in warm.hosts() if h.running]
+    for host in running:
+        echo(f"warm Spark: {_describe(host)}")
+    if not running:
+        echo(f"warm Spark: not running (started by the next local run; files in {warm.warm_dir()})")
     info = status(_root(root))
     if info.running:
-        echo(f"running: pid {info.pid}, {info.url}")
+        echo(f"Spark Connect server: running: pid {info.pid}, {info.url}")
     else:
-        echo("not running")
+        echo("Spark Connect server: not running")
+    if not running and not info.running:
         sys.exit(3)
+
+
+def _describe(host: object) -> str:
+    import time
+
+    from dagster_partlake.spark.warm import HostInfo
+
+    assert isinstance(host, HostInfo)
+    clients = len(host.clients())
+    memory = host.memory_bytes()
+    idle = host.idle_for()
+    parts = [
+        f"running, pid {host.pid} (JVM pid {host.jvm_pid}), {host.master}, app {host.app_name}",
+        f"up {_span(time.time() - host.started)}",
+        f"{clients} process(es) attached",
+        f"idle {_span(idle)} of {_span(host.idle_seconds)} before it stops",
+        f"memory {memory / 2**20:,.0f} MiB" if memory is not None else "memory unknown",
+        f"log {host.log}",
+    ]
+    return ", ".join(parts)
+
+
+def _span(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"

@@ -33,6 +33,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _log = logging.getLogger(__name__)
 
@@ -170,8 +174,7 @@ def workload(dump_to: str, extra_jars: Sequence[str] = ()) -> None:
     """What partlake's local sessions do, on a few rows, in a JVM that dumps its classes to
     `dump_to` at exit; with `extra_jars` (Delta's among them), also a Delta table."""
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession, Window
-    from pyspark.sql import functions as F
+    from pyspark.sql import SparkSession
 
     from dagster_partlake.spark.conf import DEFAULT_CONF
     from dagster_partlake.spark.storage import delta_conf, jars_conf
@@ -188,6 +191,22 @@ def workload(dump_to: str, extra_jars: Sequence[str] = ()) -> None:
     dump = f"-XX:ArchiveClassesAtExit={dump_to} {QUIET}"  # classes it cannot archive: no word
     spark = builder.config("spark.driver.extraJavaOptions", dump)
     session = spark.getOrCreate()
+    exercise(session, delta=delta)
+    jvm = SparkContext._gateway.proc  # type: ignore[union-attr]  # pyspark's JVM process
+    session.stop()
+    # The JVM writes the archive as it exits, which it does when its stdin closes; wait for it,
+    # so that the builder moves a complete file.
+    jvm.stdin.close()
+    jvm.wait(timeout=300)
+
+
+def exercise(session: SparkSession, *, delta: bool) -> None:
+    """A few rows through what partlake's runs do (partitioned Parquet written and read,
+    aggregations, a window, a join; with `delta`, a Delta table): the classes and code paths
+    a first real job would otherwise load cold."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     with tempfile.TemporaryDirectory() as scratch:
         rows = session.range(5000).selectExpr(
             "id",
@@ -211,12 +230,6 @@ def workload(dump_to: str, extra_jars: Sequence[str] = ()) -> None:
         if delta:
             rows.write.format("delta").partitionBy("date").save(scratch + "/d")
             session.read.format("delta").load(scratch + "/d").groupBy("region").count().collect()
-    jvm = SparkContext._gateway.proc  # type: ignore[union-attr]  # pyspark's JVM process
-    session.stop()
-    # The JVM writes the archive as it exits, which it does when its stdin closes; wait for it,
-    # so that the builder moves a complete file.
-    jvm.stdin.close()
-    jvm.wait(timeout=300)
 
 
 def main(argv: list[str]) -> int:

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.client.retries import RetryPolicy
 
 _log = logging.getLogger(__name__)
+# Set to 0: local sessions start a JVM in each process, whatever SparkResource(warm=) says.
+WARM_ENV = "PARTLAKE_SPARK_WARM"
 # Spark Connect servers whose wait was reported, once per session of this process: one line
 # says what a command waits for, not one per retried call.
 _warned: set[str] = set()
@@ -160,7 +162,23 @@ class SparkResource(LazyPySparkResource):
             "it starts."
         ),
     )
+    warm: bool = Field(
+        default=True,
+        description=(
+            "Local Spark only: every run of the machine attaches to one warm Spark kept up "
+            "between runs (started by the first run that needs it, stopped after "
+            "warm_idle_seconds without a run; `partlake spark status|stop`), each run with a "
+            "session of its own. False, or $PARTLAKE_SPARK_WARM=0: each run's process starts "
+            "its own JVM, as before."
+        ),
+    )
+    warm_idle_seconds: int = Field(
+        default=600,
+        ge=5,
+        description="With warm: how long the warm Spark stays up without a run attached.",
+    )
     _owns_session: bool = PrivateAttr(default=False)
+    _attached: bool = PrivateAttr(default=False)
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -235,8 +253,11 @@ class SparkResource(LazyPySparkResource):
             # `dagster_partlake.delta.stream_source`) run this interpreter, with its packages,
             # not the first `python3` on the PATH; the JVM reads it from its environment.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            builder = SparkSession.builder.master(self.master)
             conf = self.effective_conf()
+            if self._warm_applies():
+                self._spark_session = self._attach(conf)
+                return
+            builder = SparkSession.builder.master(self.master)
             jars = [j for j in conf.get("spark.driver.extraClassPath", "").split(os.pathsep) if j]
             use_cds = self.class_data_sharing and self._new_jvm()
             options = java_options(extra_jars=jars) if use_cds else None
@@ -260,11 +281,43 @@ class SparkResource(LazyPySparkResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # An asset that builds its own session (`SparkSession.builder.getOrCreate()`) before
-        # this resource's starts the process's one JVM: it gets what this resource's would
-        # have had at launch (the lake's JARs, Delta, partlake's defaults). A JVM starts only
-        # from a step, after its resources are set up; the previous value is back at teardown.
+        # this resource's gets this resource's: attached to the warm Spark now, or, without
+        # it, a JVM launched with what this resource's would have had (the lake's JARs, Delta,
+        # partlake's defaults). A JVM starts only from a step, after its resources are set up;
+        # the previous launch arguments are back at teardown.
         if self.remote is None and self.master.startswith("local") and not self._jvm_running():
-            _launch_args.offer(self.effective_conf())
+            if self._warm_applies():
+                self._init_session()
+            else:
+                _launch_args.offer(self.effective_conf())
+
+    def _warm_applies(self) -> bool:
+        """Whether this process's session comes from the warm Spark: local, asked for, and no
+        JVM in this process yet (one started by the user's code is kept)."""
+        return (
+            self.warm
+            and self.master.startswith("local")
+            and os.environ.get(WARM_ENV, "1") != "0"
+            and not self._jvm_running()
+        )
+
+    def _attach(self, conf: dict[str, str]) -> SparkSession:
+        from dagster_partlake.spark import warm
+
+        spec = warm.WarmSpec.of(
+            self.master,
+            self.app_name,
+            conf,
+            self.s3a().secret,
+            self.warm_idle_seconds,
+            self.class_data_sharing,
+        )
+        started = time.perf_counter()
+        made = warm.session(spec, say=_log.warning)
+        _session_starts.append(time.perf_counter() - started)
+        self._owns_session = True
+        self._attached = True
+        return made
 
     def _jvm_running(self) -> bool:
         from pyspark import SparkContext
@@ -362,7 +415,12 @@ class SparkResource(LazyPySparkResource):
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         _launch_args.withdraw()
-        if self._spark_session is not None and self._owns_session:
+        if self._spark_session is not None and self._attached:
+            # The warm Spark stays up for the next run; this run's cache goes.
+            from dagster_partlake.spark import warm
+
+            warm.release(self._spark_session)
+        elif self._spark_session is not None and self._owns_session:
             if self.remote is not None:
                 # Releasing the session on the server is one call, tried once: a run ending
                 # because the server stopped answering (or Ctrl-C while it waited) must not
@@ -373,6 +431,7 @@ class SparkResource(LazyPySparkResource):
             self._spark_session.stop()
         self._spark_session = None
         self._owns_session = False
+        self._attached = False
 
 
 def _reporting_policy(remote: str, wait_seconds: int) -> RetryPolicy:

@@ -77,6 +77,8 @@ class UserProject:
             if not k.startswith(("PARTLAKE_", "DAGSTER_", "PYSPARK_", "VIRTUAL_ENV"))
             and k != "PYTHONPATH"
         }
+        # The test session's warm Spark (tests/conftest.py), not the user's machine-wide one.
+        env["PARTLAKE_SPARK_WARM_DIR"] = os.environ["PARTLAKE_SPARK_WARM_DIR"]
         env.update(
             PATH=PLAIN_PATH,
             PARTLAKE_HOME=str(self.lake),
