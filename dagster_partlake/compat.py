@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         AssetKey,
         AssetSelection,
         DagsterInstance,
+        DagsterRun,
         Definitions,
         Output,
         RunRequest,
@@ -377,3 +378,19 @@ def execute_run(run_id: str, instance_ref: str) -> int:
             return _execute_run_command_body(
                 run_id, instance, lambda _event: None, set_exit_code_on_failure=False
             )
+
+
+def end_run_at_once(instance: DagsterInstance, run: DagsterRun, reason: str) -> None:
+    """Mark a launched run succeeded without executing it: `reason` as its log's engine event,
+    then its success (a step-less run: Dagster's own `report_run_failed`, for success)."""
+    import logging
+
+    from dagster._core.events import DagsterEvent, DagsterEventType
+
+    instance.report_engine_event(f"partlake: {reason}", run)
+    event = DagsterEvent(
+        event_type_value=DagsterEventType.PIPELINE_SUCCESS.value,
+        job_name=run.job_name,
+        message=f"Finished without executing a step: {reason}",
+    )
+    instance.report_dagster_event(event, run_id=run.run_id, log_level=logging.INFO)

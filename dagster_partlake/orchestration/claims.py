@@ -39,8 +39,8 @@ from dagster_partlake.orchestration.workers import alive, instance_dir, worker_o
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-    from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.planner import Key
+    from dagster_partlake.planning.session import PlanningSession
 
 Target = tuple[str, "Key"]  # (asset name, partition key; None: unpartitioned)
 
@@ -56,11 +56,13 @@ FINISHED = {
 @dataclass(frozen=True)
 class Decision:
     """Whether a run computes (`compute`), or ends at once and why (`reason`), naming the run
-    that computes or computed its partitions (`by`)."""
+    that computes (`held`: a live run holds its partitions) or computed them (`by`)."""
 
     compute: bool
     reason: str = ""
     by: str | None = None
+    held: bool = False
+    partitions: str = ""  # the asset partitions concerned, in words
 
 
 def _key(target: Target) -> str:
@@ -97,7 +99,9 @@ class Claims:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def holders(self, targets: Collection[Target], *, exclude: str | None = None) -> dict[Target, str]:
+    def holders(
+        self, targets: Collection[Target], *, exclude: str | None = None
+    ) -> dict[Target, str]:
         """The live runs (other than `exclude`) that hold any of `targets` (hold the lock)."""
         live = self._live()
         return {
@@ -118,10 +122,11 @@ class Claims:
         """Target key -> run id of every claim that still counts; the others are dropped."""
         claims = self._read()
         runs = {c["run"] for c in claims.values()}
-        found = {
-            r.run_id: r
-            for r in self.instance.get_runs(filters=RunsFilter(run_ids=sorted(runs)))
-        } if runs else {}
+        found = (
+            {r.run_id: r for r in self.instance.get_runs(filters=RunsFilter(run_ids=sorted(runs)))}
+            if runs
+            else {}
+        )
         now = time.time()
         live: dict[str, str] = {}
         for key, claim in claims.items():
@@ -154,41 +159,45 @@ class Claims:
 
 def decide(
     claims: Claims,
-    graph: LakeGraph,
     run_id: str,
     targets: Collection[Target],
     *,
-    planned: bool,
+    written: Callable[[], str | None] | None,
 ) -> Decision:
     """Whether run `run_id` computes `targets`, decided under the claims' lock, and if so,
     claimed for it: not when a live run holds any of them; nor, for a run partlake planned
-    (`planned`: the sensor's, a refresh's, `partlake run`'s), when none of them is stale any
-    more, their inputs being what another run already wrote them from. A run a user started
-    otherwise always computes."""
+    (the sensor's, a refresh's, `partlake run`'s: `written` given), when none of them is stale
+    any more, their inputs being what another run already wrote them from (`written()`: the run
+    that wrote them, '' if unknown; None while some are stale). A run a user started otherwise
+    always computes."""
     holders = claims.holders(targets, exclude=run_id)
     if holders:
-        target, holder = next(iter(holders.items()))
-        shown = ", ".join(_render(t) for t in sorted(holders, key=str)[:3])
-        more = f" (+{len(holders) - 3})" if len(holders) > 3 else ""
+        holder = next(iter(holders.values()))
+        listed = _listed(holders)
         return Decision(
             False,
-            f"{shown}{more} being computed by run {holder[:8]}: this run computes nothing",
+            f"{listed} being computed by run {holder[:8]}: this run computes nothing",
             holder,
+            held=True,
+            partitions=listed,
         )
-    if planned and targets:
-        written = _already_written(graph, targets, claims.instance)
-        if written is not None:
-            shown = ", ".join(_render(t) for t in sorted(targets, key=str)[:3])
-            more = f" (+{len(targets) - 3})" if len(targets) > 3 else ""
-            by = f"run {written[:8]}" if written else "another run"
+    if written is not None and targets:
+        by = written()
+        if by is not None:
             return Decision(
                 False,
-                f"{shown}{more} already written by {by} from the inputs this run would read: "
-                "this run computes nothing",
-                written or None,
+                f"{_listed(targets)} already written by {f'run {by[:8]}' if by else 'another run'} "
+                "from the inputs this run would read: this run computes nothing",
+                by or None,
             )
     claims.claim(targets, run_id)
     return Decision(True)
+
+
+def _listed(targets: Collection[Target]) -> str:
+    shown = sorted(targets, key=str)
+    more = f" (+{len(shown) - 3})" if len(shown) > 3 else ""
+    return ", ".join(_render(t) for t in shown[:3]) + more
 
 
 def _render(target: Target) -> str:
@@ -196,28 +205,23 @@ def _render(target: Target) -> str:
     return asset if key is None else f"{asset}[{key}]"
 
 
-def _already_written(
-    graph: LakeGraph, targets: Collection[Target], instance: DagsterInstance
+def already_written(
+    session: PlanningSession, targets: Collection[Target], instance: DagsterInstance
 ) -> str | None:
-    """If none of `targets` is stale now: the run that wrote the first of them ('' when no
-    record names one); None when some are stale."""
-    from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.layout import default_persist_dir
-    from dagster_partlake.planning.session import PlanningSession
+    """If none of `targets` is stale in a new plan of `session`: the run whose record wrote the
+    first of them ('' when no record names one); None when some are stale or held back."""
+    from dagster_partlake.delta.payload import WHOLE_TABLE_ID
     from dagster_partlake.records.queries import latest_records
 
+    graph = session.graph
     assets = sorted({a for a, _ in targets})
     store = instance if graph.has_dynamic_partitions else None
-    result = PlanningSession(graph, StateCache(default_persist_dir())).plan(
-        select=assets, dynamic_partitions_store=store
-    )
+    result = session.plan(select=assets, dynamic_partitions_store=store)
     stale = {(i.asset, i.partition) for i in result.plan.items}
     held = {a for u in result.plan.unreadable for a in u.held}
     if any(t in stale or t[0] in held for t in targets):
         return None
     asset, key = sorted(targets, key=str)[0]
-    from dagster_partlake.delta.payload import WHOLE_TABLE_ID
-
     partition_id = key if key is not None else WHOLE_TABLE_ID
     record = latest_records(graph.assets[asset].location, [partition_id]).get(partition_id)
     return (record.run_id or "") if record is not None else ""

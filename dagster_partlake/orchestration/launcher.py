@@ -29,7 +29,7 @@ from typing import Any
 from dagster import DagsterRun, DefaultRunLauncher, Field, serialize_value
 
 from dagster_partlake.compat import CheckRunHealthResult, LaunchRunContext, WorkerStatus
-from dagster_partlake.orchestration.warm import WARM_TAG, WarmPool
+from dagster_partlake.orchestration.warm import WARM_TAG, WarmPool, start_worker
 from dagster_partlake.orchestration.workers import alive, free_slots, worker_of_run
 
 
@@ -71,16 +71,18 @@ class MonitoredRunLauncher(DefaultRunLauncher):
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
         origin = run.job_code_origin
-        if self._pool is None or origin is None:
+        if origin is None:
             super().launch_run(context)
             return
-        worker = self._pool.take(origin)
+        # Every run goes to a partlake worker, a warm one if ready, else one started for it:
+        # before anything else, it decides whether the run computes (`orchestration.claims`).
+        worker = self._pool.take(origin) if self._pool is not None else None
         if worker is None:
-            super().launch_run(context)
-        else:
-            self._instance.add_run_tags(run.run_id, {WARM_TAG: str(worker.pid)})
-            worker.hand(run.run_id, serialize_value(self._instance.get_ref()))
-        self._pool.fill(origin)  # the next run's worker warms up now
+            worker = start_worker(origin, for_run=True)
+        self._instance.add_run_tags(run.run_id, {WARM_TAG: str(worker.pid)})
+        worker.hand(run.run_id, serialize_value(self._instance.get_ref()))
+        if self._pool is not None:
+            self._pool.fill(origin)  # the next run's worker warms up now
 
     def terminate(self, run_id: str) -> bool:
         run = self._instance.get_run_by_id(run_id)

@@ -29,6 +29,7 @@ from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.delta.table import log_versions
 from dagster_partlake.metadata import FAILING_PARTITIONS_KEY, SKIPPED_KEY, plain
+from dagster_partlake.orchestration.claims import Claims, Decision, already_written, decide
 from dagster_partlake.orchestration.pools import PoolWait, parallelism, pool_waits
 from dagster_partlake.orchestration.workers import (
     UNFINISHED,
@@ -108,6 +109,9 @@ def refresh(
         on_outcome=on_outcome,
     )
 
+
+# How often a run waiting for another process's run to end looks again.
+HOLDER_POLL_SECONDS = 1.0
 
 # Plans again after runs of streaming assets, at most this many times per `partlake run`.
 STREAM_ROUNDS = 3
@@ -190,7 +194,7 @@ def execute_runs(
     # One session for every run of this process; the runs' resources reuse it.
     session_started = _start_shared_session(graph)
     workers = max(1, max_parallel)
-    schedule = _Schedule(session, instance, run_plan, on_outcome)
+    schedule = _Schedule(session, instance, run_plan, on_outcome, on_notice)
     watch = _PoolWatch(instance, graph.pools(), on_notice)
     pool = ThreadPoolExecutor(workers)
     try:
@@ -237,6 +241,7 @@ class _Schedule:
         instance: DagsterInstance,
         run_plan: RunPlan,
         on_outcome: Callable[[Outcome], None],
+        on_notice: Callable[[str], None] = lambda _text: None,
     ) -> None:
         graph = session.graph
         assert graph.defs is not None, "partlake run needs the code location's Definitions"
@@ -249,6 +254,9 @@ class _Schedule:
         self.not_written: set[tuple[str, Key]] = set()  # failed or skipped so far
         self.outcomes: list[Outcome] = []
         self.cutoff = any(a.kind == "tracked" for a in graph.assets.values())
+        self.claims = Claims(instance)
+        self.on_notice = on_notice
+        self.waiting: dict[int, str] = {}  # run number -> the other process's run it waits for
 
     def run(self, pool: ThreadPoolExecutor, watch: _PoolWatch) -> None:
         running: dict[Future[list[Outcome]], PlannedRun] = {}
@@ -259,23 +267,59 @@ class _Schedule:
                     self.pending.remove(run)
                     self.report(run, _skipped(run, lost))
                 elif all(w in self.ended for w in run.waits_for):
-                    self.pending.remove(run)
                     if run.waits_for and self.cutoff and self.still_fresh(run):
+                        self.pending.remove(run)
                         self.report(run, _unchanged(run))
                         continue
-                    graph, run_id = self.session.graph, watch.add(run)
+                    run_id = str(uuid.uuid4())
+                    decision = self.decide(run, run_id)
+                    if decision is None:
+                        continue  # another process's run computes its partitions: later
+                    self.pending.remove(run)
+                    if not decision.compute:
+                        self.report(run, _unchanged(run, decision.reason))
+                        continue
+                    graph = self.session.graph
+                    watch.add(run, run_id)
                     future = pool.submit(_execute, self.job, self.instance, graph, run, run_id)
                     running[future] = run
             if not running:
+                if self.waiting:
+                    time.sleep(HOLDER_POLL_SECONDS)  # a holder in another process ends
+                    continue
                 # Runs wait only for lower-numbered runs, so the first pending one can always
                 # start or be skipped: nothing running means nothing is left.
                 assert not self.pending, f"runs {[r.number for r in self.pending]} never start"
                 break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            timeout = HOLDER_POLL_SECONDS if self.waiting else None
+            done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
             for future in done:
                 finished = running.pop(future)
                 watch.discard(finished)
                 self.report(finished, future.result())
+
+    def decide(self, run: PlannedRun, run_id: str) -> Decision | None:
+        """Whether `run` computes (claimed for `run_id`), or ends at once (its partitions
+        written from the inputs it would read: `orchestration.claims`); None while a run of
+        another process computes them, said once."""
+        targets = run.targets
+        with self.claims.locked(self.on_notice):
+            decision = decide(
+                self.claims,
+                run_id,
+                targets,
+                written=lambda: already_written(self.session, targets, self.instance),
+            )
+        if not decision.held or decision.by is None:
+            self.waiting.pop(run.number, None)
+            return decision
+        if self.waiting.get(run.number) != decision.by:
+            self.waiting[run.number] = decision.by
+            self.on_notice(
+                f"run {run.number} waits for run {decision.by[:8]} of another process, which "
+                f"computes {decision.partitions}"
+            )
+        return None
 
     def report(self, run: PlannedRun, results: list[Outcome]) -> None:
         self.ended.add(run.number)
@@ -292,18 +336,11 @@ class _Schedule:
         return not any((i.asset, i.partition) in stale for i in run.items)
 
 
-def _unchanged(run: PlannedRun) -> list[Outcome]:
+def _unchanged(
+    run: PlannedRun, why: str = "not run: its inputs came out unchanged"
+) -> list[Outcome]:
     return [
-        Outcome(
-            "unchanged",
-            i.asset,
-            i.partition,
-            i.reason,
-            None,
-            None,
-            None,
-            "not run: its inputs came out unchanged",
-        )
+        Outcome("unchanged", i.asset, i.partition, i.reason, None, None, None, why)
         for i in run.items
     ]
 
@@ -591,12 +628,10 @@ class _PoolWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="partlake-pool-watch", daemon=True)
 
-    def add(self, run: PlannedRun) -> str:
-        """A new run id for `run`, watched until `discard`."""
-        run_id = str(uuid.uuid4())
+    def add(self, run: PlannedRun, run_id: str) -> None:
+        """Watch `run`, executed as `run_id`, until `discard`."""
         with self._lock:
             self._runs[run_id] = run.number
-        return run_id
 
     def run_ids(self) -> list[str]:
         """The ids of the runs watched now (started, not yet ended)."""

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from dagster_partlake.compat import JobPythonOrigin
 
 READY = "partlake-warm-worker-ready"
+FOR_RUN_ENV = "PARTLAKE_WORKER_FOR_RUN"
 
 
 def code_files() -> dict[str, tuple[int, int]]:
@@ -88,12 +89,13 @@ def _warm_spark(repository: RepositoryDefinition) -> bool:
 
 def main() -> int:
     """A warm worker (see the module docstring); `$PARTLAKE_WARM_ORIGIN` is the serialized
-    `JobPythonOrigin` of the code location's job."""
+    `JobPythonOrigin` of the code location's job; `$PARTLAKE_WORKER_FOR_RUN` set: started for
+    a run waiting on its stdin (its Spark starts with the run, if the run computes)."""
     from dagster_partlake import compat
 
     origin = compat.job_origin(os.environ["PARTLAKE_WARM_ORIGIN"])
     repository = compat.job_repository(origin)  # imports the code location
-    spark = _warm_spark(repository)
+    spark = False if os.environ.get(FOR_RUN_ENV) else _warm_spark(repository)
     ready = {"pid": os.getpid(), "spark": spark, "files": code_files()}
     sys.stdout.write(f"{READY} {json.dumps(ready)}\n")
     sys.stdout.flush()
@@ -101,7 +103,50 @@ def main() -> int:
     if not line.strip():
         return 0  # the launcher is gone: nothing to run
     order: dict[str, Any] = json.loads(line)
+    if _ended_at_once(repository, order["run_id"], order["instance_ref"]):
+        return 0
     return compat.execute_run(order["run_id"], order["instance_ref"])
+
+
+def _ended_at_once(repository: RepositoryDefinition, run_id: str, instance_ref: str) -> bool:
+    """Whether the run computes nothing (`orchestration.claims`): then it is ended here, its
+    reason in its log, without a step or Spark."""
+    from dagster import DagsterInstance, deserialize_value
+    from dagster._core.instance.ref import InstanceRef
+
+    from dagster_partlake import compat
+    from dagster_partlake.delta.state import StateCache
+    from dagster_partlake.layout import default_persist_dir
+    from dagster_partlake.metadata import REASONS_TAG
+    from dagster_partlake.orchestration.claims import Claims, already_written, decide
+    from dagster_partlake.orchestration.run_requests import run_partitions
+    from dagster_partlake.planning.graph import LakeGraph
+    from dagster_partlake.planning.session import PlanningSession
+
+    with DagsterInstance.from_ref(deserialize_value(instance_ref, InstanceRef)) as instance:
+        run = instance.get_run_by_id(run_id)
+        if run is None:
+            return False
+        graph = LakeGraph(
+            asset_graph=repository.asset_graph, resources=repository.get_top_level_resources()
+        )
+        targets = run_partitions(graph, run)
+        session = PlanningSession(graph, StateCache(default_persist_dir()))
+        claims = Claims(instance)
+        with claims.locked():
+            decision = decide(
+                claims,
+                run_id,
+                targets,
+                # Only a run partlake planned ends when what it would write is written.
+                written=(lambda: already_written(session, targets, instance))
+                if REASONS_TAG in run.tags
+                else None,
+            )
+        if decision.compute:
+            return False
+        compat.end_run_at_once(instance, run, decision.reason)
+        return True
 
 
 # -- the launcher's side --------------------------------------------------------------------------
@@ -134,6 +179,7 @@ class WarmWorker:
                 continue
             sys.stdout.write(line)
         self._ready.set()  # ended: never ready
+        self.proc.wait()  # reaped: no zombie left behind in the launcher's process
 
     def is_ready(self) -> bool:
         return self.ready is not None and self.proc.poll() is None
@@ -202,25 +248,12 @@ class WarmPool:
 
     def fill(self, origin: JobPythonOrigin) -> None:
         """Start workers until the code location has `size` (in the background)."""
-        from dagster import serialize_value
-
         key = self.key(origin)
         with self._lock:
             workers = self._workers.setdefault(key, [])
             workers[:] = [w for w in workers if w.proc.poll() is None]
             for _ in range(self.size - len(workers)):
-                pointer = origin.repository_origin.code_pointer
-                cwd = getattr(pointer, "working_directory", None) or os.getcwd()
-                env = {**os.environ, "PARTLAKE_WARM_ORIGIN": serialize_value(origin)}
-                proc = subprocess.Popen(
-                    [origin.executable_path, "-m", "dagster_partlake.orchestration.warm"],
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                workers.append(WarmWorker(proc, key))
+                workers.append(start_worker(origin, key))
 
     def stop(self) -> None:
         with self._lock:
@@ -228,6 +261,27 @@ class WarmPool:
             self._workers.clear()
         for worker in workers:
             worker.stop()
+
+
+def start_worker(origin: JobPythonOrigin, key: str = "", *, for_run: bool = False) -> WarmWorker:
+    """A worker process of the code location of `origin`, started in its working directory
+    with its Python; `for_run`: to be handed a run at once (it starts no Spark beforehand)."""
+    from dagster import serialize_value
+
+    pointer = origin.repository_origin.code_pointer
+    cwd = getattr(pointer, "working_directory", None) or os.getcwd()
+    env = {**os.environ, "PARTLAKE_WARM_ORIGIN": serialize_value(origin)}
+    if for_run:
+        env[FOR_RUN_ENV] = "1"
+    proc = subprocess.Popen(
+        [origin.executable_path, "-m", "dagster_partlake.orchestration.warm"],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return WarmWorker(proc, key)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,11 @@ class PlannedRun:
         return self.keys[0] if self.partition_range is None and self.keys else None
 
     @property
+    def targets(self) -> tuple[tuple[str, Key], ...]:
+        """Every (asset, partition key) the run writes."""
+        return tuple((asset, key) for asset in self.assets for key in self.keys)
+
+    @property
     def reasons(self) -> tuple[str, ...]:
         return tuple(sorted({i.reason for i in self.items}))
 

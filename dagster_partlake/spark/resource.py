@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 # Set to 0: local sessions start a JVM in each process, whatever SparkResource(warm=) says.
 WARM_ENV = "PARTLAKE_SPARK_WARM"
+# The job group of a run's Spark jobs on the warm Spark: this, then the run id.
+JOB_GROUP_PREFIX = "dagster-run:"
 # Spark Connect servers whose wait was reported, once per session of this process: one line
 # says what a command waits for, not one per retried call.
 _warned: set[str] = set()
@@ -290,6 +292,12 @@ class SparkResource(LazyPySparkResource):
                 self._init_session()
             else:
                 _launch_args.offer(self.effective_conf())
+        if self._attached and self._spark_session is not None and context.run_id:
+            # The run's Spark jobs, told apart from other runs' in the one JVM (its status
+            # tracker, Ctrl-C) by a job group, set on the thread that runs its steps.
+            self._spark_session.sparkContext.setJobGroup(
+                f"{JOB_GROUP_PREFIX}{context.run_id}", f"Dagster run {context.run_id}"
+            )
 
     def _warm_applies(self) -> bool:
         """Whether this process's session comes from the warm Spark: local, asked for, and no
