@@ -29,7 +29,7 @@ from typing import Any
 from dagster import DagsterRun, DefaultRunLauncher, Field, serialize_value
 
 from dagster_partlake.compat import CheckRunHealthResult, LaunchRunContext, WorkerStatus
-from dagster_partlake.orchestration.warm import WARM_TAG, WarmPool, start_worker
+from dagster_partlake.orchestration.warm import WARM_TAG, WORKER_TAG, WarmPool, start_worker
 from dagster_partlake.orchestration.workers import alive, free_slots, worker_of_run
 
 
@@ -77,23 +77,25 @@ class MonitoredRunLauncher(DefaultRunLauncher):
         # Every run goes to a partlake worker, a warm one if ready, else one started for it:
         # before anything else, it decides whether the run computes (`orchestration.claims`).
         worker = self._pool.take(origin) if self._pool is not None else None
+        warm = worker is not None
         if worker is None:
             worker = start_worker(origin, for_run=True)
-        self._instance.add_run_tags(run.run_id, {WARM_TAG: str(worker.pid)})
+        tags = {WORKER_TAG: str(worker.pid), **({WARM_TAG: str(worker.pid)} if warm else {})}
+        self._instance.add_run_tags(run.run_id, tags)
         worker.hand(run.run_id, serialize_value(self._instance.get_ref()))
         if self._pool is not None:
             self._pool.fill(origin)  # the next run's worker warms up now
 
     def terminate(self, run_id: str) -> bool:
         run = self._instance.get_run_by_id(run_id)
-        if run is None or WARM_TAG not in run.tags:
+        if run is None or WORKER_TAG not in run.tags:
             return super().terminate(run_id)
         if run.is_finished:
             return False
         self._instance.report_run_canceling(run)
         # The worker executes the run as `dagster api execute_run` does: an interrupt ends it.
         try:
-            os.kill(int(run.tags[WARM_TAG]), signal.SIGINT)
+            os.kill(int(run.tags[WORKER_TAG]), signal.SIGINT)
         except ProcessLookupError:
             return False
         return True

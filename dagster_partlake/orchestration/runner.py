@@ -277,7 +277,9 @@ class _Schedule:
                         continue  # another process's run computes its partitions: later
                     self.pending.remove(run)
                     if not decision.compute:
-                        self.report(run, _unchanged(run, decision.reason))
+                        by = f"run {decision.by[:8]}" if decision.by else "another run"
+                        why = f"not run: already written by {by} from the inputs it would read"
+                        self.report(run, _unchanged(run, why))
                         continue
                     graph = self.session.graph
                     watch.add(run, run_id)

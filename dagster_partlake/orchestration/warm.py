@@ -152,6 +152,7 @@ def _ended_at_once(repository: RepositoryDefinition, run_id: str, instance_ref: 
 # -- the launcher's side --------------------------------------------------------------------------
 
 WARM_TAG = "partlake/warm_worker"  # on a run handed to a warm worker: the worker's pid
+WORKER_TAG = "partlake/worker"  # on every run handed to a partlake worker: the worker's pid
 
 
 class WarmWorker:

@@ -87,8 +87,7 @@ def _serve(folder: Path, idle_seconds: int, stopping: threading.Event, jvm: Any)
                 continue
             (folder / warm.STATE).unlink(missing_ok=True)
             return f"no run attached for {idle_seconds} s"
-    with warm.locked(folder):
-        (folder / warm.STATE).unlink(missing_ok=True)
+    # Whoever sent SIGTERM removed the state file (under the lock) first.
     return "asked to stop (SIGTERM)"
 
 

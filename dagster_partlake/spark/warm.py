@@ -341,11 +341,19 @@ def _detach_quietly() -> None:
     SparkContext._jvm = None
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
-    if gateway is not None:
+    # This process's end of the connections only: `shutdown()` would stop the JVM's gateway,
+    # which every other attached process uses.
+    server = getattr(attached.context, "_accumulatorServer", None)
+    for closing in (
+        server.shutdown if server is not None else None,
+        gateway.close if gateway is not None else None,
+    ):
+        if closing is None:
+            continue
         try:
-            gateway.shutdown()
+            closing()
         except Exception as error:
-            _log.debug(f"closing the gateway failed: {error}")
+            _log.debug(f"detaching from the warm Spark: {error}")
 
 
 def _attach(spec: WarmSpec, say: Callable[[str], None]) -> _Attached:
@@ -521,15 +529,17 @@ def _new_session(context: SparkContext, conf: Mapping[str, str]) -> SparkSession
 
 
 def stop(info: HostInfo, timeout: float = 30.0) -> bool:
-    """Stop a host (under its folder's lock, so no process attaches meanwhile); whether it was
-    running."""
+    """Stop a host; whether it was running. Its state goes first, under its folder's lock, so
+    no process attaches to it on its way out."""
     with locked(info.folder):
         running = info.running
-        if running:
-            _terminate(info.pid, timeout)
-            if info.jvm_pid is not None and _alive(info.jvm_pid):
-                _terminate(info.jvm_pid, timeout)
         (info.folder / STATE).unlink(missing_ok=True)
+        if running:
+            os.kill(info.pid, signal.SIGTERM)
+    if running:
+        _terminate(info.pid, timeout)
+        if info.jvm_pid is not None and _alive(info.jvm_pid):
+            _terminate(info.jvm_pid, timeout)
     return running
 
 
