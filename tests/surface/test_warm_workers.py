@@ -1,6 +1,6 @@
 """Warm run workers (`MonitoredRunLauncher(warm_workers=1)`) under a real `dagster dev`: a run
 launched from the UI's GraphQL is handed to a worker that has imported the code location and
-started its local Spark (its step starts no JVM), shows in Dagster's event log as any run does,
+attached to the warm Spark (its step starts no JVM), shows in Dagster's event log as any run does,
 and its worker runs nothing else; a warm run is cancelled through Dagster's termination; a
 worker whose code changed on disk is never handed a run."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from dagster_partlake.orchestration.warm import WARM_TAG
+from dagster_partlake.orchestration.warm import WARM_TAG, WORKER_TAG
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.servers import DagsterDev, dagster_dev, wait_until
 from tests.surface.options import covers
@@ -112,17 +112,20 @@ def _ended(dev: DagsterDev, run_id: str, timeout: float = 300) -> dict[str, Any]
 
 
 def _ready_workers(dev: DagsterDev) -> list[psutil.Process]:
-    """The warm workers in `dagster dev`'s process group that have started their JVM."""
+    """The warm workers in `dagster dev`'s process group that have attached to the warm
+    Spark (each attached process has a file named by its pid in the warm Spark's folder)."""
     group = os.getpgid(dev.pid)
+    attached = {
+        int(entry.name.split("-")[0])
+        for entry in Path(os.environ["PARTLAKE_SPARK_WARM_DIR"]).glob("*/clients/*")
+    }
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
         if "dagster_partlake.orchestration.warm" not in cmdline:
             continue
         try:
-            if os.getpgid(proc.pid) == group and any(
-                "java" in (c.name() or "") for c in proc.children(recursive=True)
-            ):
+            if os.getpgid(proc.pid) == group and proc.pid in attached:
                 found.append(proc)
         except (psutil.NoSuchProcess, ProcessLookupError):
             continue
@@ -157,13 +160,14 @@ def test_runs_are_handed_to_warm_workers(tmp_path: Path) -> None:
     )
     log = tmp_path / "dagster-dev.log"
     with dagster_dev(env, log, modules=["warm_numbers"]) as dev:
-        # The first run: no worker is warm yet; it is launched as Dagster does, and the pool
+        # The first run: no worker is warm yet; it gets a worker of its own, and the pool
         # starts one for the next.
         cold = _launch(dev, "numbers", "2024-01-01")
         assert _ended(dev, cold)["status"] == "SUCCESS"
         assert WARM_TAG not in _run(dev, cold)["tags"]
+        assert WORKER_TAG in _run(dev, cold)["tags"]
         wait_until(lambda: _ready_workers(dev), timeout=240, interval=1, what="a warm worker")
-        time.sleep(3)  # its JVM up and its ready line read
+        time.sleep(3)  # attached to the warm Spark and its ready line read
 
         warm = _launch(dev, "numbers", "2024-01-02")
         run = _ended(dev, warm)
