@@ -321,7 +321,7 @@ class SparkResource(LazyPySparkResource):
             self.class_data_sharing,
         )
         started = time.perf_counter()
-        made = warm.session(spec, say=_log.warning)
+        made = warm.session(spec, _log)
         _session_starts.append(time.perf_counter() - started)
         self._owns_session = True
         self._attached = True

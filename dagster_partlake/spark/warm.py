@@ -287,9 +287,10 @@ def attached_host() -> HostInfo | None:
     return _attached.info if _attached is not None else None
 
 
-def session(spec: WarmSpec, say: Callable[[str], None]) -> SparkSession:
+def session(spec: WarmSpec, log: logging.Logger) -> SparkSession:
     """A new session of its own on the warm Spark of `spec`, attaching this process (and
-    starting the host) if needed; `say` gets the one line a start or a restart is worth.
+    starting the host) if needed; `log` gets a start (info: the command's log file), and a
+    restart or a wait (warning: its terminal), one line each.
 
     Raises:
         SparkUnavailableError: the host could not be started or reached.
@@ -299,7 +300,7 @@ def session(spec: WarmSpec, say: Callable[[str], None]) -> SparkSession:
         if _attached is None or not _attached.info.running:
             if _attached is not None:  # its host died under this process
                 _detach_quietly()
-            _attached = _attach(spec, say)
+            _attached = _attach(spec, log)
         context = _attached.context
         made = _new_session(context, spec.session_conf)
         _attached.sessions.append(made)
@@ -356,16 +357,18 @@ def _detach_quietly() -> None:
             _log.debug(f"detaching from the warm Spark: {error}")
 
 
-def _attach(spec: WarmSpec, say: Callable[[str], None]) -> _Attached:
+def _attach(spec: WarmSpec, log: logging.Logger) -> _Attached:
     folder = warm_dir() / spec.key
-    with locked(folder, say):
+    with locked(folder, log.warning):
         info = read_state(folder)
         if info is not None and not info.running:
-            say(f"the warm Spark (pid {info.pid}) is gone; starting a new one (log {folder / LOG})")
+            log.warning(
+                f"the warm Spark (pid {info.pid}) is gone; starting a new one (log {folder / LOG})"
+            )
             (folder / STATE).unlink(missing_ok=True)
             info = None
         if info is None:
-            info = _start(folder, spec, say)
+            info = _start(folder, spec, log.info)
         client = folder / CLIENTS / f"{os.getpid()}-{int(time.time() * 1000)}"
         client.parent.mkdir(parents=True, exist_ok=True)
         client.write_text(" ".join(sys.argv)[:500])
