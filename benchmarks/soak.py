@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from dagster_partlake.orchestration.sensor import IN_FLIGHT  # noqa: E402
+from dagster_partlake.orchestration.run_requests import IN_FLIGHT  # noqa: E402
 from tests.conftest import subprocess_env  # noqa: E402
 from tests.lake_checks import compare_lake  # noqa: E402
 from tests.servers import DagsterDev, dagster_dev, wait_until  # noqa: E402

@@ -48,10 +48,12 @@ if TYPE_CHECKING:
     from dagster import (
         AssetCheckEvaluation,
         AssetCheckExecutionContext,
+        AssetCheckKey,
         AssetKey,
         AssetSelection,
         DagsterInstance,
         Definitions,
+        Output,
         RunRequest,
     )
 
@@ -222,6 +224,24 @@ def log_check_evaluation(
     from dagster._core.events import DagsterEvent
 
     DagsterEvent.asset_check_evaluation(step_context, evaluation)
+
+
+def check_outputs(
+    context: AssetCheckExecutionContext, keys: Iterable[AssetCheckKey]
+) -> Iterator[Output]:
+    """The step's output of each check of `keys`, without a result: for checks whose results
+    were logged as evaluations (`log_check_evaluation`) or are not evaluated in this step.
+
+    Dagster expects an output per selected check of a check step; a step that yields none logs
+    "op '...' did not yield or return expected outputs", which reads as an error. An output is
+    what Dagster makes of an `AssetCheckResult` besides its evaluation; its name is Dagster's,
+    known only to the check's `AssetsDefinition` (not a public method).
+    """
+    from dagster import Output
+
+    assets_def = context.op_execution_context.assets_def
+    for key in keys:
+        yield Output(None, output_name=assets_def.get_output_name_for_asset_check_key(key))
 
 
 @contextmanager

@@ -138,6 +138,44 @@ def test_log_check_evaluation_reaches_the_instance_from_a_step(instance: Dagster
     assert data.check_name == "rows_ok" and data.passed is False  # type: ignore[union-attr]
 
 
+def test_check_outputs_are_what_dagster_expects_of_a_check_step(instance: DagsterInstance) -> None:
+    """A check step whose results were logged as evaluations yields `check_outputs`; without
+    them Dagster logs that the step did not yield its outputs."""
+    from dagster import multi_asset_check
+
+    missing = "did not yield or return expected outputs"
+
+    @asset
+    def gated() -> None:
+        return None
+
+    def checks(name: str, *, outputs: bool):  # type: ignore[no-untyped-def]
+        specs = [AssetCheckSpec(f"{name}_{c}", asset=gated.key) for c in ("a", "b")]
+
+        @multi_asset_check(name=name, specs=specs, can_subset=True)
+        def logged(context):  # type: ignore[no-untyped-def]
+            for spec in specs:
+                compat.log_check_evaluation(
+                    compat.step_context_of(context),
+                    AssetCheckEvaluation(asset_key=gated.key, check_name=spec.name, passed=True),
+                )
+            if outputs:
+                yield from compat.check_outputs(context, context.selected_asset_check_keys)
+
+        return logged
+
+    with_outputs, without = checks("with_outputs", outputs=True), checks("without", outputs=False)
+    result = materialize([gated, with_outputs, without], instance=instance)
+    assert result.success
+    said = [r.user_message for r in instance.all_logs(result.run_id) if missing in r.user_message]
+    assert len(said) == 1 and "'without'" in said[0], said
+    for name in ("with_outputs_a", "with_outputs_b"):
+        history = instance.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(gated.key, name), limit=5
+        )
+        assert [h.status for h in history] == [compat.CHECK_PASSED]
+
+
 def test_threadsafe_in_process_runs_swaps_and_restores_the_instance(
     instance: DagsterInstance,
 ) -> None:

@@ -643,11 +643,13 @@ def test_the_worlds_map_partitions_as_partlake_does() -> None:
     for up, downs in FEEDS.items():
         for down in downs - {"none"}:
             mapping = partlake_mapping(defs[up], defs[down])
-            upstream_keys = key_maps(defs[up], defs[down], mapping)[0]
+            upstream_keys, downstream_keys = key_maps(defs[up], defs[down], mapping)
             for key in UNIVERSE[down]:
-                # Days outside the daily definition (a month's first days) never have data.
-                found = set(upstream_keys(key)) & set(UNIVERSE[up])
-                assert found == set(reads(up, down, key)), (up, down, key)
+                # Only partitions the definitions have: over days 2024-01-30 to 2024-02-04,
+                # January reads two days and February four (not 31 and 29).
+                assert set(upstream_keys(key)) == set(reads(up, down, key)), (up, down, key)
+            for key in UNIVERSE[up]:
+                assert set(downstream_keys(key)) <= set(UNIVERSE[down]), (up, down, key)
 
 
 def test_the_rule_decides_alike_on_one_partition_and_on_columns() -> None:

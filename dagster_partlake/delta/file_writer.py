@@ -5,9 +5,10 @@ by value (`cloudpickle.register_pickle_by_value`), so a cluster needs pyarrow, n
 dagster_partlake. `write_batches` receives a task's rows as Arrow batches, sorted by their
 partition folders, and writes one Parquet file per table partition it sees, straight into the
 table's `col=value/` folders under a new unique name. It yields one JSON line per file with what
-the commit needs (size, rows, partition values, key statistics) and what the write was asked to
+the commit needs (size, rows, partition values, key statistics), what the write was asked to
 count on the way (flagged rows, summed values, and over all the task's rows, those whose key hash
-another of its rows shares), so nothing reads the rows again.
+another of its rows shares), so nothing reads the rows again, and the folders it made (which a
+write that is not committed removes).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ ROW_GROUP_BYTES = 128 * 1024 * 1024
 # A task keeps its rows' key hashes (8 bytes a row per key) up to this many rows to count the
 # repeated ones; past it the count is unknown (the caller then counts another way).
 MAX_REPEAT_ROWS = 4_000_000
+# Tries at making a file's folders and opening it (another write may remove a folder it made).
+OPEN_ATTEMPTS = 3
 
 
 def escape_folder_value(value: str | None) -> str:
@@ -51,6 +54,28 @@ def make_filesystem(kind: str, arguments: dict[str, Any]) -> Any:
     if kind == "gs":
         return pafs.GcsFileSystem(**arguments)
     return pafs.AzureFileSystem(**arguments)
+
+
+def make_folders(root: str, folders: Sequence[str]) -> list[str]:
+    """Make the table's root folder and the partition `folders` below it on the local disk;
+    those this call made, relative to the root ('' for the root itself).
+
+    A write that is not committed removes exactly these (`delta.files.WrittenFiles.discard`):
+    never a folder that was there before or that another write made. The folders above the
+    root (the lake's) are made too but not reported: they are not the table's.
+    """
+    import os
+
+    base = root.rstrip("/")
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    made = []
+    for depth in range(len(folders) + 1):
+        try:
+            os.mkdir(os.path.join(base, *folders[:depth]))
+        except FileExistsError:
+            continue
+        made.append("/".join(folders[:depth]))
+    return made
 
 
 def write_batches(
@@ -188,9 +213,8 @@ class _OpenFile:
         name = f"part-{write_id[:8]}-{uuid.uuid4().hex}.c000.snappy.parquet"
         self.relative = "/".join([*folders, name])
         self.full = "/".join([root.rstrip("/"), self.relative])
-        if local:  # an object store has no folders to create
-            fs.create_dir("/".join([root.rstrip("/"), *folders]), recursive=True)
-        self.stream = fs.open_output_stream(self.full)
+        self.folders_made: list[str] = []
+        self.stream = self._open(fs, root, folders, local)
         self.writer = pq.ParquetWriter(self.stream, schema, compression="snappy")
         self.pending: list[Any] = []  # pieces of the next row group
         self.pending_rows = self.pending_bytes = 0
@@ -206,6 +230,23 @@ class _OpenFile:
         self.high: dict[str, Any] = {}
         self.nulls: dict[str, int] = {}
         self.exact: dict[str, bool] = {}
+
+    def _open(self, fs: Any, root: str, folders: Sequence[str], local: bool) -> Any:
+        """The file's output stream, its folders made first on a local disk (an object store
+        has none)."""
+        if not local:
+            return fs.open_output_stream(self.full)
+        attempt = 1
+        while True:
+            try:
+                self.folders_made += make_folders(root, folders)
+                return fs.open_output_stream(self.full)
+            except FileNotFoundError:
+                # Another write, not committed, removed a folder it had made after this one
+                # found it there: make it again.
+                if attempt == OPEN_ATTEMPTS:
+                    raise
+                attempt += 1
 
     def write(
         self,
@@ -296,6 +337,7 @@ class _OpenFile:
             "flags": self.flags,
             "sums": self.sums,
             "hashes": {c: str(h) for c, h in self.hashes.items()},
+            "folders": self.folders_made,
         }
 
 

@@ -10,8 +10,9 @@ quality gates and `tracked`'s early cutoff need no second read of the rows, and 
 lists a folder or opens a footer. The rows never pass through the driver.
 
 Nothing is visible until a commit adds the files. A write that stops before its commit deletes
-the files it knows of (`discarded_on_failure`); files of a process killed outright stay
-unreferenced, invisible to every reader, and `vacuum` removes them after its retention period.
+the files it knows of and the folders it made for them (`discarded_on_failure`); files of a
+process killed outright stay unreferenced, invisible to every reader, and `vacuum` removes them
+after its retention period.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class WrittenFile:
     # key, the rows whose key hash another of them has (None: not counted).
     task: str = ""
     repeats: dict[str, int | None] = field(default_factory=dict)
+    # The folders its writer made for it (relative to the table root, '' the root itself).
+    folders_made: tuple[str, ...] = ()
 
     def stats_json(self) -> str:
         stats: dict[str, Any] = {"numRecords": self.num_records}
@@ -90,6 +93,7 @@ class WrittenFile:
             hashes={k: int(v) for k, v in data["hashes"].items()},
             task=data.get("task", ""),
             repeats={k: None if v is None else int(v) for k, v in data.get("repeats", {}).items()},
+            folders_made=tuple(data["folders"]),
         )
 
 
@@ -116,6 +120,9 @@ class WrittenFiles:
     partition_by: tuple[str, ...]
     seconds: float = 0.0  # Spark computing the rows and writing the files
     facts_seconds: float = 0.0  # turning the job's facts into the files' list
+    # The folders it made (relative to the root, '' the root itself), kept when files are
+    # dropped: a write that is not committed removes those it left empty.
+    folders_made: tuple[str, ...] = ()
 
     @property
     def num_records(self) -> int:
@@ -128,8 +135,10 @@ class WrittenFiles:
         return replace(self, files=tuple(f for f in self.files if f.relative_path not in gone))
 
     def discard(self) -> None:
-        """Delete every file of the write (it will not be committed)."""
+        """Delete every file of the write (it will not be committed), then the folders it made
+        that are left empty: no folder stays where no table, or no partition, is."""
         self.location.store.delete(f.relative_path for f in self.files)
+        self.location.store.remove_empty_folders(self.folders_made)
 
     def flagged(self, name: str) -> int:
         return sum(f.flags.get(name, 0) for f in self.files)
@@ -216,6 +225,7 @@ def write_files(
         partition_by=tuple(partition_by),
         seconds=written - started,
         facts_seconds=time.perf_counter() - written,
+        folders_made=_folders_made(files),
     )
 
 
@@ -258,14 +268,20 @@ def rewrite_without_keys(
     job = _map_in_arrow(spark.range(0, len(files), 1, tasks), function)
     facts = _collect(job, location)
     written = time.perf_counter()
+    rewritten = tuple(WrittenFile.from_fact(row["fact"]) for row in facts)
     return WrittenFiles(
         location=location,
-        files=tuple(WrittenFile.from_fact(row["fact"]) for row in facts),
+        files=rewritten,
         schema=schema,
         partition_by=tuple(partition_by),
         seconds=written - started,
         facts_seconds=time.perf_counter() - written,
+        folders_made=_folders_made(rewritten),
     )
+
+
+def _folders_made(files: Sequence[WrittenFile]) -> tuple[str, ...]:
+    return tuple(sorted({folder for f in files for folder in f.folders_made}))
 
 
 def _map_in_arrow(rows: DataFrame, function: Any) -> DataFrame:
@@ -379,8 +395,8 @@ def _function(run: Any, **arguments: Any) -> Any:
 
 @contextlib.contextmanager
 def discarded_on_failure(written: WrittenFiles) -> Iterator[None]:
-    """Delete the write's files if the block raises (anything, an interrupt too), then
-    re-raise: they will never be committed."""
+    """Delete the write's files, and the folders it made for them, if the block raises
+    (anything, an interrupt too), then re-raise: they will never be committed."""
     try:
         yield
     except BaseException:

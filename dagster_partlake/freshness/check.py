@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import warnings
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from dagster import (
@@ -37,12 +37,14 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     MetadataValue,
+    Output,
     PreviewWarning,
     multi_asset_check,
 )
 
 from dagster_partlake.compat import (
     asset_graph_of_step,
+    check_outputs,
     log_check_evaluation,
     step_context_of,
     targeting_latest_materializations,
@@ -142,7 +144,7 @@ def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
         description=f"partlake_fresh of {key.to_user_string()}.",
     )
     # Unannotated: Dagster validates the annotation object, which postponed annotations hide.
-    def _fresh(context):
+    def _fresh(context) -> Iterator[Output]:
         try:
             evaluations = _evaluations(context, key)
         except Exception as error:  # noqa: BLE001 - a verdict is news: it never fails a run
@@ -151,10 +153,11 @@ def _fresh_check(key: AssetKey, asset_spec: AssetSpec) -> AssetChecksDefinition:
                 f"run, so it reports nothing for them: {error}. The sensor, or `partlake plan "
                 "--report`, reports them once that is mended."
             )
-            return iter(())
+            evaluations = []
+        # Logged, not yielded: an `AssetCheckResult` cannot say its partition.
         for evaluation in targeting_latest_materializations(context.instance, evaluations):
             log_check_evaluation(step_context_of(context), evaluation)
-        return iter(())
+        yield from check_outputs(context, context.selected_asset_check_keys)
 
     return _fresh
 

@@ -5,9 +5,10 @@ each asset that has gates (one `multi_asset_check` per asset), so the UI lists t
 Their results come from the write itself: the IO manager evaluates the gates on the staged data
 before the commit and logs one `AssetCheckEvaluation` per gate into the run
 (`log_gate_results`), passed, failed (nothing committed, the step fails) or warned (committed).
-In such a run the check step has nothing left to do. Executed on its own (the UI's "Execute" on
-a check), it evaluates the constraints on the table's current rows; audits compare a write with
-what it replaced, so they are evaluated only in writes and yield nothing there.
+In such a run the check step only yields the checks' outputs, as Dagster expects of it. Executed
+on its own (the UI's "Execute" on a check), it evaluates the constraints on the table's current
+rows; audits compare a write with what it replaced, so they are evaluated only in writes and
+have no result there.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from dagster import (
     AssetsDefinition,
     DagsterEventType,
     MetadataValue,
+    Output,
     multi_asset_check,
 )
 
-from dagster_partlake.compat import log_check_evaluation
+from dagster_partlake.compat import check_outputs, log_check_evaluation
 from dagster_partlake.gates.spec import GateResult, Gates, gates_of
 from dagster_partlake.kinds.spec import model_kind
 from dagster_partlake.metadata import FAILING_PARTITIONS_KEY
@@ -91,11 +93,17 @@ def _checks_for(key: AssetKey, gates: Gates, asset_spec: AssetSpec) -> AssetChec
         ),
     )
     # Unannotated: Dagster validates the annotation object, which postponed annotations hide.
-    def _gates(context) -> Iterator[AssetCheckResult]:
-        selected = {k.name for k in context.selected_asset_check_keys}
+    def _gates(context) -> Iterator[AssetCheckResult | Output]:
+        keys = context.selected_asset_check_keys
+        selected = {k.name for k in keys}
         if _evaluated_in_run(context, key, selected):
+            yield from check_outputs(context, keys)
             return
-        yield from _on_current_rows(context, asset_spec, gates, selected)
+        results = list(_on_current_rows(context, asset_spec, gates, selected))
+        yield from results
+        # The audits, evaluated only in writes.
+        done = {r.check_name for r in results}
+        yield from check_outputs(context, [k for k in keys if k.name not in done])
 
     return _gates
 

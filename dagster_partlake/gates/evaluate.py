@@ -5,13 +5,14 @@ are counted by the write job itself, per file, while Spark writes the rows (`ext
 counted constraint, a sum per audited column), and arrive here per Dagster key (`counted`); so no
 aggregation over the new rows is needed. Without those counts (a decoupled write, whose files
 name no Dagster key; a merge's or scd2's incoming batch) they are one aggregation over the rows,
-grouped by the asset's partition columns. `unique` is judged by the write job too when one Spark
-task wrote every row (a small write): that task counts the rows whose key hash another row has
-(`repeats`), and none means no key repeats; otherwise (several tasks, a hash repeated, a key
-Spark's hash does not follow) it is its own grouping of the rows by the key. Offending rows are
-fetched only for a gate that failed (at most `MAX_SAMPLES`). The old side of the audits is the
-partitions' current rows: counts from the Delta log (no data read), sums and means in one
-aggregation over their live files.
+grouped by the asset's partition columns. `unique` compares keys as SQL's UNIQUE does: a key with
+a null column is never a duplicate (`not_null` is the gate for nulls). It is judged by the write
+job too when one Spark task wrote every row (a small write): that task counts the rows whose key
+hash another row has (`repeats`), and none means no key repeats; otherwise (several tasks, a
+hash repeated, a key Spark's hash does not follow) it is its own grouping of the rows with a
+full key. Offending rows are fetched only for a gate that failed (at most `MAX_SAMPLES`). The old
+side of the audits is the partitions' current rows: counts from the Delta log (no data read),
+sums and means in one aggregation over their live files.
 """
 
 from __future__ import annotations
@@ -252,7 +253,11 @@ def _unique(gate: Gate, new: DataFrame, total_rows: int) -> GateResult:
     from pyspark.sql import functions as F
 
     columns = list(gate.columns)
-    duplicated = new.groupBy(*columns).agg(F.count(F.lit(1)).alias("rows")).filter("rows > 1")
+    # As SQL's UNIQUE: a key with a null column equals no other key (not_null catches nulls).
+    keyed = new
+    for column in columns:
+        keyed = keyed.where(F.col(column).isNotNull())
+    duplicated = keyed.groupBy(*columns).agg(F.count(F.lit(1)).alias("rows")).filter("rows > 1")
     found = duplicated.agg(F.sum("rows").alias("rows")).collect()[0]["rows"] or 0
     samples = (
         tuple(_plain(r.asDict()) for r in duplicated.limit(MAX_SAMPLES).collect()) if found else ()

@@ -11,7 +11,7 @@ Declared in the asset's definition metadata (the helpers below build the same en
     metadata={
         "partlake/constraints": [
             {"not_null": ["user_id"]},
-            {"unique": ["event_id"]},                      # within the written partitions
+            {"unique": ["event_id"]},                      # in the written partitions; nulls pass
             {"accepted_values": {"region": ["eu", "us"]}},  # nulls are accepted
             {"expression": "amount >= 0", "name": "non_negative"},  # false or null violates
             {"row_count": {"min": 1, "max": 100000}},      # per written partition

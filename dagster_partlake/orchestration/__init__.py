@@ -1,10 +1,12 @@
 """What keeps partitions fresh: the sensor, `partlake run`'s runner, pools, run workers, sources.
 
-`sensor` requests runs for the stale partitions on every tick; `runner` executes a `RunPlan` in
-this process (`partlake run`); `pools` reads the Dagster concurrency pools that cap steps across
-runs and what waits for them; `workers` knows which process runs a run and whether it is alive,
-and `launcher` lets Dagster's run monitoring ask it; `sources` declares source assets partlake
-observes. May import every layer below: the planning core and everything under it.
+`sensor` requests runs for the stale partitions on every tick, and `chain` a refresh's next level
+once a run has committed, both what `run_requests` says a refresh requests next; `runner`
+executes a `RunPlan` in this process (`partlake run`); `pools` reads the Dagster concurrency
+pools that cap steps across runs and what waits for them; `workers` knows which process runs a
+run and whether it is alive, and `launcher` lets Dagster's run monitoring ask it; `sources`
+declares source assets partlake observes. May import every layer below: the planning core and
+everything under it.
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ after what they read is committed. The daemon evaluates sensors at most every 5 
 waited for the next pass. Now a run of a refresh requests, as soon as every asset it writes has
 committed (its IO manager, after the last commit, before the run's check steps), the runs whose
 inputs are all committed now: the runs of the sensor's plan that wait for no other run, exactly
-as the sensor's next tick would request them, with the same tags and the same run keys, created
-for the same code location and job and submitted to Dagster's run queue, which launches them at
-its next dequeue (every second in the example's `dagster.yaml`). No run starts before what it
-reads is committed, and no run waits for another.
+as the sensor's next tick would request them (both ask `orchestration.run_requests`'s
+`next_requests`), with the same tags and the same run keys, created for the same code location
+and job and submitted to Dagster's run queue, which launches them at its next dequeue (every
+second in the example's `dagster.yaml`). No run starts before what it reads is committed, and no
+run waits for another.
 
 The sensor stays the safety net: it finds what a run did not request (a run that failed, a
 change that came meanwhile). Each request carries the run key the sensor would give it, so the
@@ -31,14 +32,17 @@ from typing import TYPE_CHECKING, Any
 from dagster import DagsterRunStatus, RunsFilter
 
 from dagster_partlake.metadata import REFRESH_TAG
+from dagster_partlake.orchestration.run_requests import (
+    SENSOR_TAG,
+    SENSORS,
+    RefreshSettings,
+    in_flight_runs,
+    next_requests,
+)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, DagsterRun, RunRequest
 
-    from dagster_partlake.orchestration.sensor import _Settings
-
-# The sensors of this process's code location, by name (`build_invalidation_sensor` records them).
-SENSORS: dict[str, _Settings] = {}
 _NAMESPACE = uuid.UUID("2f1d3c8e-6a4b-4f7e-9d2a-5c0b7e1f3a90")
 
 
@@ -55,8 +59,6 @@ def request_next_level(run: DagsterRun, instance: DagsterInstance, log: Any = No
     """
     from dagster import QueuedRunCoordinator
 
-    from dagster_partlake.orchestration.sensor import SENSOR_TAG
-
     name = run.tags.get(SENSOR_TAG)
     refresh = run.tags.get(REFRESH_TAG)
     settings = SENSORS.get(name or "")
@@ -69,7 +71,7 @@ def request_next_level(run: DagsterRun, instance: DagsterInstance, log: Any = No
         or not isinstance(instance.run_coordinator, QueuedRunCoordinator)
     ):
         return []
-    requests, job_def = _requests(run, instance, settings, refresh)
+    requests, job_def = _next_level(run, instance, settings, refresh)
     created = []
     for request in requests:
         made = _submit(run, instance, job_def, request, settings.name)
@@ -83,13 +85,12 @@ def request_next_level(run: DagsterRun, instance: DagsterInstance, log: Any = No
     return created
 
 
-def _requests(
-    run: DagsterRun, instance: DagsterInstance, settings: _Settings, refresh: str
+def _next_level(
+    run: DagsterRun, instance: DagsterInstance, settings: RefreshSettings, refresh: str
 ) -> tuple[list[RunRequest], Any]:
     """What the sensor's next tick would request, this run counted as ended."""
     from dagster_partlake import compat
     from dagster_partlake.delta.state import StateCache
-    from dagster_partlake.orchestration import sensor
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import PlanningSession
 
@@ -99,20 +100,24 @@ def _requests(
     graph = LakeGraph(
         asset_graph=asset_graph, root=settings.root, io_manager_key=settings.io_manager_key
     )
-    result = PlanningSession(graph, StateCache()).plan(dynamic_partitions_store=instance)
+    session = PlanningSession(graph, StateCache())
+    result = session.plan(dynamic_partitions_store=instance)
     # This run among them: what it has not committed yet is its own to write.
-    in_flight = instance.get_runs(
-        filters=RunsFilter(tags={sensor.SENSOR_TAG: settings.name}, statuses=sensor.IN_FLIGHT)
-    )
+    in_flight = in_flight_runs(instance, settings.name)
     # What failed in this refresh is the sensor's to retry, after its back-off.
     failed = instance.get_runs(
         filters=RunsFilter(tags={REFRESH_TAG: refresh}, statuses=[DagsterRunStatus.FAILURE])
     )
-    blocked = sensor._union(sensor._running(graph, in_flight), sensor._running(graph, failed))
-    runs = PlanningSession(graph, StateCache()).runs(result, blocked=blocked)
-    chosen = runs.ready[: max(0, settings.max_runs_in_flight - len(in_flight))]
-    requests = sensor._requests(graph, asset_graph, chosen, settings, result.versions, {}, refresh)
-    return requests, repository.get_implicit_global_asset_job_def()
+    level = next_requests(
+        session,
+        result,
+        asset_graph,
+        settings,
+        refresh_id=refresh,
+        in_flight=in_flight,
+        failed=failed,
+    )
+    return level.requests, repository.get_implicit_global_asset_job_def()
 
 
 def _submit(

@@ -5,8 +5,10 @@ commit it was read at changed (two `stat`s per Delta table), a folder source cha
 asset gained partitions, a requested run is still pending, or a retry is due; if none,
 SkipReason at once, without planning or reading the event log. (2) Otherwise sync the partition
 state, plan, leave out partitions of runs (and backfills) already in flight and partitions
-backing off after failures, and request what can run now. A tick never sleeps, polls or waits
-for a thread: its time is its own work (the quick check, planning, reporting, requesting).
+backing off after failures, and request what can run now (`orchestration.run_requests`'s
+`next_requests`, which a run of the refresh also asks for its next level, `orchestration.chain`).
+A tick never sleeps, polls or waits for a thread: its time is its own work (the quick check,
+planning, reporting, requesting).
 
 How a refresh runs is the sensor's `refresh`:
 
@@ -42,21 +44,17 @@ until the log is repaired.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import time
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 from dagster import (
-    DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
-    PartitionKeyRange,
-    RunRequest,
     RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
@@ -65,13 +63,7 @@ from dagster import (
     sensor,
 )
 
-from dagster_partlake.compat import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    PARTITION_NAME_TAG,
-    backfill_request,
-    backfills_in_progress,
-)
+from dagster_partlake.compat import backfills_in_progress
 from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import TableUnreadableError
 from dagster_partlake.faults import fault_point
@@ -82,36 +74,32 @@ from dagster_partlake.freshness.report import (
     ReportWriter,
     checked_assets,
 )
-from dagster_partlake.metadata import (
-    PARTITIONS_TAG,
-    REASONS_TAG,
-    REFRESH_TAG,
-    UPSTREAM_FAILED_TAG,
+from dagster_partlake.metadata import REFRESH_TAG, UPSTREAM_FAILED_TAG
+from dagster_partlake.orchestration.chain import request_next_level
+from dagster_partlake.orchestration.run_requests import (
+    SENSOR_TAG,
+    SENSORS,
+    Refresh,
+    RefreshSettings,
+    failed_partition,
+    failure_key,
+    in_flight_runs,
+    next_requests,
+    run_partitions,
 )
-from dagster_partlake.orchestration import chain
 from dagster_partlake.planning.graph import LakeGraph, repository_lake
 from dagster_partlake.planning.planner import Key, StalePartition, render_partition
-from dagster_partlake.planning.runs import PlannedRun, RunPlan
+from dagster_partlake.planning.runs import PlannedRun
 from dagster_partlake.planning.session import PlanningSession, PlanResult
 from dagster_partlake.processes import on_run_committed
 from dagster_partlake.spec.load import checked_selection
 from dagster_partlake.storage.location import lake_location
 
 if TYPE_CHECKING:
-    from dagster import AssetCheckEvaluation, DagsterInstance, DagsterRun
+    from dagster import AssetCheckEvaluation, DagsterInstance
 
     from dagster_partlake.compat import AssetGraph
 
-SENSOR_TAG = "partlake/sensor"
-ATTEMPT_TAG = "partlake/attempt"  # on retries: 2 for the first retry of a failed partition
-IN_FLIGHT = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
-Refresh = Literal["runs", "backfill"]
-REFRESH_MODES: tuple[Refresh, ...] = ("runs", "backfill")
 # The partlake_fresh results a tick records itself (those of the partitions it requests runs
 # for), at most: about a second of Dagster event writes on SQLite. Past this, the runs' own
 # check steps say them (the UI shows those partitions' checks in progress from the start).
@@ -238,7 +226,7 @@ def build_invalidation_sensor(
             defs = Definitions(assets=[...], sensors=[build_invalidation_sensor()], ...)
     """
     _warn_deprecated(max_chained_runs, watch_seconds)
-    settings = _Settings(
+    settings = RefreshSettings(
         name=name,
         root=root,
         retry_base_seconds=retry_base_seconds,
@@ -250,8 +238,8 @@ def build_invalidation_sensor(
 
     # A run this sensor requests asks for the next level of its refresh once it has committed
     # (`orchestration.chain`): the run's process knows the sensor's settings by its name.
-    chain.SENSORS[name] = settings
-    on_run_committed(chain.request_next_level)
+    SENSORS[name] = settings
+    on_run_committed(request_next_level)
 
     # The daemon refuses run requests from a sensor without a target; an asset selection makes
     # Dagster run each request's assets in the code location's asset job. It is all assets, and
@@ -288,31 +276,9 @@ def _warn_deprecated(max_chained_runs: int | None, watch_seconds: float | None) 
         )
 
 
-@dataclass(frozen=True)
-class _Settings:
-    """A sensor's parameters (see `build_invalidation_sensor`)."""
-
-    name: str
-    root: str | None
-    retry_base_seconds: int
-    retry_max_seconds: int
-    max_runs_in_flight: int = 20
-    io_manager_key: str = "io_manager"
-    refresh: Refresh = "runs"
-
-    def __post_init__(self) -> None:
-        if self.max_runs_in_flight < 1:
-            raise ValueError(
-                f"max_runs_in_flight must be at least 1, got {self.max_runs_in_flight}"
-            )
-        if self.refresh not in REFRESH_MODES:
-            raise ValueError(
-                f"refresh must be one of {', '.join(map(repr, REFRESH_MODES))}, got "
-                f"{self.refresh!r}"
-            )
-
-
-def evaluate(context: SensorEvaluationContext, settings: _Settings) -> SensorResult | SkipReason:
+def evaluate(
+    context: SensorEvaluationContext, settings: RefreshSettings
+) -> SensorResult | SkipReason:
     """One tick of the sensor (see the module docstring).
 
     Raises:
@@ -324,50 +290,41 @@ def evaluate(context: SensorEvaluationContext, settings: _Settings) -> SensorRes
     state = _state(context, settings.name, settings.root, settings.io_manager_key)
     session, graph, instance = state.session, state.session.graph, context.instance
     horizon = graph.horizon(instance)
-    retry_due = any(retry_at <= now for _, retry_at in cursor.failures.values())
-    if (
-        cursor.versions
-        and not cursor.pending
-        and not retry_due
-        and horizon == cursor.horizon
-        and not session.moved(cursor.versions)
-    ):
+    if _nothing_moved(cursor, session, horizon, now):
         return SkipReason("No new commits in any table since the last tick: nothing to plan.")
 
     fault_point("sensor_tick")
-    in_flight = instance.get_runs(
-        filters=RunsFilter(tags={SENSOR_TAG: settings.name}, statuses=IN_FLIGHT)
-    )
+    in_flight = in_flight_runs(instance, settings.name)
     failures, seen_until = _count_failures(instance, graph, settings, cursor, now)
     result = session.plan(dynamic_partitions_store=instance)
-    stale = {_fkey(i.asset, i.partition) for i in result.plan.items}
+    stale = {failure_key(i.asset, i.partition) for i in result.plan.items}
     held = {a for u in result.plan.unreadable for a in u.held}
     # Fresh again: forget. Held behind an unreadable table: keep, it was neither judged nor run.
-    failures = {k: v for k, v in failures.items() if k in stale or _unfkey(k)[0] in held}
-    running = _running(graph, in_flight)
+    failures = {k: v for k, v in failures.items() if k in stale or failed_partition(k)[0] in held}
     backfills: list[tuple[str, list[tuple[str, Key]]]] = []
     if settings.refresh == "backfill":
         backfills = _backfills(instance, graph, settings.name, state.asset_graph)
-        for _, pairs in backfills:
-            for asset, key in pairs:
-                running.setdefault(asset, set()).add(key)
-    backing_off = _backing_off(failures, now)
-    runs = session.runs(result, blocked=_union(running, backing_off))
     refresh_id = (cursor.refresh or uuid.uuid4().hex[:12]) if result.plan.items else ""
-    if settings.refresh == "backfill":
-        chosen = _backfillable(runs)
-    else:
-        chosen = runs.ready[: max(0, settings.max_runs_in_flight - len(in_flight))]
     report = _report(context, state, result)
-    chosen, deferred = _record_requested(context, state, report, chosen)
-    requests = _requests(
-        graph, state.asset_graph, chosen, settings, result.versions, failures, refresh_id
+    level = next_requests(
+        session,
+        result,
+        state.asset_graph,
+        settings,
+        refresh_id=refresh_id,
+        in_flight=in_flight,
+        failures=failures,
+        now=now,
+        backfills=backfills,
+        before_requesting=lambda chosen: _record_requested(context, state, report, chosen),
     )
     new_cursor = _Cursor(
         versions=result.versions,
         horizon=horizon,
         failures=failures,
-        pending=bool(requests or in_flight or backfills or runs.runs or runs.waiting)
+        pending=bool(
+            level.requests or in_flight or backfills or level.runs.runs or level.runs.waiting
+        )
         or report.waiting > 0,
         checked_at=now,
         failures_seen_until=seen_until,
@@ -378,19 +335,36 @@ def evaluate(context: SensorEvaluationContext, settings: _Settings) -> SensorRes
         context.log.error(message)
     for absent in result.plan.absent_sources:
         context.log.warning(absent.message)
-    if deferred:
+    if level.deferred:
         context.log.info(
-            f"{len(deferred)} run(s) requested next tick: partlake_fresh results of their "
+            f"{len(level.deferred)} run(s) requested next tick: partlake_fresh results of their "
             "partitions were being recorded at this moment, and must land before the runs exist."
         )
-    if not requests:
+    if not level.requests:
         if errors:
             raise TableUnreadableError(" ".join(errors))
-        reason = _skip_text(result.plan.items, running, backing_off, failures, now, backfills)
+        reason = _skip_text(
+            result.plan.items, level.running, level.backing_off, failures, now, backfills
+        )
         context.log.info(reason)
         return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
-    _log_requested(context, chosen, settings.refresh, refresh_id)
-    return SensorResult(run_requests=requests, cursor=new_cursor)
+    _log_requested(context, level.chosen, settings.refresh, refresh_id)
+    return SensorResult(run_requests=level.requests, cursor=new_cursor)
+
+
+def _nothing_moved(
+    cursor: _Cursor, session: PlanningSession, horizon: dict[str, str], now: float
+) -> bool:
+    """The quick check: no table moved, no root asset gained partitions, nothing is pending and
+    no retry is due since the tick that left `cursor`."""
+    retry_due = any(retry_at <= now for _, retry_at in cursor.failures.values())
+    return bool(
+        cursor.versions
+        and not cursor.pending
+        and not retry_due
+        and horizon == cursor.horizon
+        and not session.moved(cursor.versions)
+    )
 
 
 def _backfills(
@@ -405,39 +379,22 @@ def _backfills(
     return found
 
 
-def _backfillable(runs: RunPlan) -> tuple[PlannedRun, ...]:
-    """The planned runs one asset backfill can take, upstream first: every run but those that
-    read an early-cutoff output (whether they run is known only after it commits) or an earlier
-    partition of one of their own assets (a merge's later days, which Dagster does not know to
-    order), and the runs after those."""
-    taken: dict[int, PlannedRun] = {}
-    for run in runs.runs:
-        awaited = [taken.get(n) for n in run.waits_for]
-        if run.after_cutoff or any(a is None for a in awaited):
-            continue
-        if any(set(a.assets) & set(run.assets) for a in awaited if a is not None):
-            continue
-        taken[run.number] = run
-    return tuple(taken.values())
-
-
 def _record_requested(
     context: SensorEvaluationContext,
     state: _State,
     report: FreshnessReport,
     runs: Sequence[PlannedRun],
-) -> tuple[tuple[PlannedRun, ...], tuple[PlannedRun, ...]]:
+) -> tuple[PlannedRun, ...]:
     """Record now the partlake_fresh results of the partitions `runs` write, and hand the rest
     of `report` to the writer's thread: Dagster shows a partition's newest result row, and a
     run's row is made when the run is created, so a result recorded after it would hide the
-    run's own until the next tick. The runs to request now, and those left for the next tick
+    run's own until the next tick. The runs to request now; the others wait for the next tick
     (the thread was recording results of their partitions at this moment)."""
     writer = state.writer
     assert writer is not None  # made by `_report`
     requested = {(i.asset, i.partition) for run in runs for i in run.items}
     busy, earlier = writer.claim(requested)
     now = tuple(r for r in runs if not any((i.asset, i.partition) in busy for i in r.items))
-    later = tuple(r for r in runs if r not in now)
     mine = {(i.asset, i.partition) for run in now for i in run.items}
     own: list[AssetCheckEvaluation] = []
     rest: list[AssetCheckEvaluation] = []
@@ -467,7 +424,7 @@ def _record_requested(
     for part in rest_earlier:
         writer.submit(part)
     writer.submit(FreshnessReport(tuple(rest), report.waiting, report.report_id))
-    return now, later
+    return now
 
 
 def _of(report: FreshnessReport, pairs: set[tuple[str, Key]]) -> tuple[AssetCheckEvaluation, ...]:
@@ -475,33 +432,6 @@ def _of(report: FreshnessReport, pairs: set[tuple[str, Key]]) -> tuple[AssetChec
     return tuple(
         e for e in report.evaluations if (e.asset_key.to_user_string(), e.partition) in pairs
     )
-
-
-def _running(graph: LakeGraph, in_flight: Sequence[DagsterRun]) -> dict[str, set[Key]]:
-    """The partitions the sensor's runs in flight target."""
-    blocked: dict[str, set[Key]] = {}
-    for run in in_flight:
-        for asset, key in _run_partitions(graph, run):
-            blocked.setdefault(asset, set()).add(key)
-    return blocked
-
-
-def _backing_off(failures: Mapping[str, list[float]], now: float) -> dict[str, set[Key]]:
-    """The failed partitions whose next retry is not due yet."""
-    blocked: dict[str, set[Key]] = {}
-    for fkey, (_, retry_at) in failures.items():
-        if retry_at > now:
-            asset, key = _unfkey(fkey)
-            blocked.setdefault(asset, set()).add(key)
-    return blocked
-
-
-def _union(*maps: Mapping[str, set[Key]]) -> dict[str, set[Key]]:
-    joined: dict[str, set[Key]] = {}
-    for blocked in maps:
-        for asset, keys in blocked.items():
-            joined.setdefault(asset, set()).update(keys)
-    return joined
 
 
 # Lines a tick logs about the partitions it requests, at most.
@@ -548,8 +478,8 @@ def _skip_text(
             where += f" or backfill(s) {', '.join(b for b, _ in backfills)}"
         parts.append(f"{in_flight} in {where}")
     if retrying:
-        first = min(retrying, key=lambda i: failures[_fkey(i.asset, i.partition)][1])
-        due = failures[_fkey(first.asset, first.partition)][1] - now
+        first = min(retrying, key=lambda i: failures[failure_key(i.asset, i.partition)][1])
+        due = failures[failure_key(first.asset, first.partition)][1] - now
         parts.append(
             f"{len(retrying)} backing off after a failed run (next retry: "
             f"{render_partition(first.asset, first.partition)} in {due:,.0f} s)"
@@ -599,7 +529,11 @@ def _report(context: SensorEvaluationContext, state: _State, result: PlanResult)
 
 
 def _count_failures(
-    instance: DagsterInstance, graph: LakeGraph, settings: _Settings, cursor: _Cursor, now: float
+    instance: DagsterInstance,
+    graph: LakeGraph,
+    settings: RefreshSettings,
+    cursor: _Cursor,
+    now: float,
 ) -> tuple[dict[str, list[float]], float]:
     """The cursor's failures plus the runs that failed since, each counted once; and the update
     time of the newest failed run counted."""
@@ -624,98 +558,8 @@ def _count_failures(
             # A run of an earlier version, requested ahead of a run it waited for, which failed
             # (that run's failure counts).
             continue
-        for asset, key in _run_partitions(graph, record.dagster_run):
-            count = int(failures.get(_fkey(asset, key), [0, 0])[0]) + 1
+        for asset, key in run_partitions(graph, record.dagster_run):
+            count = int(failures.get(failure_key(asset, key), [0, 0])[0]) + 1
             wait = min(retry_max_seconds, retry_base_seconds * 2 ** (count - 1))
-            failures[_fkey(asset, key)] = [count, now + wait]
+            failures[failure_key(asset, key)] = [count, now + wait]
     return failures, newest
-
-
-def _attempt(run: PlannedRun, failures: Mapping[str, list[float]]) -> int:
-    """How many times the run's partitions have failed so far (0 on a first request)."""
-    counts = [failures.get(_fkey(i.asset, i.partition), [0, 0])[0] for i in run.items]
-    return int(max(counts, default=0))
-
-
-def _requests(
-    graph: LakeGraph,
-    asset_graph: AssetGraph,
-    runs: Sequence[PlannedRun],
-    settings: _Settings,
-    versions: Mapping[str, int],
-    failures: Mapping[str, list[float]],
-    refresh_id: str,
-) -> list[RunRequest]:
-    """The run requests of `runs` (runs that wait for no other run), upstream first; with
-    `refresh="backfill"`, one request for an asset backfill of all of them."""
-    if not runs:
-        return []
-    name = settings.name
-    if settings.refresh == "backfill":
-        items = [i for run in runs for i in run.items]
-        shown = sorted({i.partition for i in items if i.partition is not None})
-        more = len(shown) - 10
-        tags = {
-            SENSOR_TAG: name,
-            REFRESH_TAG: refresh_id,
-            REASONS_TAG: ", ".join(sorted({i.reason for i in items})),
-            PARTITIONS_TAG: ", ".join(shown[:10]) + (f" (+{more})" if more > 0 else ""),
-        }
-        pairs = [(graph.assets[i.asset].key, i.partition) for i in items]
-        return [backfill_request(asset_graph, pairs, tags)]
-    requests = []
-    for run in runs:
-        attempt = _attempt(run, failures)
-        tags = {SENSOR_TAG: name, REFRESH_TAG: refresh_id, **run.run_tags()}
-        if attempt:
-            tags[ATTEMPT_TAG] = str(attempt + 1)
-        kwargs: dict[str, Any] = {}
-        if run.partition_key is not None:
-            kwargs["partition_key"] = run.partition_key
-        requests.append(
-            RunRequest(
-                run_key=f"{name}:{_digest(run, versions, attempt)}",
-                asset_selection=[graph.assets[a].key for a in run.assets],
-                tags=tags,
-                **kwargs,
-            )
-        )
-    return requests
-
-
-def _digest(run: PlannedRun, versions: Mapping[str, int], attempt: int) -> str:
-    """Same run against the same table versions = same digest, so the same run key (Dagster
-    skips a run key it has seen); new commits give a new key, and so does a retry after a
-    failure, which Dagster would otherwise skip as already requested."""
-    value: list[object] = [run.assets, run.keys, sorted(versions.items()), attempt]
-    return hashlib.sha1(json.dumps(value, default=str).encode()).hexdigest()[:16]
-
-
-def _run_partitions(graph: LakeGraph, run: DagsterRun) -> list[tuple[str, Key]]:
-    """(asset, partition key) pairs a Dagster run targets, from its asset selection and tags."""
-    pairs: list[tuple[str, Key]] = []
-    tags = run.tags or {}
-    for asset_key in run.asset_selection or []:
-        asset = graph.assets.get(asset_key.to_user_string())
-        if asset is None:
-            continue
-        keys: Sequence[Key] = [None]
-        if PARTITION_NAME_TAG in tags:
-            keys = [tags[PARTITION_NAME_TAG]]
-        elif ASSET_PARTITION_RANGE_START_TAG in tags and asset.partitions_def is not None:
-            keys = asset.partitions_def.get_partition_keys_in_range(
-                PartitionKeyRange(
-                    tags[ASSET_PARTITION_RANGE_START_TAG], tags[ASSET_PARTITION_RANGE_END_TAG]
-                )
-            )
-        pairs.extend((asset.name, k) for k in keys)
-    return pairs
-
-
-def _fkey(asset: str, key: Key) -> str:
-    return json.dumps([asset, key])
-
-
-def _unfkey(value: str) -> tuple[str, Key]:
-    asset, key = json.loads(value)
-    return asset, key

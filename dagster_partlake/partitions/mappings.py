@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from dagster import (
     PartitionMapping,
     PartitionsDefinition,
     StaticPartitionMapping,
+    TimeWindow,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
 )
@@ -108,12 +110,16 @@ def _time_maps(
     upstream: TimeWindowPartitionsDefinition, downstream: TimeWindowPartitionsDefinition
 ) -> tuple[OneToMany, OneToMany]:
     def covering(source: TimeWindowPartitionsDefinition, target: TimeWindowPartitionsDefinition):
+        span = _span(target)
+
         @cache
         def keys(key: str) -> list[str]:
             window = source.time_window_for_partition_key(key)
-            inside = list(target.get_partition_keys_in_time_window(window))
-            if inside:
-                return inside
+            start, end = max(window.start, span.start), min(window.end, span.end)
+            if start < end:
+                inside = list(target.get_partition_keys_in_time_window(TimeWindow(start, end)))
+                if inside:
+                    return inside
             # A coarser target: the one window that contains this one.
             containing = target.get_partition_key_for_timestamp(window.start.timestamp())
             return [containing] if target.has_partition_key(containing) else []
@@ -121,6 +127,24 @@ def _time_maps(
         return keys
 
     return covering(downstream, upstream), covering(upstream, downstream)
+
+
+def _span(partitions_def: TimeWindowPartitionsDefinition) -> TimeWindow:
+    """From the start of the definition's first window to the end of the last window its end
+    date allows (far in the future without one).
+
+    Dagster's `get_partition_keys_in_time_window` ignores both, so a month of a daily definition
+    ending 2024-03-03 held all 31 days. The span is fixed, while the last partition that exists
+    moves with the clock (no end date, or one still ahead): the maps are memoized across plans,
+    so they clip to what can ever exist, not to what exists now.
+    """
+    end = partitions_def.end
+    if end is None:
+        return TimeWindow(partitions_def.start, datetime.max.replace(tzinfo=UTC))
+    # The window holding the end date starts where the last whole one ends.
+    holding = partitions_def.get_partition_key_for_timestamp(end.timestamp())
+    last_end = partitions_def.time_window_for_partition_key(holding).start
+    return TimeWindow(partitions_def.start, last_end)
 
 
 def _multi_maps(

@@ -70,6 +70,11 @@ class Store(Protocol):
         """Delete a folder and everything in it (nothing if it does not exist)."""
         ...
 
+    def remove_empty_folders(self, folders: Iterable[str]) -> int:
+        """Remove those of `folders` that are empty ('' is the location itself), deepest first;
+        how many were removed. A folder holding anything stays."""
+        ...
+
     def write(self, name: str, data: bytes) -> None:
         """Create or replace the file."""
         ...
@@ -156,6 +161,16 @@ class LocalStore:
     def delete_folder(self, folder: str) -> None:
         REQUESTS["delete"] += 1
         shutil.rmtree(self._full(folder), ignore_errors=True)
+
+    def remove_empty_folders(self, folders: Iterable[str]) -> int:
+        removed = 0
+        for folder in sorted(set(folders), key=lambda f: -(f.count("/") + bool(f))):
+            REQUESTS["delete"] += 1
+            # rmdir removes only an empty folder: one another write put a file in stays.
+            with contextlib.suppress(OSError):
+                os.rmdir(self._full(folder))
+                removed += 1
+        return removed
 
     def write(self, name: str, data: bytes) -> None:
         REQUESTS["put"] += 1
@@ -250,6 +265,9 @@ class ArrowStore:
         REQUESTS["delete"] += 1
         with contextlib.suppress(FileNotFoundError), self._errors(folder):
             self.fs.delete_dir(self._full(folder))
+
+    def remove_empty_folders(self, folders: Iterable[str]) -> int:
+        return 0  # an object store has no folders: a key's prefix goes with its last object
 
     def write(self, name: str, data: bytes) -> None:
         REQUESTS["put"] += 1

@@ -3,13 +3,17 @@
 `partlake_asset_checks(assets)`, `partlake/conditions` (skip and fail) and
 `partlake/fail_if_no_input`. One code location over a daily orders table, run with `partlake
 run` twice: the first orders, then another system rewriting both days and deleting a day of
-returns. What each gate and guard did is read from `partlake run`'s lines, the tables (deltalake)
-and `partlake plan`; a setting misspelled in another module fails `dagster definitions
-validate`, naming the asset and the setting.
+returns; payments (three without a reference one day, a reference paid twice the next) meet
+`unique` and `not_null`. What each gate and guard did is read from `partlake run`'s lines, the
+tables (deltalake), their folders and `partlake plan`; `dagster asset materialize` of a partition
+with gates records their results as the run's checks, its log free of Dagster's "did not yield"
+note; a setting misspelled in another module fails `dagster definitions validate`, naming the
+asset and the setting.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +41,7 @@ from dagster_partlake import (
 days = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-03")
 orders = partlake_source("orders", partitions_def=days)
 returns = partlake_source("returns", partitions_def=days)
+payments = partlake_source("payments", partitions_def=days)
 
 
 # One run per day: a day whose gate fails leaves the other day's commit alone.
@@ -99,8 +104,21 @@ def returned(returns: DataFrame) -> DataFrame:
     return returns
 
 
+# A payment's reference is unique where it has one.
+@dg.asset(partitions_def=days, metadata={"partlake/constraints": [{"unique": ["ref"]}]})
+def paid(payments: DataFrame) -> DataFrame:
+    return payments
+
+
+# Every payment needs a reference: no day passes, so no table is ever committed.
+@dg.asset(partitions_def=days, metadata={"partlake/constraints": [{"not_null": ["ref"]}]})
+def referenced(payments: DataFrame) -> DataFrame:
+    return payments
+
+
 spark = SparkResource(master="local[2]")
-assets = [orders, returns, clean_orders, full_days, small_days, returned]
+assets = [orders, returns, payments, clean_orders, full_days, small_days, returned, paid]
+assets += [referenced]
 defs = dg.Definitions(
     assets=assets,
     asset_checks=partlake_asset_checks(assets=assets),
@@ -132,7 +150,29 @@ defs = dg.Definitions(
     resources={"io_manager": DeltaPartitionIOManager()},
 )
 """
+# A user's script: the asset check results of the latest run, read from the Dagster instance.
+LATEST_CHECKS = """
+import json
+
+import dagster as dg
+
+instance = dg.DagsterInstance.get()
+run = instance.get_runs(limit=1)[0]
+logged = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+results = [record.dagster_event.event_specific_data for record in logged]
+print(json.dumps({
+    "status": run.status.value,
+    "results": sorted([r.asset_key.to_user_string(), r.check_name, r.passed] for r in results),
+}))
+"""
 DAY1, DAY2 = "2024-01-01", "2024-01-02"
+# Day 1: three payments without a reference, one with; day 2: a reference twice, one without.
+PAYMENTS = [
+    *({"date": DAY1, "ref": None, "amount": a} for a in (1, 2, 3)),
+    {"date": DAY1, "ref": "p1", "amount": 4},
+    *({"date": DAY2, "ref": "p2", "amount": a} for a in (5, 6)),
+    {"date": DAY2, "ref": None, "amount": 7},
+]
 
 
 def _orders(day: str, amounts: list[int], regions: list[str] | None = None) -> pa.Table:
@@ -156,6 +196,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     2's returns deleted."""
     project = UserProject(tmp_path_factory.mktemp("gates"))
     project.write(MODULE, CODE)
+    project.write("latest_checks", LATEST_CHECKS)
     orders, returns = _table(project, "orders"), _table(project, "returns")
     first_orders = [_orders(DAY1, [10, 20, 30, 40]), _orders(DAY2, [5, 6], ["eu", "apac"])]
     write_deltalake(orders, pa.concat_tables(first_orders), partition_by=["date"])
@@ -164,6 +205,9 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pa.table({"date": [DAY1, DAY2], "order_id": [f"{DAY1}-0", f"{DAY2}-1"]}),
         partition_by=["date"],
     )
+    write_deltalake(
+        _table(project, "payments"), pa.Table.from_pylist(PAYMENTS), partition_by=["date"]
+    )
     first = project.run("partlake", "run", "-m", MODULE)
     before = {t: _rows(project, t) for t in ("clean_orders", "full_days", "returned")}
     for day, table in ((DAY1, _orders(DAY1, [10])), (DAY2, _orders(DAY2, [5, -6, 7]))):
@@ -171,7 +215,21 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     DeltaTable(returns).delete(f"date = '{DAY2}'")
     second = project.run("partlake", "run", "-m", MODULE)
     plan = project.ok("partlake", "plan", "-m", MODULE)
-    return {"project": project, "first": first, "second": second, "plan": plan, "before": before}
+    # Day 1 of clean_orders again, as the UI's Materialize does: its gates pass.
+    materialized = project.run(
+        "dagster", "asset", "materialize", "-m", MODULE, "--select", "clean_orders",
+        "--partition", DAY1,
+    )  # fmt: skip
+    checks = project.ok("python", "latest_checks.py")
+    return {
+        "project": project,
+        "first": first,
+        "second": second,
+        "plan": plan,
+        "before": before,
+        "materialized": materialized,
+        "checks": json.loads(checks.splitlines()[-1]),
+    }
 
 
 COLUMNS = {
@@ -290,8 +348,81 @@ def test_a_run_with_only_empty_inputs_fails(shop: dict[str, Any]) -> None:
     assert "returned read no rows (returns: 0) and declares partlake/fail_if_no_input" in line
     assert _rows(shop["project"], "returned") == shop["before"]["returned"]
     # What is left: exactly the partitions a gate or guard refused, and nothing else.
-    assert shop["plan"].startswith("2 stale asset partition(s) in 2 asset(s)"), shop["plan"]
+    assert shop["plan"].startswith("5 stale asset partition(s) in 4 asset(s)"), shop["plan"]
     assert "returned: 1 stale (upstream_changed 1)" in shop["plan"], shop["plan"]
+
+
+def test_unique_ignores_keys_with_a_null_column(shop: dict[str, Any]) -> None:
+    """As SQL's UNIQUE: day 1's three payments without a reference are no duplicates (not_null
+    is the gate for nulls); day 2's reference paid twice is, and nothing of day 2 is
+    committed."""
+    project: UserProject = shop["project"]
+    first = shop["first"].stdout
+    line = _line(first, "paid", DAY1)
+    assert line.startswith("[OK] paid 2024-01-01 (missing, 4 rows, "), line
+    for out in (first, shop["second"].stdout):
+        line = _line(out, "paid", DAY2)
+        assert line.startswith("[FAILED]"), line
+        assert (
+            "constraint unique_ref failed: 2 of 3 rows violate '(ref) unique within the written "
+            "partitions'" in line
+        ), line
+    assert table_rows(_table(project, "paid"), ["date", "ref", "amount"]) == [
+        (DAY1, "p1", 4),
+        (DAY1, None, 1),
+        (DAY1, None, 2),
+        (DAY1, None, 3),
+    ]
+
+
+def test_a_refused_write_leaves_no_folder_behind(shop: dict[str, Any]) -> None:
+    """A write a gate refuses deletes its files and the folders it made for them: no table
+    folder where no table was ever committed, no partition folder the table does not have."""
+    project: UserProject = shop["project"]
+    first, second = shop["first"].stdout, shop["second"].stdout
+    # referenced: every write of both runs refused, each a first write of the table.
+    for out in (first, second):
+        for day in (DAY1, DAY2):
+            line = _line(out, "referenced", day)
+            assert line.startswith("[FAILED]"), line
+            assert "constraint not_null_ref failed: " in line, line
+    table = project.lake / "warehouse" / "referenced"
+    assert not table.exists() or not any(table.iterdir()), sorted(table.rglob("*"))
+    # paid: day 2 refused again by the second run, into the table day 1's commit made.
+    assert _line(second, "paid", DAY2).startswith("[FAILED]")
+    assert sorted(p.name for p in (project.lake / "warehouse" / "paid").iterdir()) == [
+        "_delta_log",
+        f"date={DAY1}",
+    ]
+
+
+def test_dagster_materialize_records_the_gates_without_a_missing_output(
+    shop: dict[str, Any],
+) -> None:
+    """`dagster asset materialize` of a partition with gates: the write's gate results are the
+    run's check results, and Dagster does not log that the check step yielded no output."""
+    materialized = shop["materialized"]
+    out = materialized.stdout + materialized.stderr
+    assert materialized.returncode == 0, out[-3000:]
+    assert "did not yield or return expected output" not in out, [
+        line for line in out.splitlines() if "did not yield" in line
+    ]
+    gates = [
+        "column_mean_amount",
+        "column_sum_amount",
+        "known_region",
+        "no_partition_emptied",
+        "non_negative",
+        "not_null_order_id",
+        "partlake_fresh",
+        "row_count",
+        "row_count_change",
+        "unique_order_id",
+    ]
+    assert shop["checks"] == {
+        "status": "SUCCESS",
+        "results": [["clean_orders", name, True] for name in gates],
+    }
 
 
 @covers("partlake_asset_checks(assets=)")

@@ -203,6 +203,9 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     render = project.ok(
         "partlake", "sql", "render", "-m", MODULE, "marts/revenue_before", "--partition", DAYS[2]
     )
+    monthly = project.ok(
+        "partlake", "sql", "render", "-m", MODULE, "marts/monthly_revenue", "--partition", DAYS[0]
+    )
     second = project.ok("partlake", "run", "-m", MODULE)
     project.assert_fresh(MODULE)
     return {
@@ -214,6 +217,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "rows": rows,
         "requested": requested,
         "render": render,
+        "monthly": monthly,
         "second": second,
     }
 
@@ -344,3 +348,13 @@ def test_a_defs_yaml_declares_models_with_all_they_need(shop: dict[str, Any]) ->
     project: UserProject = shop["project"]
     assert _rows(project, shop["lake"], "cmp/orders_before") == [(D2, 3), (D3, 4)]
     assert _rows(project, shop["lake"], "cmp/totals") == [(10, 109)]
+
+
+def test_a_month_reads_only_the_days_its_daily_upstream_has(shop: dict[str, Any]) -> None:
+    """January over a daily definition ending 2024-01-03: the view of staging/orders holds the
+    three days that exist, not the month's 31."""
+    monthly = shop["monthly"]
+    assert monthly.splitlines()[0].startswith(
+        f"-- marts/monthly_revenue, partition {DAYS[0]}: shop_sql/sql/marts/monthly_revenue.sql "
+    ), monthly
+    assert f"staging/orders: 3 partition(s): {', '.join(DAYS)}" in monthly, monthly
