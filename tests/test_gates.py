@@ -471,8 +471,8 @@ def test_the_write_judges_unique_when_one_task_wrote_every_row(spark, tmp_path: 
             extras=Extras(repeats={"_dup0": key or repeats(gates)["_dup0"]}),
         )
 
-    # One task, across two partitions: (2, 'us') appears twice, (1, 'eu') once, a null region
-    # twice (Spark groups nulls together).
+    # One task, across two partitions: (2, 'us') appears twice, (1, 'eu') once, (3, null) twice,
+    # which as SQL's UNIQUE is no repeat (a key with a null column equals no other).
     rows = [
         (day1, 1, "eu", 1.0),
         (day1, 2, "us", 1.0),
@@ -480,7 +480,7 @@ def test_the_write_judges_unique_when_one_task_wrote_every_row(spark, tmp_path: 
         (day2, 3, None, 0.0),
         (day2, 3, None, 0.0),
     ]
-    assert written(rows, "repeated").repeated("_dup0") == 4
+    assert written(rows, "repeated").repeated("_dup0") == 2
     unique_rows = [r for i, r in enumerate(rows) if i not in (2, 4)]
     once = written(unique_rows, "unique")
     assert len({f.task for f in once.files}) == 1 and len(once.files) == 2
@@ -506,3 +506,78 @@ def test_the_write_judges_unique_when_one_task_wrote_every_row(spark, tmp_path: 
     for repeated in ({"_dup0": 2}, {"_dup0": None}, None):
         with pytest.raises(Exception, match="(?i)not exist|FileNotFound|FAILED_READ_FILE"):
             evaluate(gates, GateInput(**given, repeated=repeated))
+
+
+@pytest.mark.spark
+def test_unique_ignores_null_keys_whether_the_write_or_a_grouping_judges_it(
+    spark, tmp_path: Path
+) -> None:
+    """As SQL's UNIQUE, a row whose key has a null column is no duplicate: one task writing
+    three such rows and no repeated key counts no repeat, and `unique` passes on that count
+    without reading the rows; a real repeat beside them fails it with its two rows only. The
+    grouping (several tasks wrote the rows) judges the same."""
+    import shutil
+
+    from dagster_partlake.delta.files import Extras, WrittenFiles, write_files
+    from dagster_partlake.delta.schema import spark_to_arrow
+    from dagster_partlake.gates.evaluate import GateInput, evaluate, repeats
+    from dagster_partlake.storage.location import TableLocation
+
+    gates = gates_of({"partlake/constraints": [unique("id", "region")]}, asset_name="checked")
+    day1, day2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
+    # Three keys with a null column, equal but for it: their hashes would be one.
+    nulls = [(day1, None, "eu", 1.0), (day1, None, "eu", 2.0), (day2, None, "eu", 3.0)]
+    distinct = [*nulls, (day1, 1, "eu", 4.0), (day2, 1, "us", 5.0)]
+    repeated = [*distinct, (day2, 1, "us", 6.0)]  # (1, 'us') twice
+
+    def write(rows: list[tuple], name: str, tasks: int) -> WrittenFiles:
+        df = spark.createDataFrame(rows, "date date, id long, region string, amount double")
+        df = df.coalesce(1) if tasks == 1 else df.repartition(tasks)
+        return write_files(
+            df,
+            TableLocation.parse(tmp_path / name),
+            partition_by=["date"],
+            schema=spark_to_arrow(df.select("id", "region", "amount", "date").schema),
+            extras=Extras(repeats=repeats(gates)),
+        )
+
+    def judge(files: WrittenFiles, name: str):  # type: ignore[no-untyped-def]
+        counted: dict[str, dict[str, int]] = {}
+        for f in files.files:
+            day = counted.setdefault(str(f.partition_values["date"]), {"_rows": 0})
+            day["_rows"] += f.num_records
+        [result] = evaluate(
+            gates,
+            GateInput(
+                asset_name="checked",
+                new=lambda: spark.read.parquet(str(tmp_path / name)),
+                partition_columns=["date"],
+                keys=sorted(counted),
+                key_of=lambda values: values["date"],
+                counted=counted,
+                repeated={"_dup0": files.repeated("_dup0")},
+            ),
+        )
+        return result
+
+    # The write's verdict: no repeat counted, so the gate reads nothing (the files are gone).
+    once = write(distinct, "distinct", tasks=1)
+    assert len({f.task for f in once.files}) == 1 and once.repeated("_dup0") == 0
+    shutil.rmtree(tmp_path / "distinct")
+    result = judge(once, "distinct")
+    assert result.passed and result.offending == 0 and result.checked == 5
+    # A real repeat: its two rows are counted, not the null keys, and the grouping fails it.
+    twice = write(repeated, "repeated", tasks=1)
+    assert len({f.task for f in twice.files}) == 1 and twice.repeated("_dup0") == 2
+    result = judge(twice, "repeated")
+    assert not result.passed and result.offending == 2 and result.checked == 6
+    assert [(s["id"], s["region"], s["rows"]) for s in result.samples] == [(1, "us", 2)]
+    # Several tasks: nothing counted, the grouping alone judges, and the same way.
+    for rows, name, passed in (
+        (distinct, "tasks_distinct", True),
+        (repeated, "tasks_repeated", False),
+    ):
+        files = write(rows, name, tasks=3)
+        assert files.repeated("_dup0") is None
+        result = judge(files, name)
+        assert result.passed is passed and result.offending == (0 if passed else 2), result

@@ -6,9 +6,9 @@ dagster_partlake. `write_batches` receives a task's rows as Arrow batches, sorte
 partition folders, and writes one Parquet file per table partition it sees, straight into the
 table's `col=value/` folders under a new unique name. It yields one JSON line per file with what
 the commit needs (size, rows, partition values, key statistics), what the write was asked to
-count on the way (flagged rows, summed values, and over all the task's rows, those whose key hash
-another of its rows shares), so nothing reads the rows again, and the folders it made (which a
-write that is not committed removes).
+count on the way (flagged rows, summed values, and over all the task's rows, those whose key has
+no null column and a hash another such row shares), so nothing reads the rows again, and the
+folders it made (which a write that is not committed removes).
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def write_batches(
     """mapInArrow's function: write the batches' rows, yield one `fact` (JSON) per file.
 
     Every fact also names the task (`task`) and, per column of `repeat_columns` (64-bit hashes
-    of a key), how many of the task's rows have a hash another of its rows has (`repeats`; None
-    past `MAX_REPEAT_ROWS`): when one task wrote every file of a write, that is the write's
-    count."""
+    of a key, null for a key with a null column, which is not counted), how many of the task's
+    rows have a hash another of its rows has (`repeats`; None past `MAX_REPEAT_ROWS`): when one
+    task wrote every file of a write, that is the write's count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -137,7 +137,8 @@ def write_batches(
 
 
 class _Repeats:
-    """A task's key hashes, kept to count the rows whose hash another row shares."""
+    """A task's key hashes, kept to count the rows whose hash another row shares (rows whose key
+    has a null column, a null hash, are left out)."""
 
     def __init__(self, columns: Sequence[str]) -> None:
         self.columns = list(columns)
@@ -152,7 +153,9 @@ class _Repeats:
             self.kept = {}
             return
         for column in self.columns:
-            self.kept[column].append(table.column(column).fill_null(0).to_numpy())
+            # A null hash is a key with a null column (`delta.files._key_hash`): as SQL's
+            # UNIQUE, it repeats no other key.
+            self.kept[column].append(table.column(column).drop_null().to_numpy())
 
     def counts(self) -> dict[str, int | None]:
         import numpy as np

@@ -62,7 +62,8 @@ class WrittenFile:
     sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     hashes: dict[str, int] = field(default_factory=dict)
     # The Spark task that wrote the file, and over all of that task's rows, per `Extras.repeats`
-    # key, the rows whose key hash another of them has (None: not counted).
+    # key, the rows whose key hash another of them has, keys with a null column left out (None:
+    # not counted).
     task: str = ""
     repeats: dict[str, int | None] = field(default_factory=dict)
     # The folders its writer made for it (relative to the table root, '' the root itself).
@@ -102,7 +103,8 @@ class Extras:
     """Per-row values a write computes on the way, by name: `flags` (booleans, counted where
     true), `sums` (numbers, summed with their non-null count), `hashes` (64-bit integers,
     summed modulo 2**64), `repeats` (key columns: the rows whose key another row has, counted
-    by a 64-bit hash of the key, `WrittenFiles.repeated`)."""
+    by a 64-bit hash of the key, `WrittenFiles.repeated`; a key with a null column is never
+    counted, as SQL's UNIQUE)."""
 
     flags: Mapping[str, Column] = field(default_factory=dict)
     sums: Mapping[str, Column] = field(default_factory=dict)
@@ -184,7 +186,7 @@ def write_files(
         **{_SUM.format(n): c.cast("double") for n, c in extras.sums.items()},
         **{_HASH.format(n): c.cast("long") for n, c in extras.hashes.items()},
         **{
-            _REPEAT.format(n): F.xxhash64(*(F.col(f"`{c}`") for c in columns))
+            _REPEAT.format(n): _key_hash(columns)
             for n, columns in extras.repeats.items()
             if _hash_exact(df, columns)
         },
@@ -351,6 +353,17 @@ def _renamed(written: WrittenFile, extras: Extras) -> WrittenFile:
         hashes={n: written.hashes.get(_HASH.format(n), 0) for n in extras.hashes},
         repeats={n: written.repeats.get(_REPEAT.format(n)) for n in extras.repeats},
     )
+
+
+def _key_hash(columns: Sequence[str]) -> Column:
+    """The `xxhash64` of a key, null where a column of the key is null: as SQL's UNIQUE (and
+    `gates.evaluate`'s grouping), such a row equals no other and is not counted."""
+    from pyspark.sql import functions as F
+
+    full = F.lit(True)
+    for c in columns:
+        full = full & F.col(f"`{c}`").isNotNull()
+    return F.when(full, F.xxhash64(*(F.col(f"`{c}`") for c in columns)))
 
 
 def _hash_exact(df: DataFrame, columns: Sequence[str]) -> bool:

@@ -8,11 +8,11 @@ name no Dagster key; a merge's or scd2's incoming batch) they are one aggregatio
 grouped by the asset's partition columns. `unique` compares keys as SQL's UNIQUE does: a key with
 a null column is never a duplicate (`not_null` is the gate for nulls). It is judged by the write
 job too when one Spark task wrote every row (a small write): that task counts the rows whose key
-hash another row has (`repeats`), and none means no key repeats; otherwise (several tasks, a
-hash repeated, a key Spark's hash does not follow) it is its own grouping of the rows with a
-full key. Offending rows are fetched only for a gate that failed (at most `MAX_SAMPLES`). The old
-side of the audits is the partitions' current rows: counts from the Delta log (no data read),
-sums and means in one aggregation over their live files.
+has no null column and a hash another such row has (`repeats`), and none means no key repeats;
+otherwise (several tasks, a hash repeated, a key Spark's hash does not follow) it is its own
+grouping of the rows with a full key. Offending rows are fetched only for a gate that failed (at
+most `MAX_SAMPLES`). The old side of the audits is the partitions' current rows: counts from the
+Delta log (no data read), sums and means in one aggregation over their live files.
 """
 
 from __future__ import annotations
