@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install jars s3-server kafka-server demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads screenshots demo-s3
+.PHONY: install jars s3-server kafka-server demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads bench-partition-write screenshots demo-s3
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -219,6 +219,12 @@ bench-log-reads: check-java install
 .PHONY: bench-native-writer
 bench-native-writer: check-java install
 	$(BIN)/python -m benchmarks.native_writer $(BENCH_ARGS)
+
+# One small asset partition (200 and 20,000 rows) on one warm local Spark session: partlake's
+# load_input + handle_output, gates off and on, next to the hand-written delta-spark
+# `replaceWhere` write, interleaved, by phase; JSON in benchmarks/out/partition_write.json.
+bench-partition-write: check-java install
+	$(BIN)/python -m benchmarks.partition_write $(BENCH_ARGS)
 
 # Incremental planning vs the full plan and the oracle, on both planner paths, over 100,000
 # random worlds of every model kind, with self-dependencies and up to 3 dimensions (no Spark;

@@ -442,3 +442,142 @@ def test_counts_taken_while_writing_spare_a_read_of_the_staged_rows(spark, tmp_p
     # Without the counts the gates read them, and Spark finds the files missing.
     with pytest.raises(Exception, match="(?i)not exist|FileNotFound|FAILED_READ_FILE"):
         evaluate(gates, GateInput(**given))
+
+
+@pytest.mark.spark
+def test_the_write_judges_unique_when_one_task_wrote_every_row(spark, tmp_path: Path) -> None:
+    """A write's task counts its rows whose key hash another of its rows has: when one task
+    wrote every file, none means the key is unique, and `unique` needs no read of the rows;
+    otherwise (several tasks, a repeated hash, a floating-point key) the gate groups the rows."""
+    import shutil
+
+    from dagster_partlake.delta.files import Extras, write_files
+    from dagster_partlake.delta.schema import spark_to_arrow
+    from dagster_partlake.gates.evaluate import GateInput, evaluate, repeats
+    from dagster_partlake.storage.location import TableLocation
+
+    gates = gates_of({"partlake/constraints": [unique("id", "region")]}, asset_name="checked")
+    day1, day2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
+    schema = "date date, id long, region string, amount double"
+
+    def written(rows: list[tuple], name: str, tasks: int = 1, key: tuple[str, ...] = ()):
+        df = spark.createDataFrame(rows, schema)
+        df = df.coalesce(1) if tasks == 1 else df.repartition(tasks)
+        return write_files(
+            df,
+            TableLocation.parse(tmp_path / name),
+            partition_by=["date"],
+            schema=spark_to_arrow(df.select("id", "region", "amount", "date").schema),
+            extras=Extras(repeats={"_dup0": key or repeats(gates)["_dup0"]}),
+        )
+
+    # One task, across two partitions: (2, 'us') appears twice, (1, 'eu') once, (3, null) twice,
+    # which as SQL's UNIQUE is no repeat (a key with a null column equals no other).
+    rows = [
+        (day1, 1, "eu", 1.0),
+        (day1, 2, "us", 1.0),
+        (day2, 2, "us", 2.0),
+        (day2, 3, None, 0.0),
+        (day2, 3, None, 0.0),
+    ]
+    assert written(rows, "repeated").repeated("_dup0") == 2
+    unique_rows = [r for i, r in enumerate(rows) if i not in (2, 4)]
+    once = written(unique_rows, "unique")
+    assert len({f.task for f in once.files}) == 1 and len(once.files) == 2
+    assert once.repeated("_dup0") == 0
+    # Several tasks with rows: no task saw every row.
+    assert written(unique_rows, "tasks", tasks=3).repeated("_dup0") is None
+    # -0.0 and 0.0 are one group to Spark, not one hash: not counted.
+    assert written(unique_rows, "double", key=("amount",)).repeated("_dup0") is None
+
+    given = {
+        "asset_name": "checked",
+        "new": lambda: spark.read.parquet(str(tmp_path / "unique")),
+        "partition_columns": ["date"],
+        "keys": ["2024-01-01", "2024-01-02"],
+        "key_of": lambda values: values["date"],
+        "counted": {"2024-01-01": {"_rows": 2}, "2024-01-02": {"_rows": 1}},
+    }
+    # Counted as unique by the write: a verdict without reading the rows, which are gone here.
+    shutil.rmtree(tmp_path / "unique")
+    [result] = evaluate(gates, GateInput(**given, repeated={"_dup0": 0}))
+    assert result.passed and result.checked == 3
+    # A repeat (or no count) is judged on the rows: Spark finds them missing.
+    for repeated in ({"_dup0": 2}, {"_dup0": None}, None):
+        with pytest.raises(Exception, match="(?i)not exist|FileNotFound|FAILED_READ_FILE"):
+            evaluate(gates, GateInput(**given, repeated=repeated))
+
+
+@pytest.mark.spark
+def test_unique_ignores_null_keys_whether_the_write_or_a_grouping_judges_it(
+    spark, tmp_path: Path
+) -> None:
+    """As SQL's UNIQUE, a row whose key has a null column is no duplicate: one task writing
+    three such rows and no repeated key counts no repeat, and `unique` passes on that count
+    without reading the rows; a real repeat beside them fails it with its two rows only. The
+    grouping (several tasks wrote the rows) judges the same."""
+    import shutil
+
+    from dagster_partlake.delta.files import Extras, WrittenFiles, write_files
+    from dagster_partlake.delta.schema import spark_to_arrow
+    from dagster_partlake.gates.evaluate import GateInput, evaluate, repeats
+    from dagster_partlake.storage.location import TableLocation
+
+    gates = gates_of({"partlake/constraints": [unique("id", "region")]}, asset_name="checked")
+    day1, day2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
+    # Three keys with a null column, equal but for it: their hashes would be one.
+    nulls = [(day1, None, "eu", 1.0), (day1, None, "eu", 2.0), (day2, None, "eu", 3.0)]
+    distinct = [*nulls, (day1, 1, "eu", 4.0), (day2, 1, "us", 5.0)]
+    repeated = [*distinct, (day2, 1, "us", 6.0)]  # (1, 'us') twice
+
+    def write(rows: list[tuple], name: str, tasks: int) -> WrittenFiles:
+        df = spark.createDataFrame(rows, "date date, id long, region string, amount double")
+        df = df.coalesce(1) if tasks == 1 else df.repartition(tasks)
+        return write_files(
+            df,
+            TableLocation.parse(tmp_path / name),
+            partition_by=["date"],
+            schema=spark_to_arrow(df.select("id", "region", "amount", "date").schema),
+            extras=Extras(repeats=repeats(gates)),
+        )
+
+    def judge(files: WrittenFiles, name: str):  # type: ignore[no-untyped-def]
+        counted: dict[str, dict[str, int]] = {}
+        for f in files.files:
+            day = counted.setdefault(str(f.partition_values["date"]), {"_rows": 0})
+            day["_rows"] += f.num_records
+        [result] = evaluate(
+            gates,
+            GateInput(
+                asset_name="checked",
+                new=lambda: spark.read.parquet(str(tmp_path / name)),
+                partition_columns=["date"],
+                keys=sorted(counted),
+                key_of=lambda values: values["date"],
+                counted=counted,
+                repeated={"_dup0": files.repeated("_dup0")},
+            ),
+        )
+        return result
+
+    # The write's verdict: no repeat counted, so the gate reads nothing (the files are gone).
+    once = write(distinct, "distinct", tasks=1)
+    assert len({f.task for f in once.files}) == 1 and once.repeated("_dup0") == 0
+    shutil.rmtree(tmp_path / "distinct")
+    result = judge(once, "distinct")
+    assert result.passed and result.offending == 0 and result.checked == 5
+    # A real repeat: its two rows are counted, not the null keys, and the grouping fails it.
+    twice = write(repeated, "repeated", tasks=1)
+    assert len({f.task for f in twice.files}) == 1 and twice.repeated("_dup0") == 2
+    result = judge(twice, "repeated")
+    assert not result.passed and result.offending == 2 and result.checked == 6
+    assert [(s["id"], s["region"], s["rows"]) for s in result.samples] == [(1, "us", 2)]
+    # Several tasks: nothing counted, the grouping alone judges, and the same way.
+    for rows, name, passed in (
+        (distinct, "tasks_distinct", True),
+        (repeated, "tasks_repeated", False),
+    ):
+        files = write(rows, name, tasks=3)
+        assert files.repeated("_dup0") is None
+        result = judge(files, name)
+        assert result.passed is passed and result.offending == (0 if passed else 2), result

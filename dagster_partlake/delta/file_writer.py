@@ -6,8 +6,9 @@ dagster_partlake. `write_batches` receives a task's rows as Arrow batches, sorte
 partition folders, and writes one Parquet file per table partition it sees, straight into the
 table's `col=value/` folders under a new unique name. It yields one JSON line per file with what
 the commit needs (size, rows, partition values, key statistics), what the write was asked to
-count on the way (flagged rows, summed values), so nothing reads the rows again, and the folders
-it made (which a write that is not committed removes).
+count on the way (flagged rows, summed values, and over all the task's rows, those whose key has
+no null column and a hash another such row shares), so nothing reads the rows again, and the
+folders it made (which a write that is not committed removes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ MAX_STAT_STRING = 32
 # files of a thousand row groups, 70% slower to write at 10M rows and slower for every reader.
 ROW_GROUP_ROWS = 1_048_576
 ROW_GROUP_BYTES = 128 * 1024 * 1024
+# A task keeps its rows' key hashes (8 bytes a row per key) up to this many rows to count the
+# repeated ones; past it the count is unknown (the caller then counts another way).
+MAX_REPEAT_ROWS = 4_000_000
 # Tries at making a file's folders and opening it (another write may remove a folder it made).
 OPEN_ATTEMPTS = 3
 
@@ -88,17 +92,25 @@ def write_batches(
     hash_columns: Sequence[str],
     stats_columns: Sequence[str],
     write_id: str,
+    repeat_columns: Sequence[str] = (),
 ) -> Iterator[Any]:
-    """mapInArrow's function: write the batches' rows, yield one `fact` (JSON) per file."""
+    """mapInArrow's function: write the batches' rows, yield one `fact` (JSON) per file.
+
+    Every fact also names the task (`task`) and, per column of `repeat_columns` (64-bit hashes
+    of a key, null for a key with a null column, which is not counted), how many of the task's
+    rows have a hash another of its rows has (`repeats`; None past `MAX_REPEAT_ROWS`): when one
+    task wrote every file of a write, that is the write's count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     fs = make_filesystem(fs_kind, fs_arguments)
-    facts: list[str] = []
+    facts: list[dict[str, Any]] = []
     current: tuple[str | None, ...] | None = None
     file: _OpenFile | None = None
+    repeats = _Repeats(repeat_columns)
     for batch in batches:
         table = pa.Table.from_batches([batch])
+        repeats.add(table)
         for start, end in _runs(table, folder_columns):
             values = tuple(table.column(c)[start].as_py() for c in folder_columns)
             if file is None or values != current:
@@ -119,7 +131,50 @@ def write_batches(
             file.write(piece, data_columns, flag_columns, sum_columns, hash_columns, stats_columns)
     if file is not None:
         facts.append(file.close())
-    yield pa.RecordBatch.from_pydict({"fact": facts}, schema=pa.schema([("fact", pa.string())]))
+    task = {"task": uuid.uuid4().hex, "repeats": repeats.counts()}
+    lines = [json.dumps({**fact, **task}) for fact in facts]
+    yield pa.RecordBatch.from_pydict({"fact": lines}, schema=pa.schema([("fact", pa.string())]))
+
+
+class _Repeats:
+    """A task's key hashes, kept to count the rows whose hash another row shares (rows whose key
+    has a null column, a null hash, are left out)."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self.kept: dict[str, list[Any]] = {c: [] for c in self.columns}
+        self.rows = 0
+
+    def add(self, table: Any) -> None:
+        if not self.columns or self.rows > MAX_REPEAT_ROWS:
+            return
+        self.rows += table.num_rows
+        if self.rows > MAX_REPEAT_ROWS:
+            self.kept = {}
+            return
+        for column in self.columns:
+            # A null hash is a key with a null column (`delta.files._key_hash`): as SQL's
+            # UNIQUE, it repeats no other key.
+            self.kept[column].append(table.column(column).drop_null().to_numpy())
+
+    def counts(self) -> dict[str, int | None]:
+        import numpy as np
+
+        if self.rows > MAX_REPEAT_ROWS:
+            return dict.fromkeys(self.columns)
+        found: dict[str, int | None] = {}
+        for column in self.columns:
+            values = np.sort(np.concatenate(self.kept[column] or [np.empty(0, np.int64)]))
+            if len(values) < 2:
+                found[column] = 0
+                continue
+            same = values[1:] == values[:-1]
+            # A row repeats when its hash equals its neighbour's on either side.
+            repeated = np.zeros(len(values), dtype=bool)
+            repeated[1:] |= same
+            repeated[:-1] |= same
+            found[column] = int(repeated.sum())
+        return found
 
 
 def _runs(table: Any, columns: Sequence[str]) -> list[tuple[int, int]]:
@@ -267,28 +322,26 @@ class _OpenFile:
         self.pending = [rest] if rest.num_rows else []
         self.pending_rows, self.pending_bytes = rest.num_rows, rest.nbytes if rest.num_rows else 0
 
-    def close(self) -> str:
+    def close(self) -> dict[str, Any]:
         self._flush()
         self.writer.close()  # the stream stays open: the writer did not open it
         size = int(self.stream.tell())
         self.stream.close()
         low = {c: v.isoformat() if hasattr(v, "isoformat") else v for c, v in self.low.items()}
         high = {c: v.isoformat() if hasattr(v, "isoformat") else v for c, v in self.high.items()}
-        return json.dumps(
-            {
-                "path": self.relative,
-                "size": size,
-                "rows": self.rows,
-                "values": self.partition_values,
-                "min": low,
-                "max": high,
-                "nulls": self.nulls,
-                "flags": self.flags,
-                "sums": self.sums,
-                "hashes": {c: str(h) for c, h in self.hashes.items()},
-                "folders": self.folders_made,
-            }
-        )
+        return {
+            "path": self.relative,
+            "size": size,
+            "rows": self.rows,
+            "values": self.partition_values,
+            "min": low,
+            "max": high,
+            "nulls": self.nulls,
+            "flags": self.flags,
+            "sums": self.sums,
+            "hashes": {c: str(h) for c, h in self.hashes.items()},
+            "folders": self.folders_made,
+        }
 
 
 def _wrapping_sum(values: Any) -> int:
@@ -354,7 +407,7 @@ def rewrite_batches(
                 fs_kind == "local",
             )
             file.write(kept, data_columns, (), (), (), stats_columns)
-            facts.append(file.close())
+            facts.append(json.dumps(file.close()))
     yield pa.RecordBatch.from_pydict({"fact": facts}, schema=pa.schema([("fact", pa.string())]))
 
 

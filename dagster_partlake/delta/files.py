@@ -5,9 +5,9 @@ One Spark job (`write_files`) sorts each task's rows by partition and hands them
 `col=value/` folder under a new unique name (never a shared `_temporary`, never renamed
 afterwards) and return one fact per file: path, size, rows, partition values, the statistics the
 log keeps, and whatever the caller asked to count on the way (per-row flags, sums, content
-hashes). So the commit, the quality gates and `tracked`'s early cutoff need no second read of the
-rows, and the driver never lists a folder or opens a footer. The rows never pass through the
-driver.
+hashes, over the whole task the rows whose key another of its rows has). So the commit, the
+quality gates and `tracked`'s early cutoff need no second read of the rows, and the driver never
+lists a folder or opens a footer. The rows never pass through the driver.
 
 Nothing is visible until a commit adds the files. A write that stops before its commit deletes
 the files it knows of and the folders it made for them (`discarded_on_failure`); files of a
@@ -41,6 +41,7 @@ _FOLDER = "__partlake_folder_{}"
 _FLAG = "__partlake_flag_{}"
 _SUM = "__partlake_sum_{}"
 _HASH = "__partlake_hash_{}"
+_REPEAT = "__partlake_repeat_{}"
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,11 @@ class WrittenFile:
     flags: dict[str, int] = field(default_factory=dict)
     sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     hashes: dict[str, int] = field(default_factory=dict)
+    # The Spark task that wrote the file, and over all of that task's rows, per `Extras.repeats`
+    # key, the rows whose key hash another of them has, keys with a null column left out (None:
+    # not counted).
+    task: str = ""
+    repeats: dict[str, int | None] = field(default_factory=dict)
     # The folders its writer made for it (relative to the table root, '' the root itself).
     folders_made: tuple[str, ...] = ()
 
@@ -86,6 +92,8 @@ class WrittenFile:
             flags={k: int(v) for k, v in data["flags"].items()},
             sums={k: (float(s), int(n)) for k, (s, n) in data["sums"].items()},
             hashes={k: int(v) for k, v in data["hashes"].items()},
+            task=data.get("task", ""),
+            repeats={k: None if v is None else int(v) for k, v in data.get("repeats", {}).items()},
             folders_made=tuple(data["folders"]),
         )
 
@@ -94,11 +102,14 @@ class WrittenFile:
 class Extras:
     """Per-row values a write computes on the way, by name: `flags` (booleans, counted where
     true), `sums` (numbers, summed with their non-null count), `hashes` (64-bit integers,
-    summed modulo 2**64)."""
+    summed modulo 2**64), `repeats` (key columns: the rows whose key another row has, counted
+    by a 64-bit hash of the key, `WrittenFiles.repeated`; a key with a null column is never
+    counted, as SQL's UNIQUE)."""
 
     flags: Mapping[str, Column] = field(default_factory=dict)
     sums: Mapping[str, Column] = field(default_factory=dict)
     hashes: Mapping[str, Column] = field(default_factory=dict)
+    repeats: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,17 @@ class WrittenFiles:
     def flagged(self, name: str) -> int:
         return sum(f.flags.get(name, 0) for f in self.files)
 
+    def repeated(self, name: str) -> int | None:
+        """The written rows whose `Extras.repeats` key's hash another written row has, when one
+        Spark task wrote every file (it saw every row); None when several did or the key was
+        not counted. 0 means no key repeats; more may be hash collisions."""
+        tasks = {f.task for f in self.files}
+        if not tasks:
+            return 0
+        if len(tasks) > 1 or "" in tasks:
+            return None
+        return self.files[0].repeats.get(name)
+
 
 def write_files(
     df: DataFrame,
@@ -163,6 +185,11 @@ def write_files(
         **{_FLAG.format(n): c for n, c in extras.flags.items()},
         **{_SUM.format(n): c.cast("double") for n, c in extras.sums.items()},
         **{_HASH.format(n): c.cast("long") for n, c in extras.hashes.items()},
+        **{
+            _REPEAT.format(n): _key_hash(columns)
+            for n, columns in extras.repeats.items()
+            if _hash_exact(df, columns)
+        },
     }
     rows = df.select(
         *(F.col(f"`{c}`") for c in data_columns),
@@ -185,6 +212,7 @@ def write_files(
         flag_columns=[_FLAG.format(n) for n in extras.flags],
         sum_columns=[_SUM.format(n) for n in extras.sums],
         hash_columns=[_HASH.format(n) for n in extras.hashes],
+        repeat_columns=[c for c in named if c.startswith(_REPEAT.format(""))],
         # A partition column lives in the folder names, not in the files: no statistics.
         stats_columns=[c for c in stats_columns if c in data_columns],
         write_id=uuid.uuid4().hex,
@@ -323,7 +351,41 @@ def _renamed(written: WrittenFile, extras: Extras) -> WrittenFile:
         flags={n: written.flags.get(_FLAG.format(n), 0) for n in extras.flags},
         sums={n: written.sums.get(_SUM.format(n), (0.0, 0)) for n in extras.sums},
         hashes={n: written.hashes.get(_HASH.format(n), 0) for n in extras.hashes},
+        repeats={n: written.repeats.get(_REPEAT.format(n)) for n in extras.repeats},
     )
+
+
+def _key_hash(columns: Sequence[str]) -> Column:
+    """The `xxhash64` of a key, null where a column of the key is null: as SQL's UNIQUE (and
+    `gates.evaluate`'s grouping), such a row equals no other and is not counted."""
+    from pyspark.sql import functions as F
+
+    full = F.lit(True)
+    for c in columns:
+        full = full & F.col(f"`{c}`").isNotNull()
+    return F.when(full, F.xxhash64(*(F.col(f"`{c}`") for c in columns)))
+
+
+def _hash_exact(df: DataFrame, columns: Sequence[str]) -> bool:
+    """Whether Spark's `xxhash64` of these columns is equal wherever the values are equal as
+    Spark groups them: integers, booleans, dates, timestamps, decimals, binary and strings of
+    the binary collation. Not floating point (Spark groups -0.0 with 0.0 and every NaN
+    together), other collations or nested types; nor a column the rows lack."""
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    exact = (
+        T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType,
+        T.TimestampType, T.TimestampNTZType, T.DecimalType, T.BinaryType,
+    )  # fmt: skip
+    for column in columns:
+        kind = fields.get(column)
+        if isinstance(kind, T.StringType):
+            if getattr(kind, "collation", "UTF8_BINARY") != "UTF8_BINARY":
+                return False
+        elif not isinstance(kind, exact):
+            return False
+    return bool(columns)
 
 
 def _writer(**arguments: Any) -> Any:

@@ -14,20 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from dagster_partlake.delta.files import Extras
 from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.reader import read_files
 from dagster_partlake.delta.selection import PartitionSelection
-from dagster_partlake.gates.evaluate import GateInput, KeyOf, evaluate, extras
+from dagster_partlake.gates.evaluate import GateInput, KeyOf, evaluate, extras, repeats
 from dagster_partlake.gates.spec import GateFailedError, GateResult, Gates
 from dagster_partlake.kinds.session import Batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-    from dagster_partlake.delta.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,14 @@ class GateCheck:
 
     def extras(self) -> Extras:
         """What the write counts for the gates while it writes the rows."""
+        return self._extras
+
+    @cached_property
+    def _extras(self) -> Extras:
+        # Made once per write (its Spark expressions cost a few hundredths of a second): the
+        # write asks for them, and so does the check of what the write counted.
         flags, sums = extras(self.gates)
-        return Extras(flags=flags, sums=sums)
+        return Extras(flags=flags, sums=sums, repeats=repeats(self.gates))
 
     def __call__(self, batch: Batch) -> None:
         """Evaluate the gates on the rows about to be committed.
@@ -54,11 +59,10 @@ class GateCheck:
             GateFailedError: a gate of severity error failed.
             PartlakeConfigError: a gate names a column the data lacks or a bad expression.
         """
-        new = batch.new
-        old, old_rows = self._old(new, batch.snapshot)
+        old, old_rows = self._old(batch)
         keys = list(self.keys) or [WHOLE_TABLE_ID]
         by = list(self.partition_columns)
-        if not set(by) <= set(new.columns):
+        if not set(by) <= set(batch.columns):
             # A batch without the partition columns (a decoupled merge): one group for the run.
             by = []
         whole = keys[0] if len(keys) == 1 else WHOLE_TABLE_ID
@@ -66,13 +70,14 @@ class GateCheck:
             self.gates,
             GateInput(
                 asset_name=self.asset_name,
-                new=new,
+                new=lambda: batch.new,
                 partition_columns=by,
                 keys=keys,
                 key_of=self.key_of if by else (lambda _values: whole),
                 old=old,
                 old_rows=old_rows,
                 counted=batch.counted,
+                repeated=batch.repeated,
             ),
         )
         if self.on_results is not None:
@@ -81,10 +86,9 @@ class GateCheck:
         if failed:
             raise GateFailedError(self.asset_name, failed)
 
-    def _old(
-        self, new: DataFrame, snapshot: Snapshot | None
-    ) -> tuple[DataFrame | None, dict[str, int] | None]:
+    def _old(self, batch: Batch) -> tuple[DataFrame | None, dict[str, int] | None]:
         """The replaced partitions' rows (only for sum and mean audits) and row counts."""
+        snapshot = batch.snapshot
         if not self.gates.audits or snapshot is None:
             return None, None
         replaced = snapshot.live_files(self.replaced)
@@ -94,5 +98,5 @@ class GateCheck:
             old_rows[key] = old_rows.get(key, 0) + (f.num_records or 0)
         old = None
         if any(g.type in ("column_sum", "column_mean") for g in self.gates.audits):
-            old = read_files(new.sparkSession, snapshot, replaced).df
+            old = read_files(batch.new.sparkSession, snapshot, replaced).df
         return old, old_rows

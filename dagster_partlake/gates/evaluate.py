@@ -5,17 +5,21 @@ are counted by the write job itself, per file, while Spark writes the rows (`ext
 counted constraint, a sum per audited column), and arrive here per Dagster key (`counted`); so no
 aggregation over the new rows is needed. Without those counts (a decoupled write, whose files
 name no Dagster key; a merge's or scd2's incoming batch) they are one aggregation over the rows,
-grouped by the asset's partition columns. `unique` needs its own grouping by the key, the one
-gate that always reads the rows; as SQL's UNIQUE, it ignores a key with a null column. Offending
-rows are fetched only for a gate that failed (at most `MAX_SAMPLES`). The old side of the audits
-is the partitions' current rows: counts from the Delta log (no data read), sums and means in one
-aggregation over their live files.
+grouped by the asset's partition columns. `unique` compares keys as SQL's UNIQUE does: a key with
+a null column is never a duplicate (`not_null` is the gate for nulls). It is judged by the write
+job too when one Spark task wrote every row (a small write): that task counts the rows whose key
+has no null column and a hash another such row has (`repeats`), and none means no key repeats;
+otherwise (several tasks, a hash repeated, a key Spark's hash does not follow) it is its own
+grouping of the rows with a full key. Offending rows are fetched only for a gate that failed (at
+most `MAX_SAMPLES`). The old side of the audits is the partitions' current rows: counts from the
+Delta log (no data read), sums and means in one aggregation over their live files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.selection import format_partition_value
@@ -36,7 +40,9 @@ class GateInput:
     """What one write offers its gates."""
 
     asset_name: str
-    new: DataFrame  # the rows about to be committed
+    # The rows about to be committed, or a function making them (called only when a gate must
+    # look at rows: `rows`).
+    new: DataFrame | Callable[[], DataFrame]
     partition_columns: Sequence[str]  # the columns of the Dagster partitions ([] if none)
     keys: Sequence[str]  # the Dagster partition keys written (their ids for an unpartitioned one)
     key_of: KeyOf  # partition column values (Delta strings) -> Dagster key
@@ -45,6 +51,15 @@ class GateInput:
     # Key -> `_rows` and what the write counted of `extras` (flags `_bad{i}` as counts, sums
     # `_new{i}` as (sum, non-null count)); None: count them from `new`.
     counted: Mapping[str, Mapping[str, Any]] | None = None
+    # What the write counted of `repeats` (`_dup{i}`: rows whose key hash another row has,
+    # over the whole write; None: not counted).
+    repeated: Mapping[str, int | None] | None = None
+
+    @cached_property
+    def rows(self) -> DataFrame:
+        from pyspark.sql import DataFrame
+
+        return self.new if isinstance(self.new, DataFrame) else self.new()
 
 
 def extras(gates: Gates) -> tuple[dict[str, Column], dict[str, Column]]:
@@ -56,6 +71,12 @@ def extras(gates: Gates) -> tuple[dict[str, Column], dict[str, Column]]:
     flags = {f"_bad{i}": _violates(gate) for i, gate in enumerate(_counted(gates))}
     sums = {f"_new{i}": F.col(gate.columns[0]) for i, gate in enumerate(_sums(gates))}
     return flags, sums
+
+
+def repeats(gates: Gates) -> dict[str, tuple[str, ...]]:
+    """The keys of the `unique` constraints (`_dup{i}`), whose repeated rows a write counts
+    while it writes them (`delta.files.Extras.repeats`)."""
+    return {f"_dup{i}": gate.columns for i, gate in enumerate(_uniques(gates))}
 
 
 def evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
@@ -80,6 +101,10 @@ def evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
 
 def _counted(gates: Gates) -> list[Gate]:
     return [g for g in gates.constraints if g.type in _COUNTED]
+
+
+def _uniques(gates: Gates) -> list[Gate]:
+    return [g for g in gates.constraints if g.type == "unique"]
 
 
 def _sums(gates: Gates) -> list[Gate]:
@@ -115,13 +140,13 @@ def _per_partition(gates: Gates, given: GateInput) -> dict[str, dict[str, Any]]:
     by = list(given.partition_columns)
     return {
         _key(row, by, given.key_of): row.asDict()
-        for row in given.new.groupBy(*by).agg(*aggregates).collect()
+        for row in given.rows.groupBy(*by).agg(*aggregates).collect()
     }
 
 
 def _evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
-    new = given.new
     counted, sums = _counted(gates), _sums(gates)
+    uniques = _uniques(gates)
     per_partition = _per_partition(gates, given)
     written = list(dict.fromkeys([*given.keys, *per_partition]))
     total_rows = sum(p["_rows"] for p in per_partition.values())
@@ -130,7 +155,7 @@ def _evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
     for i, gate in enumerate(counted):
         bad_by_key = {k: p[f"_bad{i}"] or 0 for k, p in per_partition.items()}
         offending = sum(bad_by_key.values())
-        samples = _samples(new, _violates(gate)) if offending else ()
+        samples = _samples(given.rows, _violates(gate)) if offending else ()
         results[gate.name] = GateResult(
             gate,
             passed=offending == 0,
@@ -141,7 +166,12 @@ def _evaluate(gates: Gates, given: GateInput) -> tuple[GateResult, ...]:
         )
     for gate in gates.constraints:
         if gate.type == "unique":
-            results[gate.name] = _unique(gate, new, total_rows)
+            repeated = (given.repeated or {}).get(f"_dup{uniques.index(gate)}")
+            results[gate.name] = (
+                GateResult(gate, passed=True, offending=0, checked=total_rows)
+                if repeated == 0
+                else _unique(gate, given.rows, total_rows)
+            )
         elif gate.type == "row_count":
             rows = {k: per_partition.get(k, {}).get("_rows", 0) for k in written}
             bad = {

@@ -1,9 +1,10 @@
 """Calling an asset's quality gates (`WriteTarget.check`) from a write, before its commit.
 
 The gates say what they want counted row by row (`BatchCheck.extras`); the write job counts it
-per file while it writes (`delta.files`), and the gates get those counts per Dagster key with a
-lazy DataFrame over the written files, which Spark reads only for a gate that must look at rows
-(offending samples, `unique`). For `merge` and `scd2` the gates check the incoming batch
+per file while it writes (`delta.files`), and the gates get those counts per Dagster key, with
+what the job counted of repeated keys (`unique`, exact when one task wrote every row), and a
+DataFrame over the written files made only for a gate that must look at rows (offending samples,
+`unique` otherwise). For `merge` and `scd2` the gates check the incoming batch
 itself. A gate that raises stops the write: its files are deleted, the table stays as it was.
 """
 
@@ -35,7 +36,7 @@ def extras_of(df: DataFrame, check: BatchCheck | None) -> Extras:
     try:
         df.select(*columns).schema  # noqa: B018 - analysed now (Spark Connect is lazy)
     except AnalysisException:
-        return Extras(hashes=extras.hashes)
+        return Extras(hashes=extras.hashes, repeats=extras.repeats)
     return extras
 
 
@@ -48,13 +49,20 @@ def check_written(
     if check is None:
         return 0.0
     started = time.perf_counter()
-    rows = _rows_of(spark, session, written)
     asked = check.extras()
     # Counts the write could not take (a gate names a column the rows lack): the gates read the
     # rows instead, and say what is wrong.
     complete = set(asked.flags) <= set(extras.flags) and set(asked.sums) <= set(extras.sums)
     counted = _counted(session, written, extras) if complete else None
-    check(Batch(rows, counted, session.snapshot))
+    check(
+        Batch(
+            lambda: _rows_of(spark, session, written),
+            written.schema.names,
+            counted,
+            session.snapshot,
+            repeated={name: written.repeated(name) for name in extras.repeats},
+        )
+    )
     return time.perf_counter() - started
 
 
@@ -64,7 +72,7 @@ def check_batch(session: WriteSession, batch: DataFrame) -> float:
     if check is None:
         return 0.0
     started = time.perf_counter()
-    check(Batch(batch, None, session.snapshot))
+    check(Batch(lambda: batch, batch.columns, None, session.snapshot))
     return time.perf_counter() - started
 
 

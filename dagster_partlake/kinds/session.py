@@ -48,11 +48,21 @@ if TYPE_CHECKING:
 class Batch:
     """The rows a write is about to commit, as its quality gates see them."""
 
-    new: DataFrame  # the rows (lazy: read only by a gate that must look at them)
+    # Makes the rows' DataFrame (`new`), called only by a gate that must look at rows: over
+    # written files, even planning Spark's read of them takes a moment.
+    rows: Callable[[], DataFrame]
+    columns: Sequence[str]  # the rows' columns
     # Per Dagster key: `_rows`, and the write's `Extras` counted while writing (flags as counts,
     # sums as (sum, count)); None when the write could not count them by key.
     counted: Mapping[str, Mapping[str, Any]] | None
     snapshot: Snapshot | None  # the table as the write read it (audits compare with it)
+    # Per `Extras.repeats` name, the rows whose key hash another row has, over the whole write
+    # (`WrittenFiles.repeated`; None: not counted).
+    repeated: Mapping[str, int | None] | None = None
+
+    @cached_property
+    def new(self) -> DataFrame:
+        return self.rows()
 
 
 class BatchCheck(Protocol):
