@@ -270,10 +270,11 @@ def prune_clients(folder: Path) -> int:
 class _Attached:
     """This process's attachment: the host, the SparkContext wrapper and the sessions made."""
 
-    def __init__(self, info: HostInfo, context: SparkContext, client: Path) -> None:
+    def __init__(self, info: HostInfo, context: SparkContext, client: Path, server: Any) -> None:
         self.info = info
         self.context = context
         self.client = client
+        self.server = server  # this process's py4j server in the JVM
         self.sessions: list[SparkSession] = []
         self.lock = threading.Lock()
 
@@ -336,23 +337,19 @@ def _detach_quietly() -> None:
     if attached is None:
         return
     attached.client.unlink(missing_ok=True)
-    gateway = SparkContext._gateway
     SparkContext._active_spark_context = None
     SparkContext._gateway = None
     SparkContext._jvm = None
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
-    # This process's end of the connections only: `shutdown()` would stop the JVM's gateway,
-    # which every other attached process uses.
-    server = getattr(attached.context, "_accumulatorServer", None)
-    for closing in (
-        server.shutdown if server is not None else None,
-        gateway.close if gateway is not None else None,
-    ):
-        if closing is None:
+    # This process's own py4j server in the JVM goes, and its connections with it (closing
+    # them from here blocks while a callback thread reads one); the host's stays.
+    accumulators = getattr(attached.context, "_accumulatorServer", None)
+    for stopping in (attached.server.shutdown, accumulators.shutdown if accumulators else None):
+        if stopping is None:
             continue
         try:
-            closing()
+            stopping()
         except Exception as error:
             _log.debug(f"detaching from the warm Spark: {error}")
 
@@ -375,7 +372,7 @@ def _attach(spec: WarmSpec, log: logging.Logger) -> _Attached:
         (folder / ACTIVE).touch()
     atexit.register(client.unlink, missing_ok=True)
     try:
-        context = _connect(info)
+        context, server = _connect(info)
     except Exception as error:
         client.unlink(missing_ok=True)
         raise SparkUnavailableError(
@@ -383,7 +380,7 @@ def _attach(spec: WarmSpec, log: logging.Logger) -> _Attached:
             f"Its log: {info.log}. `partlake spark stop --warm` stops it; the next run starts "
             "another."
         ) from error
-    return _Attached(info, context, client)
+    return _Attached(info, context, client, server)
 
 
 def _start(folder: Path, spec: WarmSpec, say: Callable[[str], None]) -> HostInfo:
@@ -437,28 +434,45 @@ def _start(folder: Path, spec: WarmSpec, say: Callable[[str], None]) -> HostInfo
     )
 
 
-def _connect(info: HostInfo) -> SparkContext:
-    """A SparkContext wrapper of this process over the host's running JVM."""
+def _connect(info: HostInfo) -> tuple[SparkContext, Any]:
+    """A SparkContext wrapper of this process over the host's running JVM, through a py4j
+    server of this process's own in that JVM; that server (to shut down at the end).
+
+    The JVM's gateway sends every callback (a stream's `foreachBatch`) to the one Python
+    process it was last told of: each attached process gets a gateway server of its own, so
+    its callbacks come back to it while other processes stream too."""
     from pyspark import SparkContext
+
+    first = _gateway(info.port, info.secret)
+    server = first.jvm.org.apache.spark.api.python.Py4JServer(
+        first.jvm.org.apache.spark.SparkConf()
+    )
+    server.start()
+    gateway = _gateway(server.getListeningPort(), server.secret())
+    jvm = gateway.jvm
+    java_context = jvm.org.apache.spark.SparkContext.getOrCreate()
+    jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(java_context)
+    context = SparkContext(gateway=gateway, jsc=jsc)
+    _confine(context)
+    return context, server
+
+
+def _gateway(port: int, secret: str) -> Any:
+    """pyspark's gateway client to the py4j server at `port` (pyspark connects instead of
+    launching a JVM when the port is in its environment)."""
     from pyspark.java_gateway import launch_gateway
 
     saved = {k: os.environ.get(k) for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
-    os.environ["PYSPARK_GATEWAY_PORT"] = str(info.port)
-    os.environ["PYSPARK_GATEWAY_SECRET"] = info.secret
+    os.environ["PYSPARK_GATEWAY_PORT"] = str(port)
+    os.environ["PYSPARK_GATEWAY_SECRET"] = secret
     try:
-        gateway = launch_gateway()  # with the port set, pyspark connects instead of launching
+        return launch_gateway()
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    jvm = gateway.jvm
-    java_context = jvm.org.apache.spark.SparkContext.getOrCreate()
-    jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(java_context)
-    context = SparkContext(gateway=gateway, jsc=jsc)
-    _confine(context)
-    return context
 
 
 def _python_path() -> str:
@@ -520,6 +534,9 @@ def _new_session(context: SparkContext, conf: Mapping[str, str]) -> SparkSession
     # host's. Spark keeps a worker daemon per environment, so a code location gets its own.
     context.environment["PYTHONPATH"] = _python_path()
     made = SparkSession(context, jsparkSession=java_session)
+    # As its SparkContext's: stopping a run's session detaches this process; pyspark's own
+    # would also clear the JVM's default session, every other process's too.
+    made.stop = detach  # type: ignore[method-assign]
     for key, value in conf.items():
         made.conf.set(key, value)
     # The session this process's own `SparkSession.builder.getOrCreate()` returns.
