@@ -5,7 +5,8 @@ one micro-batch, for tests/test_streams.py:
 
 `before_commit`: the batch's Parquet files are written (staged) and the process dies before its
 Delta commit. `after_commit`: the commit landed and the process dies before Spark records the
-batch as done, so the next run replays it. Writes the pid of its JVM to LAKE/jvm.pid first.
+batch as done, so the next run replays it. Writes the pid of its JVM to LAKE/jvm.pid first, if
+it has one of its own (on the warm Spark, its query dies with its next call into this process).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def main() -> None:
 
     spark = defs.resources["spark"].spark_session
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    (lake / "jvm.pid").write_text(str(gateway.proc.pid))
+    if gateway.proc is not None:  # a JVM of its own; on the warm Spark, the host's JVM lives on
+        (lake / "jvm.pid").write_text(str(gateway.proc.pid))
     materialize(
         [landing, events],
         selection=[events.key],
