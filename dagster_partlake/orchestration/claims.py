@@ -168,8 +168,8 @@ def decide(
     claimed for it: not when a live run holds any of them; nor, for a run partlake planned
     (the sensor's, a refresh's, `partlake run`'s: `written` given), when none of them is stale
     any more, their inputs being what another run already wrote them from (`written()`: the run
-    that wrote them, '' if unknown; None while some are stale). A run a user started otherwise
-    always computes."""
+    that wrote them; None while some are stale). A run a user started otherwise always
+    computes."""
     holders = claims.holders(targets, exclude=run_id)
     if holders:
         holder = next(iter(holders.values()))
@@ -186,9 +186,9 @@ def decide(
         if by is not None:
             return Decision(
                 False,
-                f"{_listed(targets)} already written by {f'run {by[:8]}' if by else 'another run'} "
-                "from the inputs this run would read: this run computes nothing",
-                by or None,
+                f"{_listed(targets)} already written by run {by[:8]} from the inputs this run "
+                "would read: this run computes nothing",
+                by,
             )
     claims.claim(targets, run_id)
     return Decision(True)
@@ -208,8 +208,9 @@ def _render(target: Target) -> str:
 def already_written(
     session: PlanningSession, targets: Collection[Target], instance: DagsterInstance
 ) -> str | None:
-    """If none of `targets` is stale in a new plan of `session`: the run whose record wrote the
-    first of them ('' when no record names one); None when some are stale or held back."""
+    """The run that wrote `targets` from the inputs a run would read now: when a new plan of
+    `session` finds none of them stale and partlake's records say which run wrote each (the
+    first one's); None when some are stale, held back, or not written by partlake at all."""
     from dagster_partlake.delta.payload import WHOLE_TABLE_ID
     from dagster_partlake.records.queries import latest_records
 
@@ -221,7 +222,11 @@ def already_written(
     held = {a for u in result.plan.unreadable for a in u.held}
     if any(t in stale or t[0] in held for t in targets):
         return None
-    asset, key = sorted(targets, key=str)[0]
-    partition_id = key if key is not None else WHOLE_TABLE_ID
-    record = latest_records(graph.assets[asset].location, [partition_id]).get(partition_id)
-    return (record.run_id or "") if record is not None else ""
+    writers: list[str] = []
+    for asset in assets:
+        ids = [k if k is not None else WHOLE_TABLE_ID for a, k in targets if a == asset]
+        found = latest_records(graph.assets[asset].location, ids)
+        if any(found.get(i) is None or not found[i].run_id for i in ids):
+            return None  # never written, or not by a partlake run: nothing to match
+        writers.extend(found[i].run_id or "" for i in ids)
+    return writers[0] if writers else None

@@ -277,7 +277,7 @@ class _Schedule:
                         continue  # another process's run computes its partitions: later
                     self.pending.remove(run)
                     if not decision.compute:
-                        by = f"run {decision.by[:8]}" if decision.by else "another run"
+                        by = f"run {(decision.by or '')[:8]}"
                         why = f"not run: already written by {by} from the inputs it would read"
                         self.report(run, _unchanged(run, why))
                         continue

@@ -127,9 +127,8 @@ def _ended_at_once(repository: RepositoryDefinition, run_id: str, instance_ref: 
         run = instance.get_run_by_id(run_id)
         if run is None:
             return False
-        graph = LakeGraph(
-            asset_graph=repository.asset_graph, resources=repository.get_top_level_resources()
-        )
+        # Each asset's table as its IO manager's definition places it, as the sensor sees it.
+        graph = LakeGraph(asset_graph=repository.asset_graph)
         targets = run_partitions(graph, run)
         session = PlanningSession(graph, StateCache(default_persist_dir()))
         claims = Claims(instance)
