@@ -2,8 +2,8 @@
 
 Started detached by the first run that needs it, in FOLDER (its working directory). Reads the
 JVM's settings from `conf.json` and the s3a keys from one line of its standard input, starts
-the JVM with pyspark's own launcher, warms it (`cds.exercise`, and Arrow batches through Python
-workers), writes `state.json` (its pid, the JVM's, the gateway's port and secret) and then, every
+the JVM with pyspark's own launcher, writes `state.json` (its pid, the JVM's, the gateway's port
+and secret), warms the JVM with a few small jobs while the first run may already use it, and, every
 second: forgets attached processes that are gone, touches `active` while one is attached, and,
 `idle_seconds` after the last one left, stops. SIGTERM stops it at once. Stopping takes the
 folder's lock, so no process attaches to a host on its way out.
@@ -125,17 +125,28 @@ def _start(conf: dict[str, Any], secrets: dict[str, str]) -> Any:
 
 
 def _warm_up(session: Any, conf: dict[str, Any]) -> None:
-    """Spark's first jobs, paid here once instead of by the first runs."""
-    from dagster_partlake.spark.cds import exercise
+    """Spark's first jobs, paid here once instead of by the first runs: a partitioned Parquet
+    write and read with an aggregation, Arrow batches through Python workers, and a Delta write
+    and read when Delta is on the JVM. Small on purpose: on 2 cores it competes with the run
+    that started the host."""
+    import tempfile
+
     from dagster_partlake.spark.jars import DELTA_EXTENSION
 
     began = time.perf_counter()
     try:
         own = session.newSession()
-        delta = DELTA_EXTENSION in conf["launch_conf"].get("spark.sql.extensions", "")
-        exercise(own, delta=delta)
-        rows = own.range(1000).selectExpr("id", "id % 7 as k")
-        rows.mapInArrow(_batches, rows.schema).count()
+        with tempfile.TemporaryDirectory() as scratch:
+            rows = own.range(200).selectExpr(
+                "id", "cast(id % 3 as string) as date", "id * 1.5 as v"
+            )
+            rows.write.partitionBy("date").parquet(f"{scratch}/p")
+            read = own.read.parquet(f"{scratch}/p")
+            read.groupBy("date").agg({"v": "sum"}).collect()
+            read.mapInArrow(_batches, read.schema).count()
+            if DELTA_EXTENSION in conf["launch_conf"].get("spark.sql.extensions", ""):
+                rows.write.format("delta").save(f"{scratch}/d")
+                own.read.format("delta").load(f"{scratch}/d").count()
     except Exception as error:  # only slower first runs
         _say(f"warm-up failed (runs are not affected): {error}")
         return
