@@ -380,6 +380,14 @@ def execute_run(run_id: str, instance_ref: str) -> int:
             )
 
 
+def instance_of_ref(instance_ref: str) -> DagsterInstance:
+    """The Dagster instance whose serialized `InstanceRef` is `instance_ref` (a run worker's)."""
+    from dagster import DagsterInstance, deserialize_value
+    from dagster._core.instance.ref import InstanceRef
+
+    return DagsterInstance.from_ref(deserialize_value(instance_ref, InstanceRef))
+
+
 def end_run_at_once(instance: DagsterInstance, run: DagsterRun, reason: str) -> None:
     """Mark a launched run succeeded without executing it: `reason` as its log's engine event,
     then its success (a step-less run: Dagster's own `report_run_failed`, for success)."""

@@ -111,9 +111,6 @@ def main() -> int:
 def _ended_at_once(repository: RepositoryDefinition, run_id: str, instance_ref: str) -> bool:
     """Whether the run computes nothing (`orchestration.claims`): then it is ended here, its
     reason in its log, without a step or Spark."""
-    from dagster import DagsterInstance, deserialize_value
-    from dagster._core.instance.ref import InstanceRef
-
     from dagster_partlake import compat
     from dagster_partlake.delta.state import StateCache
     from dagster_partlake.layout import default_persist_dir
@@ -123,7 +120,7 @@ def _ended_at_once(repository: RepositoryDefinition, run_id: str, instance_ref: 
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import PlanningSession
 
-    with DagsterInstance.from_ref(deserialize_value(instance_ref, InstanceRef)) as instance:
+    with compat.instance_of_ref(instance_ref) as instance:
         run = instance.get_run_by_id(run_id)
         if run is None:
             return False
