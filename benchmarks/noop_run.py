@@ -224,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if baseline_cache:
             shutil.rmtree(baseline_cache, ignore_errors=True)
+        if not os.listdir(warm):  # else kept for the check below
+            os.rmdir(warm)
     if touched:
         # Whatever started there is stopped before the command fails.
         subprocess.run(
@@ -235,7 +237,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"a no-op run used the warm Spark: {warm} holds {touched}")
     if imports["imports_pyspark"] or imports["imports_py4j"]:
         raise SystemExit(f"a no-op run answered from the last plan imported Spark: {imports}")
-    shutil.rmtree(warm, ignore_errors=True)
     result = {
         "benchmark": "noop_run",
         "label": args.label,
