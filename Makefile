@@ -176,19 +176,25 @@ bench-incremental: check-java install
 bench-stream: check-java install
 	$(BIN)/python -m benchmarks.stream_scale $(BENCH_ARGS)
 
-# One rewritten source partition -> its closure fresh again, under the daemon with the sensor:
-# local Spark on SQLite, and a shared Spark Connect server on PostgreSQL; median of 3, by phase.
-# BEFORE=DIR (a checkout of earlier code holding the same benchmarks/refresh.py): 3 rounds that
-# alternate the two checkouts, JSON in benchmarks/out/refresh_interleaved.json.
+# One rewritten source partition -> its closure fresh again, under the daemon with the sensor,
+# next to `partlake run` of a closure of the same shape in the same dagster dev: local Spark on
+# SQLite (the warm Spark, in a folder of the benchmark's own), and a shared Spark Connect server
+# on PostgreSQL; median of 3, by phase. BEFORE=DIR (a checkout of earlier code): its
+# benchmarks/refresh.py is replaced by this one first, then 3 rounds of 2 repeats alternate the
+# two checkouts; JSON in benchmarks/out/refresh_interleaved.json.
 bench-refresh: check-java install
 ifdef BEFORE
+	@cmp -s benchmarks/refresh.py $(BEFORE)/benchmarks/refresh.py || { \
+		echo "benchmarks/refresh.py -> $(BEFORE)/benchmarks/refresh.py (one harness for both sides)"; \
+		cp benchmarks/refresh.py $(BEFORE)/benchmarks/refresh.py; }
 	$(BIN)/python -m benchmarks.interleave --before $(BEFORE) $(BENCH_ARGS)
 else
 	$(BIN)/python -m benchmarks.refresh $(BENCH_ARGS)
 endif
 
-# One `dagster asset materialize` of one partition, process start to commit, by phase (5 rounds;
-# BEFORE=DIR: side by side with a checkout of earlier code); JSON in benchmarks/out/materialize.json.
+# One `dagster asset materialize` of one partition, process start to commit, by phase: 5 rounds
+# with the warm Spark up and, locally, 3 more each after `partlake spark stop --warm` (BEFORE=DIR:
+# side by side with a checkout of earlier code); JSON in benchmarks/out/materialize.json.
 .PHONY: bench-materialize
 bench-materialize: check-java install
 	$(BIN)/python -m benchmarks.materialize $(if $(BEFORE),--before $(BEFORE)) $(BENCH_ARGS)
@@ -205,10 +211,18 @@ bench-spark-start: check-java install
 	$(BIN)/python -m benchmarks.spark_start $(BENCH_ARGS)
 
 # The no-op `partlake run` next to `python -c "import dagster"`, in paired runs, on the demo's
-# lake (made first when there is none). BENCH_ARGS='--full' also times the full path.
+# lake: made first when there is none, with the example's feeds (a source without its table or
+# folder is said on every plan, so no plan is kept to answer a no-op from), then brought fresh,
+# its warm Spark (a folder of its own) stopped before the measurement. BENCH_ARGS='--full' also
+# times the full path; BEFORE=DIR also times the no-op of DIR's package.
+BENCH_WARM := $(PARTLAKE_HOME)/bench-warm
 bench-noop: install
-	@test -d $(PARTLAKE_HOME)/warehouse/raw_events || $(MAKE) demo
-	$(BIN)/python -m benchmarks.noop_run $(BENCH_ARGS)
+	@test -d $(PARTLAKE_HOME)/warehouse/raw_events || PARTLAKE_SPARK_WARM_DIR=$(BENCH_WARM) $(MAKE) demo
+	@test -d $(PARTLAKE_HOME)/warehouse/user_changes || $(BIN)/python -m definitions.feeds changes --batch 1
+	@test -d $(PARTLAKE_HOME)/warehouse/payment_files || $(BIN)/python -m definitions.feeds payments --file 1
+	PARTLAKE_SPARK_WARM_DIR=$(BENCH_WARM) $(BIN)/partlake run -m definitions
+	@PARTLAKE_SPARK_WARM_DIR=$(BENCH_WARM) $(BIN)/partlake spark stop --warm
+	$(BIN)/python -m benchmarks.noop_run $(if $(BEFORE),--baseline $(BEFORE)) $(BENCH_ARGS)
 
 # What one write reads of its table's log, per model kind (BENCH_ARGS='--checkout PATH' to add an
 # older checkout measured the same way).
