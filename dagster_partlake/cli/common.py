@@ -108,8 +108,8 @@ def plan_code_location(
     store = dagster_instance(need_instance) if session.graph.has_dynamic_partitions else None
     result = session.plan(select=selection(select), dynamic_partitions_store=store)
     shortcut.keep(loading, session, result)
-    for absent in result.plan.absent_sources:
-        echo(f"Warning: {absent.message}", err=True)
+    for line in shortcut.absent_warnings(result.plan):
+        echo(line, err=True)
     return session, result, session.runs(result)
 
 

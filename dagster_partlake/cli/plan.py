@@ -56,6 +56,8 @@ def plan_command(
     # --runs-json and --report need the runs and the instance: always the full path.
     answered = None if runs_json or report else shortcut.answer(module, selection(select))
     if answered is not None and not shortcut.checking():
+        for line in answered.absent:
+            echo(line, err=True)
         if answered.warning:
             echo(answered.warning, err=True)
         echo(PLAN_FRESH_JSON if as_json else PLAN_FRESH)

@@ -43,6 +43,8 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     require_dagster_home()
     answered = shortcut.answer(module, selection(select))
     if answered is not None and not shortcut.checking():
+        for line in answered.absent:
+            echo(line, err=True)
         echo(NOTHING_TO_RUN)
         return
     session, result, runs = plan_code_location(module, select, need_instance=True)

@@ -59,12 +59,13 @@ from dagster_partlake.layout import (
 )
 
 if TYPE_CHECKING:
+    from dagster_partlake.planning.definition import Plan
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 SHORTCUT_ENV = "PARTLAKE_PLAN_SHORTCUT"
 CHECK_ENV = "PARTLAKE_CHECK_REPLAN"  # planning.session.CHECK_REPLAN_ENV, without importing it
-_FORMAT = (1, marshal.version, *sys.version_info[:2])
+_FORMAT = (2, marshal.version, *sys.version_info[:2])
 # Environment variables that differ between two runs of the same command for no reason of ours.
 _VOLATILE_ENV = frozenset({"_"})
 # Files that are not code: they change on their own (kernel views, devices).
@@ -88,6 +89,8 @@ class Shortcut:
     assets: tuple[str, ...]
     stale: tuple[str, ...]  # assets with stale partitions in the whole plan
     warning: str | None  # what `partlake plan` prints on stderr before the plan
+    # What `partlake plan` and `partlake run` print on stderr of each source with no table.
+    absent: tuple[str, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -101,6 +104,7 @@ class Shortcut:
             "assets": list(self.assets),
             "stale": list(self.stale),
             "warning": self.warning,
+            "absent": list(self.absent),
         }
 
     @classmethod
@@ -118,6 +122,7 @@ class Shortcut:
             assets=tuple(data["assets"]),
             stale=tuple(data["stale"]),
             warning=data["warning"],
+            absent=tuple(data["absent"]),
         )
 
     def holds(self, how: str, now: float) -> bool:
@@ -293,8 +298,6 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         or memo is None
         or result.inputs.unreadable
         or result.plan.unreadable
-        # A source with no table is said on every plan, and its table's arrival is not watched.
-        or result.plan.absent_sources
         or graph.has_dynamic_partitions
         or session.cache.persist_dir is None
         or any(not asset.location.is_local for asset in graph.assets.values())
@@ -329,6 +332,7 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         assets=tuple(sorted(graph.assets)),
         stale=tuple(sorted({item.asset for item in memo.plan.items})),
         warning=missing_checks_warning(graph),
+        absent=absent_warnings(result.plan),
     )
 
 
@@ -397,6 +401,11 @@ def _next_window(graph: LakeGraph, started: float) -> tuple[bool, float | None]:
             begins = window.start.timestamp()
             when = begins if when is None else min(when, begins)
     return True, when
+
+
+def absent_warnings(plan: Plan) -> tuple[str, ...]:
+    """What `partlake plan` and `partlake run` print of each source with no table."""
+    return tuple(f"Warning: {absent.message}" for absent in plan.absent_sources)
 
 
 def missing_checks_warning(graph: LakeGraph) -> str | None:

@@ -285,6 +285,10 @@ def test_a_source_with_no_table_is_said_once_by_plan_run_and_the_sensor(
     log = tick.stdout + tick.stderr
     assert log.count("source ghost: no table at") == 1, log[-3000:]
     assert said in log, log[-3000:]
+    # Said as well when a no-op is answered from the last plan, without planning again.
+    for _ in range(2):
+        again = project.run("partlake", "plan", "-m", MODULE)
+        assert again.stderr.count("source ghost: no table at") == 1, again.stderr[-3000:]
     assert not where.exists()  # nothing was created where the source is declared
 
 
