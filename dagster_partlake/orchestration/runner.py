@@ -194,7 +194,7 @@ def execute_runs(
     # One session for every run of this process; the runs' resources reuse it.
     session_started = _start_shared_session(graph)
     workers = max(1, max_parallel)
-    schedule = _Schedule(session, instance, run_plan, on_outcome, on_notice)
+    schedule = _Schedule(session, instance, run_plan, workers, on_outcome, on_notice)
     watch = _PoolWatch(instance, graph.pools(), on_notice)
     pool = ThreadPoolExecutor(workers)
     try:
@@ -240,10 +240,12 @@ class _Schedule:
         session: PlanningSession,
         instance: DagsterInstance,
         run_plan: RunPlan,
+        workers: int,
         on_outcome: Callable[[Outcome], None],
         on_notice: Callable[[str], None] = lambda _text: None,
     ) -> None:
         graph = session.graph
+        self.workers = workers  # runs executing at once
         assert graph.defs is not None, "partlake run needs the code location's Definitions"
         self.session = session
         self.instance = instance
@@ -266,6 +268,8 @@ class _Schedule:
                 if lost:
                     self.pending.remove(run)
                     self.report(run, _skipped(run, lost))
+                elif len(running) >= self.workers:
+                    break  # a run claims its partitions only as it starts
                 elif all(w in self.ended for w in run.waits_for):
                     if run.waits_for and self.cutoff and self.still_fresh(run):
                         self.pending.remove(run)
