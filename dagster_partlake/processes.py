@@ -10,11 +10,14 @@ start-up then read these tags to judge whether the worker is alive
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,6 +26,27 @@ if TYPE_CHECKING:
 HOST_TAG = "partlake/host"
 PID_TAG = "partlake/pid"
 PROCESS_START_TAG = "partlake/process_start"
+
+
+@contextmanager
+def file_lock(
+    path: Path, waiting_for: str, say: Callable[[str], object] | None = None
+) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (created with its folder), shared by every
+    process of the machine; when another holds it, `say` is told first that this one is
+    waiting for `waiting_for`. The kernel releases it when the holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say(f"waiting for {waiting_for} ({path})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def this_host() -> str:

@@ -84,6 +84,18 @@ def _stop_group(proc: subprocess.Popen[Any], grace: float = 30) -> None:
         proc.wait(timeout=10)
 
 
+# GraphQL: launch a run as the UI does (`executionParams`: selector, mode, tags, ...).
+LAUNCH_RUN = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+  }
+}"""
+
+
 @dataclass(frozen=True)
 class DagsterDev:
     """A running `dagster dev` on the example code location."""

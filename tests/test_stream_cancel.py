@@ -26,19 +26,10 @@ from dagster_partlake.layout import log_dir
 from dagster_partlake.records.queries import read_record
 from tests import stream_defs
 from tests.conftest import cli_env
-from tests.servers import DagsterDev, dagster_dev, wait_until
+from tests.servers import LAUNCH_RUN, DagsterDev, dagster_dev, wait_until
 
 pytestmark = [pytest.mark.dagster_cli, pytest.mark.spark]
 
-LAUNCH = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on InvalidSubsetError { message }
-  }
-}"""
 TERMINATE = """
 mutation($runId: String!) {
   terminateRun(runId: $runId) {
@@ -84,7 +75,7 @@ def test_a_continuous_stream_cancelled_from_dagster_stops_cleanly(
     with dagster_dev(env, log, modules=["tests.stream_defs", "tests.dimensions_defs"]) as server:
         _dimensions_in_the_ui(server)
         launched = server.graphql(
-            LAUNCH,
+            LAUNCH_RUN,
             params={
                 "selector": {
                     "repositoryLocationName": "tests.stream_defs",

@@ -22,12 +22,11 @@ from the same inputs) still keeps their tables right.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING
 from dagster import DagsterRunStatus, RunsFilter
 
 from dagster_partlake.orchestration.workers import alive, instance_dir, worker_of_run
+from dagster_partlake.processes import file_lock
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -83,21 +83,9 @@ class Claims:
         home = instance_dir(instance) or os.environ.get("DAGSTER_HOME") or os.getcwd()
         self.folder = Path(home) / "partlake"
 
-    @contextmanager
-    def locked(self, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    def locked(self, say: Callable[[str], object] | None = None) -> AbstractContextManager[None]:
         """Hold the claims' lock (every other process that claims waits meanwhile)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / "claims.lock", "a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if say is not None:
-                    say(f"waiting for another run deciding what it computes ({self.folder})")
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return file_lock(self.folder / "claims.lock", "another run deciding what it computes", say)
 
     def holders(
         self, targets: Collection[Target], *, exclude: str | None = None

@@ -95,8 +95,11 @@ def main() -> int:
 
     origin = compat.job_origin(os.environ["PARTLAKE_WARM_ORIGIN"])
     repository = compat.job_repository(origin)  # imports the code location
+    # Stat the code as it was imported, not after Spark's warm-up: a file changed during the
+    # warm-up would otherwise look unchanged and the worker would run the old code.
+    files = code_files()
     spark = False if os.environ.get(FOR_RUN_ENV) else _warm_spark(repository)
-    ready = {"pid": os.getpid(), "spark": spark, "files": code_files()}
+    ready = {"pid": os.getpid(), "spark": spark, "files": files}
     sys.stdout.write(f"{READY} {json.dumps(ready)}\n")
     sys.stdout.flush()
     line = sys.stdin.readline()
@@ -129,7 +132,7 @@ def _ended_at_once(repository: RepositoryDefinition, run_id: str, instance_ref: 
         targets = run_partitions(graph, run)
         session = PlanningSession(graph, StateCache(default_persist_dir()))
         claims = Claims(instance)
-        with claims.locked():
+        with claims.locked(lambda text: instance.report_engine_event(f"partlake: {text}", run)):
             decision = decide(
                 claims,
                 run_id,

@@ -30,7 +30,6 @@ says so in one line; a run whose host dies under it fails as with a lost Spark C
 from __future__ import annotations
 
 import atexit
-import fcntl
 import hashlib
 import json
 import logging
@@ -40,13 +39,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.errors import SparkUnavailableError
+from dagster_partlake.processes import file_lock
 from dagster_partlake.spark.server import _alive
 
 if TYPE_CHECKING:
@@ -225,21 +225,11 @@ def write_state(folder: Path, data: Mapping[str, Any]) -> None:
     os.replace(temp, folder / STATE)
 
 
-@contextmanager
-def locked(folder: Path, say: Callable[[str], None] | None = None) -> Iterator[None]:
+def locked(
+    folder: Path, say: Callable[[str], object] | None = None
+) -> AbstractContextManager[None]:
     """The folder's lock: one process at a time starts, attaches to or stops its host."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if say is not None:
-                say(f"waiting for another process starting or stopping the warm Spark in {folder}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(folder / "lock", "another process starting or stopping the warm Spark", say)
 
 
 def _clients(folder: Path) -> list[tuple[int, Path]]:

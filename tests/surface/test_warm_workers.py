@@ -17,7 +17,7 @@ import pytest
 
 from dagster_partlake.orchestration.warm import WARM_TAG, WORKER_TAG
 from tests.conftest import REPO_ROOT, subprocess_env
-from tests.servers import DagsterDev, dagster_dev, wait_until
+from tests.servers import LAUNCH_RUN, DagsterDev, dagster_dev, wait_until
 from tests.surface.options import covers
 from tests.surface.project import table_rows
 
@@ -57,14 +57,6 @@ defs = dg.Definitions(
     executor=dg.in_process_executor,
 )
 '''
-LAUNCH = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-  }
-}"""
 RUN = """
 query($runId: ID!) { runOrError(runId: $runId) { ... on Run {
   status tags { key value } } } }"""
@@ -79,7 +71,7 @@ mutation($runId: String!) { terminateRun(runId: $runId) { __typename } }"""
 def _launch(dev: DagsterDev, asset: str, partition: str | None = None) -> str:
     tags = [{"key": "dagster/partition", "value": partition}] if partition else []
     reply = dev.graphql(
-        LAUNCH,
+        LAUNCH_RUN,
         params={
             "selector": {
                 "repositoryLocationName": "warm_numbers",

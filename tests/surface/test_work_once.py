@@ -29,7 +29,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tests.servers import DagsterDev, free_port, wait_until
+from tests.servers import LAUNCH_RUN, DagsterDev, free_port, wait_until
 from tests.surface.project import BIN, UserProject, outcome_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli, pytest.mark.daemon]
@@ -76,14 +76,6 @@ defs = dg.Definitions(
 )
 """
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
-LAUNCH = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-  }
-}"""
 RUNS = """
 { runsOrError { ... on Runs { results {
   runId status creationTime tags { key value } assetSelection { path } } } } }"""
@@ -133,7 +125,7 @@ def _materializations(project: UserProject, asset: str, day: str) -> int:
 
 def _launch(dev: DagsterDev, assets: list[str], tags: dict[str, str]) -> str:
     reply = dev.graphql(
-        LAUNCH,
+        LAUNCH_RUN,
         params={
             "selector": {
                 "repositoryLocationName": MODULE,
