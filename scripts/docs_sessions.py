@@ -145,6 +145,10 @@ _VOLATILE: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\b\d{13}\b"), "<ms>"),
     (re.compile(r"\bpid \d+"), "pid <pid>"),
     (re.compile(r"\bprocess \d+"), "process <pid>"),
+    (re.compile(r"\bup \d+ (s|min|h)\b"), "up N"),  # the warm Spark's status
+    (re.compile(r"\bidle \d+ s\b"), "idle N s"),
+    (re.compile(r"\bmemory [\d,]+ MiB\b"), "memory N MiB"),
+    (re.compile(r"spark-warm/[0-9a-f]{16}\b"), "spark-warm/<key>"),
     (re.compile(r"planned in \d+ ms"), "planned in N ms"),
     (re.compile(r"answered after [\d.]+ s"), "answered after N s"),  # a server's start
     (re.compile(r"\b\d[\d,]* ms\b"), "N ms"),
@@ -274,6 +278,14 @@ class Replay:
 
     def cleanup(self) -> None:
         if not self.dry:
+            # No warm Spark outlives its scenario (each folder the scenario moved to has one).
+            for folder in self.base.rglob("spark-warm"):
+                subprocess.run(
+                    [str(BIN / "partlake"), "spark", "stop", "--warm"],
+                    env={**self.env, "PARTLAKE_SPARK_WARM_DIR": str(folder)},
+                    capture_output=True,
+                    timeout=120,
+                )
             shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -292,6 +304,8 @@ def scenario_env(root: Path) -> dict[str, str]:
         PARTLAKE_HOME=str(root / "lake"),
         DAGSTER_HOME=str(home),
         PARTLAKE_CACHE_DIR=str(root / "cache"),
+        # Its own warm Spark, stopped when the scenario ends (`Replay.cleanup`).
+        PARTLAKE_SPARK_WARM_DIR=str(root / "spark-warm"),
         PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         PATH=os.pathsep.join([str(BIN), env.get("PATH", "")]),
         PYTHONUNBUFFERED="1",  # stdout and stderr in the order they were written
@@ -332,6 +346,7 @@ def demo(r: Replay) -> None:
     r.session("refresh-runs-json", f"partlake plan -m definitions --select {LAKEHOUSE} --runs-json")
     r.session("refresh-run", "partlake run -m definitions")
     r.session("refresh-noop", "partlake run -m definitions")
+    r.session("warm-spark", "partlake spark status", "partlake spark stop --warm")
     # The model kinds: three days of exports, then day 2's again, unchanged.
     r.hidden(f"python -m definitions.exports {dates}", "partlake run -m definitions")
     r.hidden("python -m definitions.exports --date 2024-01-02")
