@@ -176,12 +176,16 @@ def test_local_spark_reads_and_writes_s3a_and_delta_agreeing_with_delta_rs(
 
 RESOURCE_PROBE = """
 import json, sys
+from dagster_partlake.spark import warm
 from dagster_partlake.spark.resource import SparkResource
 options, uri = json.loads(sys.argv[1]), sys.argv[2]
 resource = SparkResource(master="local[1]", storage_options=options, class_data_sharing=False,
                          spark_conf={"spark.databricks.delta.snapshotPartitions": "1"})
 spark = resource.spark_session
-with open(f"/proc/{spark.sparkContext._gateway.proc.pid}/cmdline", "rb") as handle:
+# The warm Spark's JVM (the default), started by its host process, or one of this process.
+process = spark.sparkContext._gateway.proc
+(jvm_pid,) = [h.jvm_pid for h in warm.hosts() if h.running] if process is None else [process.pid]
+with open(f"/proc/{jvm_pid}/cmdline", "rb") as handle:
     command_line = handle.read().decode()
 read = spark.read.format("delta").load(uri).count()
 spark.range(3).selectExpr("id", "'apac' as region").write.format("delta").mode("append").save(uri)
@@ -194,19 +198,27 @@ print(json.dumps({"read": read, "secret_on_command_line": options["AWS_SECRET_AC
 def test_spark_resource_in_a_new_process_takes_the_storage_options(
     s3: S3Server, tmp_path: Path
 ) -> None:
-    """The resource's own path: a new JVM with the JARs on its classpath and the keys set after
-    its start, never on its command line."""
+    """The resource's own path: a JVM (the warm Spark's, in a folder of the test's own) with the
+    JARs on its classpath and the keys set after its start, never on its command line."""
     uri = s3.uri("resource/table")
     write_deltalake(uri, pa.table({"id": [1, 2], "region": ["eu", "us"]}), partition_by=["region"],
                     storage_options=s3.storage_options())  # fmt: skip
-    env = subprocess_env(SPARK_LOCAL_IP="127.0.0.1")
+    env = subprocess_env(
+        SPARK_LOCAL_IP="127.0.0.1", PARTLAKE_SPARK_WARM_DIR=str(tmp_path / "spark-warm")
+    )
     for name in AWS_VARIABLES:
         env.pop(name, None)
-    done = subprocess.run(
-        [sys.executable, "-c", RESOURCE_PROBE, json.dumps(s3.storage_options()),
-         s3.uri("resource/table", "s3a")],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", RESOURCE_PROBE, json.dumps(s3.storage_options()),
+             s3.uri("resource/table", "s3a")],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "dagster_partlake.cli", "spark", "stop", "--warm"],
+            env=env, capture_output=True, timeout=120,
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"read": 2, "secret_on_command_line": False, "classpath": True}

@@ -56,7 +56,7 @@ def plan_command(
     # --runs-json and --report need the runs and the instance: always the full path.
     answered = None if runs_json or report else shortcut.answer(module, selection(select))
     if answered is not None and not shortcut.checking():
-        for line in answered.absent:
+        for line in answered.absent_lines(selection(select)):
             echo(line, err=True)
         if answered.warning:
             echo(answered.warning, err=True)

@@ -43,7 +43,7 @@ def run_command(module: str, select: str | None, max_parallel: int | None) -> No
     require_dagster_home()
     answered = shortcut.answer(module, selection(select))
     if answered is not None and not shortcut.checking():
-        for line in answered.absent:
+        for line in answered.absent_lines(selection(select)):
             echo(line, err=True)
         echo(NOTHING_TO_RUN)
         return

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 SHORTCUT_ENV = "PARTLAKE_PLAN_SHORTCUT"
 CHECK_ENV = "PARTLAKE_CHECK_REPLAN"  # planning.session.CHECK_REPLAN_ENV, without importing it
-_FORMAT = (2, marshal.version, *sys.version_info[:2])
+_FORMAT = (3, marshal.version, *sys.version_info[:2])
 # Environment variables that differ between two runs of the same command for no reason of ours.
 _VOLATILE_ENV = frozenset({"_"})
 # Files that are not code: they change on their own (kernel views, devices).
@@ -89,8 +89,9 @@ class Shortcut:
     assets: tuple[str, ...]
     stale: tuple[str, ...]  # assets with stale partitions in the whole plan
     warning: str | None  # what `partlake plan` prints on stderr before the plan
-    # What `partlake plan` and `partlake run` print on stderr of each source with no table.
-    absent: tuple[str, ...] = ()
+    # What `partlake plan` and `partlake run` print on stderr of each source with no table,
+    # with the assets that select it (the source and what reads it), as `Plan.select` keeps it.
+    absent: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -104,7 +105,7 @@ class Shortcut:
             "assets": list(self.assets),
             "stale": list(self.stale),
             "warning": self.warning,
-            "absent": list(self.absent),
+            "absent": [[line, list(names)] for line, names in self.absent],
         }
 
     @classmethod
@@ -122,7 +123,7 @@ class Shortcut:
             assets=tuple(data["assets"]),
             stale=tuple(data["stale"]),
             warning=data["warning"],
-            absent=tuple(data["absent"]),
+            absent=tuple((line, tuple(names)) for line, names in data["absent"]),
         )
 
     def holds(self, how: str, now: float) -> bool:
@@ -143,6 +144,11 @@ class Shortcut:
         if any(_mtime(path) != mtime for path, mtime in self.folders):
             return False
         return all(_stat(path) == (size, mtime) for path, size, mtime in self.files)
+
+    def absent_lines(self, select: Sequence[str] | None) -> list[str]:
+        """The lines of the sources with no table that the full path prints for `select`."""
+        wanted = None if select is None else set(select)
+        return [line for line, names in self.absent if wanted is None or wanted & set(names)]
 
     def fresh(self, select: Sequence[str] | None) -> bool | None:
         """Whether the selected assets (all: None) have no stale partition; None when the
@@ -291,6 +297,8 @@ def keep(loading: Loading, session: PlanningSession, result: PlanResult) -> None
 
 
 def _describe(loading: Loading, session: PlanningSession, result: PlanResult) -> Shortcut | None:
+    from dagster_partlake.planning.session import absent_sources
+
     graph = session.graph
     memo = session.memo
     if (
@@ -332,7 +340,11 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         assets=tuple(sorted(graph.assets)),
         stale=tuple(sorted({item.asset for item in memo.plan.items})),
         warning=missing_checks_warning(graph),
-        absent=absent_warnings(result.plan),
+        # Every source's, from the whole graph's states: a later answer may select others.
+        absent=tuple(
+            (f"Warning: {a.message}", (a.asset, *a.waiting))
+            for a in absent_sources(graph, result.states)
+        ),
     )
 
 

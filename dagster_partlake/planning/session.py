@@ -143,7 +143,7 @@ class PlanningSession:
         if self.cache.persist_dir is not None:
             self._save(self.cache.persist_dir, inputs, states, whole)
         result = _with_increments(self.graph, whole, states)
-        result = replace(result, absent_sources=_absent_sources(self.graph, states))
+        result = replace(result, absent_sources=absent_sources(self.graph, states))
         if select:
             result = result.select(select)
         seconds = time.perf_counter() - started
@@ -352,19 +352,21 @@ def make_plan(
     )
 
 
-def _absent_sources(
+def absent_sources(
     graph: LakeGraph, states: Mapping[str, TableState | None]
 ) -> tuple[AbsentSource, ...]:
     """The Delta and folder sources with nothing where they are declared (a database table or
-    a topic that is not there is an error of its reader instead)."""
+    a topic that is not there is an error of its reader instead), by name, each with its
+    readers by name: the same lines from every process (the graph's order follows Dagster's
+    sets, which differ from one process to the next)."""
     return tuple(
         AbsentSource(
             name,
             str(asset.location),
-            tuple(graph.downstream(name)),
+            tuple(sorted(graph.downstream(name))),
             "folder" if asset.is_folder else "table",
         )
-        for name, asset in graph.assets.items()
+        for name, asset in sorted(graph.assets.items())
         if asset.is_source and asset.external is None and name in states and states[name] is None
     )
 
