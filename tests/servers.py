@@ -72,7 +72,8 @@ def _own_session_default_signals() -> None:
     os.setsid()
 
 
-def _stop_group(proc: subprocess.Popen[Any], grace: float = 30) -> None:
+def stop_group(proc: subprocess.Popen[Any], grace: float = 30) -> None:
+    """Stop the process group `proc` leads: SIGTERM, then SIGKILL after `grace` seconds."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -175,7 +176,7 @@ def dagster_dev(
         wait_until(loaded, timeout=timeout, what=f"dagster dev on port {port} (log {log})")
         yield server
     finally:
-        _stop_group(proc)
+        stop_group(proc)
         handle.close()
 
 

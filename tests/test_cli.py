@@ -22,6 +22,7 @@ from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.orchestration.pools import POOL, Parallelism, parallelism
 from dagster_partlake.planning.graph import LakeGraph
 from tests.conftest import REPO_ROOT, cli_env, delta_rows, run_partlake, subprocess_env
+from tests.servers import stop_group
 
 pytestmark = pytest.mark.dagster_cli
 
@@ -268,12 +269,7 @@ def test_dagster_dev_loads_the_code_location_and_lists_the_assets(tmp_path: Path
         } in schedules
         assert "partlake_maintenance" in {j["name"] for r in repositories for j in r["jobs"]}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_group(proc)
         log.close()
     assert proc.returncode is not None
 

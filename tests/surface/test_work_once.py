@@ -18,8 +18,6 @@ location over a daily source, with the invalidation sensor, under the example's 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +27,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tests.servers import LAUNCH_RUN, DagsterDev, free_port, wait_until
+from tests.servers import LAUNCH_RUN, DagsterDev, free_port, stop_group, wait_until
 from tests.surface.project import BIN, UserProject, outcome_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli, pytest.mark.daemon]
@@ -263,12 +261,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "materialized": _materializations(project, "clean", DAYS[1]) - filled[DAYS[1]],
         }
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_group(proc, grace=60)
     yield result
 
 
