@@ -73,3 +73,8 @@ class InvalidPredicateError(PartlakeError):
 class UpstreamRunFailedError(PartlakeError):
     """A run requested to wait for the runs writing what it reads found one failed, canceled or
     never started: it computed and committed nothing."""
+
+
+class CatalogError(PartlakeError):
+    """The Hive metastore cannot be reached or started, or a table name there is taken by a
+    table that is not this Delta table (another location, another format)."""

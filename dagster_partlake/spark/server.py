@@ -49,14 +49,15 @@ class ServerInfo:
     log: Path
 
 
-def server_dir(root: str) -> Path:
-    path = Path(root).resolve() / "spark"
+def server_dir(root: str, kind: str = "spark") -> Path:
+    """`<root>/<kind>/`: where servers of one kind keep their PID files and logs."""
+    path = Path(root).resolve() / kind
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def _pid_file(root: str, name: str) -> Path:
-    return server_dir(root) / f"{name}.pid"
+def _pid_file(root: str, name: str, kind: str = "spark") -> Path:
+    return server_dir(root, kind) / f"{name}.pid"
 
 
 def _alive(pid: int) -> bool:
@@ -80,26 +81,35 @@ def listening(port: int, host: str = HOST) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _spawn(
+def spawn(
     root: str,
     name: str,
     command: Sequence[str],
     port: int,
     timeout: float,
     env: dict[str, str] | None = None,
+    *,
+    kind: str = "spark",
+    stop_hint: str = "partlake spark stop",
 ) -> ServerInfo:
-    info = status(root, name, port)
+    """Start `command` in its own process group, its output in `<root>/<kind>/<name>.log`,
+    its PID and port in `<name>.pid`, and wait until it listens on 127.0.0.1:`port`.
+
+    Raises:
+        PartlakeError: it is already running, exited, or did not listen within `timeout`.
+    """
+    info = status(root, name, port, kind=kind)
     if info.running:
         raise PartlakeError(
             f"{name} is already running (pid {info.pid}, {info.url}); stop it first with "
-            f"`partlake spark stop`."
+            f"`{stop_hint}`."
         )
     if listening(port):
         raise PartlakeConfigError(
             f"port {port} on {HOST} is already in use by another program; choose another with "
             "--port."
         )
-    log = server_dir(root) / f"{name}.log"
+    log = server_dir(root, kind) / f"{name}.log"
     # The server's Python workers write the tables' Parquet files with pyarrow
     # (`delta.file_writer`): they run this interpreter, with its packages, unless told otherwise,
     # not the first `python3` on the PATH (as `SparkResource` does for a local session).
@@ -119,7 +129,7 @@ def _spawn(
             env=env,
             start_new_session=True,
         )
-    _pid_file(root, name).write_text(f"{proc.pid} {port}\n")
+    _pid_file(root, name, kind).write_text(f"{proc.pid} {port}\n")
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -129,14 +139,17 @@ def _spawn(
         if listening(port):
             return ServerInfo(name, proc.pid, _url(name, port), True, log)
         time.sleep(0.2)
-    stop(root, name)
+    stop(root, name, kind=kind)
     raise PartlakeError(
         f"{name} did not listen on {HOST}:{port} within {timeout:.0f} s; see {log}."
     )
 
 
+_SCHEMES = {"connect": "sc", "metastore": "thrift", "sql-server": "jdbc:hive2"}
+
+
 def _url(name: str, port: int) -> str:
-    return f"sc://{HOST}:{port}" if name == "connect" else f"spark://{HOST}:{port}"
+    return f"{_SCHEMES.get(name, 'spark')}://{HOST}:{port}"
 
 
 def start_connect(
@@ -175,7 +188,7 @@ def start_connect(
         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
         "spark-internal",
     ]
-    return _spawn(root, "connect", command, port, timeout, env=s3a.secret_env())
+    return spawn(root, "connect", command, port, timeout, env=s3a.secret_env())
 
 
 def start_standalone(
@@ -189,7 +202,7 @@ def start_standalone(
 ) -> list[ServerInfo]:
     """Start a standalone master on 127.0.0.1:`port` and `workers` workers attached to it."""
     spark_class = str(spark_home() / "bin" / "spark-class")
-    master = _spawn(
+    master = spawn(
         root,
         "master",
         [
@@ -209,7 +222,7 @@ def start_standalone(
     for i in range(workers):
         worker_port = _free_port()
         started.append(
-            _spawn(
+            spawn(
                 root,
                 f"worker{i}",
                 [
@@ -244,9 +257,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def status(root: str, name: str = "connect", port: int | None = None) -> ServerInfo:
-    pid_file = _pid_file(root, name)
-    log = server_dir(root) / f"{name}.log"
+def status(
+    root: str, name: str = "connect", port: int | None = None, *, kind: str = "spark"
+) -> ServerInfo:
+    pid_file = _pid_file(root, name, kind)
+    log = server_dir(root, kind) / f"{name}.log"
     if not pid_file.exists():
         return ServerInfo(name, None, _url(name, port or 15002), False, log)
     pid_text, _, port_text = pid_file.read_text().strip().partition(" ")
@@ -254,10 +269,10 @@ def status(root: str, name: str = "connect", port: int | None = None) -> ServerI
     return ServerInfo(name, pid, _url(name, recorded_port), _alive(pid), log)
 
 
-def stop(root: str, name: str = "connect", grace: float = 20) -> bool:
+def stop(root: str, name: str = "connect", grace: float = 20, *, kind: str = "spark") -> bool:
     """Stop a server started here, by its PID; True if one was running."""
-    info = status(root, name)
-    pid_file = _pid_file(root, name)
+    info = status(root, name, kind=kind)
+    pid_file = _pid_file(root, name, kind)
     if info.pid is None:
         return False
     was_running = info.running

@@ -1,0 +1,179 @@
+"""`LakeCatalog`: the one setting that gives a lake's tables names in a Hive metastore."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dagster import Config
+from pydantic import Field
+
+from dagster_partlake.catalog.client import Metastore
+from dagster_partlake.catalog.metastore import (
+    hive_settings,
+    metastore_status,
+    start_metastore,
+)
+from dagster_partlake.catalog.naming import table_name
+from dagster_partlake.layout import default_root
+
+DEFAULT_PORT = 9083
+DEFAULT_SCHEMA = "lake"
+
+
+class LakeCatalog(Config):
+    """Where partlake registers its tables by name: a Hive metastore.
+
+    Set it once, on the IO manager; every table the IO manager writes is then registered as
+    `<schema>.<table>` on its first commit (and its schema kept up to date), and
+    `partlake catalog sync|list` and the SQL endpoint use the same metastore:
+
+    ```python
+    from dagster import Definitions
+    from dagster_partlake import DeltaPartitionIOManager, LakeCatalog, SparkResource
+
+    spark = SparkResource()
+    defs = Definitions(
+        assets=[...],
+        resources={
+            "spark": spark,
+            "io_manager": DeltaPartitionIOManager(spark=spark, catalog=LakeCatalog()),
+        },
+    )
+    ```
+
+    With no `metastore_uri`, partlake runs its own metastore for the lake home
+    (`$PARTLAKE_HOME`): started on demand on 127.0.0.1:`port`, backed by embedded Derby under
+    `$PARTLAKE_HOME/catalog` (or by `database_url`), stopped with `partlake catalog stop`.
+    """
+
+    enabled: bool = Field(
+        default=True,
+        description="Register tables; False turns the catalog off without removing the setting.",
+    )
+    metastore_uri: str | None = Field(
+        default=None,
+        description=(
+            "thrift://host:port of a running Hive metastore (a shared one, or another team's). "
+            "Unset: partlake's own metastore for $PARTLAKE_HOME on 127.0.0.1:`port`, started "
+            "on demand."
+        ),
+    )
+    port: int = Field(
+        default=DEFAULT_PORT,
+        description="The port of partlake's own metastore on 127.0.0.1 (unused with metastore_uri).",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description=(
+            "JDBC URL of the database behind partlake's own metastore: unset, embedded Derby "
+            "under $PARTLAKE_HOME/catalog; jdbc:postgresql://host:port/db shares one catalog "
+            "between machines."
+        ),
+    )
+    database_user: str | None = Field(
+        default=None, description="The user of `database_url`'s database."
+    )
+    database_password: str | None = Field(
+        default=None,
+        description=(
+            "The password of `database_url`'s database (use dagster.EnvVar). Kept in a 0600 file "
+            "the metastore reads; never in a log, the UI or a command line."
+        ),
+    )
+    default_schema: str = Field(
+        default=DEFAULT_SCHEMA,
+        description=(
+            "The schema of tables whose asset key has one part (`daily_region_stats` -> "
+            "lake.daily_region_stats); a key's first part is its schema otherwise "
+            "(`marts/user_activity` -> marts.user_activity). An asset's own `dagster/table_name` "
+            "metadata wins over both."
+        ),
+    )
+    timeout_seconds: float = Field(
+        default=10.0, description="How long one metastore call may take before it is given up."
+    )
+    start_timeout_seconds: float = Field(
+        default=180.0,
+        description="How long partlake waits for its own metastore to listen when it starts it.",
+    )
+    home: str | None = Field(
+        default=None,
+        description="The lake home of partlake's own metastore (default: $PARTLAKE_HOME).",
+    )
+
+    def __repr_args__(self) -> Any:
+        # The password never reaches a log or a message through this object's repr.
+        return [(k, "***" if k == "database_password" and v else v) for k, v in super().__repr_args__()]
+
+    @property
+    def own(self) -> bool:
+        """Whether partlake runs this metastore (no `metastore_uri`)."""
+        return not self.metastore_uri
+
+    @property
+    def lake_home(self) -> str:
+        return self.home or default_root()
+
+    @property
+    def uri(self) -> str:
+        """The metastore's `thrift://host:port`."""
+        return self.metastore_uri or f"thrift://127.0.0.1:{self.port}"
+
+    def table_name(self, key_path: Sequence[str], explicit: str | None = None) -> str:
+        """The `schema.table` of the asset with key `key_path` (`explicit`: its own
+        `dagster/table_name`)."""
+        return table_name(key_path, self.default_schema, explicit)
+
+    def spark_conf(self) -> dict[str, str]:
+        """The Spark settings of a session that reads the lake's tables by name (Delta's
+        settings come from `SparkResource`): the Hive catalog at this metastore."""
+        return {
+            "spark.sql.catalogImplementation": "hive",
+            "spark.hadoop.hive.metastore.uris": self.uri,
+        }
+
+    def settings(self) -> dict[str, str]:
+        """hive-site.xml of partlake's own metastore (holds the password: never log it)."""
+        return hive_settings(
+            self.lake_home,
+            database_url=self.database_url,
+            database_user=self.database_user,
+            database_password=self.database_password,
+        )
+
+    def running(self) -> bool:
+        """Whether the metastore answers now (partlake's own: its process runs)."""
+        if self.own and not metastore_status(self.lake_home, self.port).running:
+            return False
+        try:
+            with self.connect() as metastore:
+                metastore.entries(["__partlake_probe__"])
+            return True
+        except Exception:
+            return False
+
+    def connect(self, *, start: bool = False, say: Callable[[str], object] | None = None) -> Metastore:
+        """A connection to the metastore; with `start`, partlake's own is started first when it
+        is not running (waiting for another process that starts it, and saying so)."""
+        if start and self.own and not metastore_status(self.lake_home, self.port).running:
+            start_metastore(
+                self.lake_home,
+                port=self.port,
+                settings=self.settings(),
+                timeout=self.start_timeout_seconds,
+                say=say,
+            )
+        return Metastore(self.uri, timeout=self.timeout_seconds)
+
+
+def catalog_from_env() -> LakeCatalog | None:
+    """The catalog `PARTLAKE_CATALOG` asks for: `off` none, a `thrift://` URI that metastore,
+    anything else (or unset) partlake's own (the example code location's setting)."""
+    value = os.environ.get("PARTLAKE_CATALOG", "").strip()
+    if value.lower() == "off":
+        return None
+    if value.startswith("thrift://"):
+        return LakeCatalog(metastore_uri=value)
+    return LakeCatalog()
