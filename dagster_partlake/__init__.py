@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from dagster_partlake.lazy import lazy_names
 
 if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X as X`)
+    from dagster_partlake.catalog.config import LakeCatalog as LakeCatalog
+    from dagster_partlake.errors import CatalogError as CatalogError
     from dagster_partlake.errors import CommitConflictError as CommitConflictError
     from dagster_partlake.errors import InvalidPredicateError as InvalidPredicateError
     from dagster_partlake.errors import PartitionMismatchError as PartitionMismatchError
@@ -60,7 +62,9 @@ if TYPE_CHECKING:  # what type checkers see: each public name, re-exported (`X a
 # ties it to the TYPE_CHECKING imports above and to the API reference page.
 _LAZY = {
     "CommitRecord": "dagster_partlake.records.record",
+    "CatalogError": "dagster_partlake.errors",
     "CommitConflictError": "dagster_partlake.errors",
+    "LakeCatalog": "dagster_partlake.catalog.config",
     "InvalidPredicateError": "dagster_partlake.errors",
     "PartitionMismatchError": "dagster_partlake.errors",
     "PartlakeConfigError": "dagster_partlake.errors",

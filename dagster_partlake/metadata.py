@@ -69,5 +69,8 @@ ROWS_KEY = "partlake/rows"  # rows the partition got from the write that reporte
 # Materialization metadata of a write its run guards skipped (`partlake/conditions` with action
 # "skip"): the condition that did not hold. Nothing but the commit record was written.
 SKIPPED_KEY = "partlake/skipped"
+# Materialization metadata of a write registered in the catalog (`dagster_partlake.catalog`):
+# what registering did ("registered", "schema updated", "unchanged", "moved").
+CATALOG_KEY = "partlake/catalog"
 # An asset check evaluation's metadata of a quality gate: the partitions that failed it.
 FAILING_PARTITIONS_KEY = "partlake/failing_partitions"

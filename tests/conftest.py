@@ -103,6 +103,23 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real Hive metastore (partlake's own, `dagster_partlake.catalog.metastore`) for the
+    test session on 127.0.0.1 and a free port, backed by embedded Derby in a temporary folder,
+    stopped by its PID at the end; yields its `thrift://` URI. Tests keep apart by schema
+    (`LakeCatalog(metastore_uri=..., default_schema=<their own>)`)."""
+    from dagster_partlake.catalog.metastore import hive_settings, start_metastore, stop_metastore
+    from tests.servers import free_port
+
+    home = str(tmp_path_factory.mktemp("metastore"))
+    info = start_metastore(home, port=free_port(), settings=hive_settings(home))
+    try:
+        yield info.url
+    finally:
+        stop_metastore(home)
+
+
+@pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real Kafka broker (KRaft, `scripts/kafka_server.py`) for the test session, on
     127.0.0.1 and a free port, stopped at the end of the session; each test makes its own

@@ -171,7 +171,9 @@ class Metastore:
                 except NoSuchObjectException:
                     continue
                 if tables:
-                    found += [_entry_of(t) for t in client.get_table_objects_by_name(schema, tables)]
+                    found += [
+                        _entry_of(t) for t in client.get_table_objects_by_name(schema, tables)
+                    ]
         return sorted(found, key=lambda e: e.name)
 
     def create(self, entry: CatalogEntry) -> None:
@@ -189,7 +191,9 @@ class Metastore:
                 client.get_database(schema)
             except ttypes.NoSuchObjectException:
                 try:
-                    client.create_database(ttypes.Database(name=schema, description="", parameters={}))
+                    client.create_database(
+                        ttypes.Database(name=schema, description="", parameters={})
+                    )
                 except ttypes.AlreadyExistsException:
                     pass  # another writer created it meanwhile
             location = client.get_database(schema).locationUri
@@ -201,7 +205,9 @@ class Metastore:
                     f"{entry.location}; `partlake catalog list` shows both."
                 ) from error
 
-    def update_schema(self, entry: CatalogEntry, schema_json: str, location: str | None = None) -> None:
+    def update_schema(
+        self, entry: CatalogEntry, schema_json: str, location: str | None = None
+    ) -> None:
         """Replace the schema kept in `entry`'s metastore entry, and with `location` the table
         URI it points at (a lake that moved); nothing else changes."""
         schema, table = split_name(entry.name)

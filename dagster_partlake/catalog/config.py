@@ -15,11 +15,13 @@ from dagster_partlake.catalog.metastore import (
     metastore_status,
     start_metastore,
 )
-from dagster_partlake.catalog.naming import table_name
-from dagster_partlake.layout import default_root
+from dagster_partlake.catalog.naming import TABLE_NAME_KEY, table_name
+from dagster_partlake.layout import resolve_root
 
 DEFAULT_PORT = 9083
 DEFAULT_SCHEMA = "lake"
+CALL_TIMEOUT_SECONDS = 10.0  # one metastore call, before it is given up
+START_TIMEOUT_SECONDS = 180.0  # partlake's own metastore starting (a first start creates Derby)
 
 
 class LakeCatalog(Config):
@@ -48,10 +50,6 @@ class LakeCatalog(Config):
     `$PARTLAKE_HOME/catalog` (or by `database_url`), stopped with `partlake catalog stop`.
     """
 
-    enabled: bool = Field(
-        default=True,
-        description="Register tables; False turns the catalog off without removing the setting.",
-    )
     metastore_uri: str | None = Field(
         default=None,
         description=(
@@ -91,21 +89,12 @@ class LakeCatalog(Config):
             "metadata wins over both."
         ),
     )
-    timeout_seconds: float = Field(
-        default=10.0, description="How long one metastore call may take before it is given up."
-    )
-    start_timeout_seconds: float = Field(
-        default=180.0,
-        description="How long partlake waits for its own metastore to listen when it starts it.",
-    )
-    home: str | None = Field(
-        default=None,
-        description="The lake home of partlake's own metastore (default: $PARTLAKE_HOME).",
-    )
 
     def __repr_args__(self) -> Any:
         # The password never reaches a log or a message through this object's repr.
-        return [(k, "***" if k == "database_password" and v else v) for k, v in super().__repr_args__()]
+        return [
+            (k, "***" if k == "database_password" and v else v) for k, v in super().__repr_args__()
+        ]
 
     @property
     def own(self) -> bool:
@@ -114,7 +103,8 @@ class LakeCatalog(Config):
 
     @property
     def lake_home(self) -> str:
-        return self.home or default_root()
+        """Where partlake's own metastore keeps its files: `$PARTLAKE_HOME` (`<it>/catalog`)."""
+        return resolve_root(None)
 
     @property
     def uri(self) -> str:
@@ -125,6 +115,22 @@ class LakeCatalog(Config):
         """The `schema.table` of the asset with key `key_path` (`explicit`: its own
         `dagster/table_name`)."""
         return table_name(key_path, self.default_schema, explicit)
+
+    def named(self, assets: Sequence[Any]) -> list[Any]:
+        """`assets` with each asset's catalog name as its `dagster/table_name` (Dagster's
+        `TableMetadataSet.table_name`), so the UI's catalog and search find it; an asset's own
+        `dagster/table_name` stays. Anything that is not an `AssetsDefinition` (a source asset,
+        a check) passes unchanged."""
+        from dagster import AssetsDefinition
+
+        def with_name(spec: Any) -> Any:
+            if TABLE_NAME_KEY in spec.metadata:
+                return spec
+            return spec.merge_attributes(metadata={TABLE_NAME_KEY: self.table_name(spec.key.path)})
+
+        return [
+            a.map_asset_specs(with_name) if isinstance(a, AssetsDefinition) else a for a in assets
+        ]
 
     def spark_conf(self) -> dict[str, str]:
         """The Spark settings of a session that reads the lake's tables by name (Delta's
@@ -154,7 +160,9 @@ class LakeCatalog(Config):
         except Exception:
             return False
 
-    def connect(self, *, start: bool = False, say: Callable[[str], object] | None = None) -> Metastore:
+    def connect(
+        self, *, start: bool = False, say: Callable[[str], object] | None = None
+    ) -> Metastore:
         """A connection to the metastore; with `start`, partlake's own is started first when it
         is not running (waiting for another process that starts it, and saying so)."""
         if start and self.own and not metastore_status(self.lake_home, self.port).running:
@@ -162,10 +170,10 @@ class LakeCatalog(Config):
                 self.lake_home,
                 port=self.port,
                 settings=self.settings(),
-                timeout=self.start_timeout_seconds,
+                timeout=START_TIMEOUT_SECONDS,
                 say=say,
             )
-        return Metastore(self.uri, timeout=self.timeout_seconds)
+        return Metastore(self.uri, timeout=CALL_TIMEOUT_SECONDS)
 
 
 def catalog_from_env() -> LakeCatalog | None:

@@ -8,12 +8,16 @@ drops, renames or repoints an entry: a name taken by another format or another l
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from dagster_partlake.catalog.client import CatalogEntry, Metastore
 from dagster_partlake.errors import CatalogError
 from dagster_partlake.storage import TableLocation
+
+if TYPE_CHECKING:
+    from dagster_partlake.catalog.config import LakeCatalog
 
 Outcome = Literal["registered", "schema updated", "unchanged", "moved"]
 
@@ -36,7 +40,9 @@ def table_schema_json(location: TableLocation) -> str:
     metadata only is read, not its files."""
     from deltalake import DeltaTable
 
-    table = DeltaTable(location.delta_uri, storage_options=location.delta_options, without_files=True)
+    table = DeltaTable(
+        location.delta_uri, storage_options=location.delta_options, without_files=True
+    )
     return table.schema().to_json()
 
 
@@ -108,3 +114,42 @@ def _check_same_table(entry: CatalogEntry, name: str, uri: str) -> None:
             "`partlake catalog sync`; otherwise give the asset another name (its "
             "`dagster/table_name` metadata)."
         )
+
+
+# Metastores that did not answer, until when this process leaves them alone: a metastore that
+# is down costs one warning per table per minute, not a timeout per commit.
+_DOWN: dict[str, float] = {}
+_DOWN_SECONDS = 60.0
+
+
+def after_commit(
+    catalog: LakeCatalog,
+    name: str,
+    location: TableLocation,
+    warn: Callable[[str], object],
+    say: Callable[[str], object] | None = None,
+) -> Registration | None:
+    """Register a table once its commit landed (partlake's own metastore started first when it
+    is not running). Never raises: a metastore that does not answer, or a name taken by
+    another table, is one warning naming it, and the next commit or `partlake catalog sync`
+    registers the table. None when nothing was registered."""
+    uri = catalog.uri
+    if _DOWN.get(uri, 0.0) > time.monotonic():
+        warn(
+            f"{name} is not registered: the metastore at {uri} did not answer in the last "
+            f"{_DOWN_SECONDS:.0f} s. The next commit or `partlake catalog sync` registers it."
+        )
+        return None
+    try:
+        with catalog.connect(start=True, say=say) as metastore:
+            return register(metastore, name, location)
+    except CatalogError as error:
+        if "did not answer" in str(error) or "did not start" in str(error):
+            _DOWN[uri] = time.monotonic() + _DOWN_SECONDS
+            warn(
+                f"{name} is not registered ({error}). The commit stands; the next commit or "
+                "`partlake catalog sync` registers it."
+            )
+        else:
+            warn(f"{name} is not registered: {error}")
+        return None

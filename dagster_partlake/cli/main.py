@@ -16,6 +16,7 @@ import click
 
 # Command name -> the module of this package that adds it to `main`.
 COMMAND_MODULES = {
+    "catalog": "catalog",
     "delete": "delete",
     "history": "history",
     "maintain": "maintain",
@@ -24,6 +25,7 @@ COMMAND_MODULES = {
     "run": "run",
     "spark": "spark",
     "sql": "sql",
+    "sql-server": "sql_server",
 }
 
 

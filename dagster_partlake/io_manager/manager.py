@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from dagster_partlake.io_manager.streaming import StreamRun
     from dagster_partlake.kinds.write import KindWrite, WriteTarget
 
+from dagster_partlake.catalog.config import LakeCatalog
 from dagster_partlake.delta.defaults import DEFAULT_MAX_ATTEMPTS
 from dagster_partlake.delta.payload import WHOLE_TABLE_ID
 from dagster_partlake.delta.schema import delta_types, spark_to_arrow
@@ -57,7 +58,7 @@ from dagster_partlake.incremental.landing import ARCHIVE_DIR, AfterCommit, data_
 from dagster_partlake.incremental.spec import Incremental
 from dagster_partlake.incremental.streams import STREAM_KEY, StreamSpec
 from dagster_partlake.kinds.spec import writer_of
-from dagster_partlake.metadata import REASONS_TAG, SKIPPED_KEY, WRITER_KEY
+from dagster_partlake.metadata import CATALOG_KEY, REASONS_TAG, SKIPPED_KEY, WRITER_KEY, plain
 from dagster_partlake.partitions.keys import (
     DimensionColumn,
     KeyCodec,
@@ -177,6 +178,15 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         ),
     )
 
+    catalog: LakeCatalog | None = Field(
+        default=None,
+        description=(
+            "A Hive metastore to register every table in as <schema>.<table> on its first "
+            "commit, its schema kept up to date (`dagster_partlake.LakeCatalog`); None: tables "
+            "are known by their location only."
+        ),
+    )
+
     def setup_for_execution(self, context: InitResourceContext) -> None:
         run = context.dagster_run
         if run is None or context.instance is None:
@@ -281,6 +291,9 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         )
         write_seconds = time.perf_counter() - started
         _after_write(context, target, written, reads)
+        catalog_metadata = self._register(
+            context, target.root, committed=written.commit is not None
+        )
         timings = _Timings(
             write=write_seconds,
             spark_start=take_session_starts(),
@@ -291,8 +304,36 @@ class DeltaPartitionIOManager(ConfigurableIOManager):
         if skip is not None:
             # What `partlake run`'s line and the UI show of a run its guards skipped.
             metadata[SKIPPED_KEY] = MetadataValue.text(skip)
-        context.add_output_metadata(metadata)
+        context.add_output_metadata({**metadata, **catalog_metadata})
         _committed(context)
+
+    def _register(
+        self, context: OutputContext, root: str | TableLocation, *, committed: bool
+    ) -> dict[str, Any]:
+        """Once a commit landed: the table registered under its catalog name (a warning, never
+        a failure, when that cannot be done); the name as the output's `dagster/table_name`."""
+        if self.catalog is None:
+            return {}
+        from dagster_partlake.catalog.naming import TABLE_NAME_KEY
+        from dagster_partlake.catalog.register import after_commit
+
+        explicit = context.definition_metadata.get(TABLE_NAME_KEY)
+        explicit = plain(explicit) if explicit is not None else None
+        name = self.catalog.table_name(
+            context.asset_key.path, explicit if isinstance(explicit, str) else None
+        )
+        metadata: dict[str, Any] = {TABLE_NAME_KEY: MetadataValue.text(name)}
+        if committed:
+            location = (
+                root if isinstance(root, TableLocation) else self.table_location(context.asset_key)
+            )
+            done = after_commit(
+                self.catalog, name, location, context.log.warning, say=context.log.info
+            )
+            if done is not None:
+                context.log.info(f"catalog: {done.describe()}, {done.seconds * 1000:.0f} ms")
+                metadata[CATALOG_KEY] = MetadataValue.text(done.outcome)
+        return metadata
 
     def _write(
         self,
