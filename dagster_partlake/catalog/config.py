@@ -60,7 +60,7 @@ class LakeCatalog(Config):
     )
     port: int = Field(
         default=DEFAULT_PORT,
-        description="The port of partlake's own metastore on 127.0.0.1 (unused with metastore_uri).",
+        description="Port of partlake's own metastore on 127.0.0.1 (unused with metastore_uri).",
     )
     database_url: str | None = Field(
         default=None,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -14,6 +15,8 @@ from dagster_partlake.cli.common import boundary
 from dagster_partlake.cli.main import main
 from dagster_partlake.cli.output import echo
 from dagster_partlake.errors import CatalogError, PartlakeConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from dagster_partlake.catalog.config import LakeCatalog
@@ -38,9 +41,8 @@ def location_catalog(module: str) -> LocationCatalog:
         PartlakeConfigError: no IO manager of the code location names a catalog.
     """
     from dagster_partlake.catalog.config import LakeCatalog
-    from dagster_partlake.catalog.naming import TABLE_NAME_KEY
     from dagster_partlake.cli.location import load_definitions
-    from dagster_partlake.metadata import plain
+    from dagster_partlake.maintenance.operations import catalog_tables
     from dagster_partlake.planning.graph import LakeGraph
 
     defs = load_definitions(module)
@@ -55,14 +57,7 @@ def location_catalog(module: str) -> LocationCatalog:
         )
     catalog = catalogs[0]
     graph = LakeGraph(defs)
-    nodes = {node.key.to_user_string(): node for node in graph.asset_graph.asset_nodes}
-    tables = []
-    for name, asset in sorted(graph.assets.items()):
-        if asset.is_source or asset.is_folder:
-            continue
-        explicit = plain(nodes[name].metadata.get(TABLE_NAME_KEY)) if name in nodes else None
-        table = catalog.table_name(asset.key.path, explicit if isinstance(explicit, str) else None)
-        tables.append((name, table, asset.location))
+    tables = [t for t in catalog_tables(graph, catalog) if not graph.assets[t[0]].is_folder]
     return LocationCatalog(catalog, graph, tables)
 
 
@@ -72,7 +67,7 @@ def catalog_group() -> None:
     registers there."""
 
 
-def _module_option(required: bool) -> click.Option:
+def _module_option(required: bool) -> Callable[[F], F]:
     return click.option(
         "-m",
         "--module",

@@ -19,6 +19,9 @@ it.
 
 # No `from __future__ import annotations`: Dagster reads the op's config annotation as a class.
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
 from dagster import (
     AssetKey,
     AssetObservation,
@@ -36,9 +39,14 @@ from dagster_partlake.maintenance.operations import (
     OPERATIONS,
     MaintainOptions,
     TableOutcome,
+    catalog_tables,
     maintain_tables,
     managed_tables,
 )
+
+if TYPE_CHECKING:
+    from dagster_partlake.catalog.config import LakeCatalog
+    from dagster_partlake.planning.graph import LakeGraph
 
 DEFAULT_JOB_NAME = "partlake_maintenance"
 
@@ -107,6 +115,9 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
         for asset, outcomes in done.items():
             if any(o.status != "no_table" for o in outcomes):
                 context.log_event(_observation(graph.assets[asset].key, outcomes))
+        catalog = getattr(io_manager, "catalog", None)
+        if catalog is not None:
+            _register(context, catalog, graph, config.assets, done)
         failed = [o for outcomes in done.values() for o in outcomes if o.status == "failed"]
         if failed:
             raise PartlakeError(
@@ -119,6 +130,25 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
         maintain()
 
     return maintenance_job
+
+
+def _register(
+    context: OpExecutionContext,
+    catalog: "LakeCatalog",
+    graph: "LakeGraph",
+    select: Sequence[str] | None,
+    done: Mapping[str, list[TableOutcome]],
+) -> None:
+    """Each maintained table registered (a table whose registration failed at its commit,
+    the metastore down then, gets its name now); a warning, never a failure, when it cannot."""
+    from dagster_partlake.catalog.register import after_commit
+
+    for asset, name, location in catalog_tables(graph, catalog, select):
+        if all(o.status == "no_table" for o in done.get(asset, [])):
+            continue
+        registered = after_commit(catalog, name, location, context.log.warning, context.log.info)
+        if registered is not None:
+            context.log.info(f"catalog: {registered.describe()}")
 
 
 def _observation(key: AssetKey, outcomes: list[TableOutcome]) -> AssetObservation:

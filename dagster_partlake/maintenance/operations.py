@@ -24,6 +24,7 @@ from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from dagster_partlake.catalog.config import LakeCatalog
     from dagster_partlake.maintenance.checkpoint import CheckpointResult
     from dagster_partlake.maintenance.compact import CompactResult
     from dagster_partlake.maintenance.vacuum import VacuumResult
@@ -102,6 +103,25 @@ def managed_tables(
             )
         managed = [n for n in managed if n in select]
     return [(name, graph.assets[name].location) for name in managed]
+
+
+def catalog_tables(
+    graph: LakeGraph, catalog: LakeCatalog, select: Sequence[str] | None = None
+) -> list[tuple[str, str, TableLocation]]:
+    """(asset name, `schema.table`, table location) of the managed Delta tables (or of those
+    `select` names): each one's catalog name, its own `dagster/table_name` first."""
+    from dagster_partlake.catalog.naming import TABLE_NAME_KEY
+    from dagster_partlake.metadata import plain
+
+    found = []
+    for name, location in managed_tables(graph, select):
+        node = graph.asset_graph.get(graph.assets[name].key)
+        explicit = plain(node.metadata.get(TABLE_NAME_KEY))
+        table = catalog.table_name(
+            graph.assets[name].key.path, explicit if isinstance(explicit, str) else None
+        )
+        found.append((name, table, location))
+    return found
 
 
 def maintain_tables(

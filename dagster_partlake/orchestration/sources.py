@@ -7,6 +7,7 @@ partition last changed. Assets read it through `DeltaPartitionIOManager` like an
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -21,8 +22,10 @@ from dagster import (
     observable_source_asset,
 )
 
+from dagster_partlake.catalog.config import LakeCatalog
+from dagster_partlake.catalog.naming import TABLE_NAME_KEY
 from dagster_partlake.delta.state import StateCache
-from dagster_partlake.errors import PartlakeConfigError
+from dagster_partlake.errors import CatalogError, PartlakeConfigError
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
 from dagster_partlake.metadata import FORMAT_KEY, KAFKA_KEY, PATH_KEY, POSTGRES_KEY, ROOT_KEY
 from dagster_partlake.planning.convert import read_state, to_partition_states
@@ -49,6 +52,8 @@ def partlake_source(
     after_commit: AfterCommit | None = None,
     postgres: PostgresTable | None = None,
     kafka: KafkaTopic | None = None,
+    table: str | None = None,
+    catalog: LakeCatalog | None = None,
 ) -> SourceAsset:
     """An observable source asset over a Delta table (default), a folder of Parquet files, a
     PostgreSQL table or query (`postgres`) or a Kafka topic (`kafka`).
@@ -73,9 +78,26 @@ def partlake_source(
             (`dagster_partlake.sources.postgres`).
         kafka: the source is a Kafka topic, read by a streaming asset
             (`dagster_partlake.sources.kafka`).
+        table: the source is the Delta table registered in the metastore under this name
+            (`schema.table`): its location is looked up once, now, and the source is then
+            planned and read as a source at that path.
+        catalog: the metastore `table` is looked up in (default `LakeCatalog()`, partlake's own
+            for `$PARTLAKE_HOME`).
+
+    Raises:
+        CatalogError: `table` is not in the metastore, is not a Delta table, or the metastore
+            does not answer.
     """
     asset_key = AssetKey.from_coercible(key)
     name = asset_key.to_user_string()
+    if table is not None:
+        if folder or path is not None or root is not None or postgres or kafka:
+            raise PartlakeConfigError(
+                f"source {name} sets table={table!r} with folder, path, root, postgres or "
+                "kafka; a source by name is found through the metastore: give only table=."
+            )
+        path = _registered_path(name, table, catalog)
+        metadata = {TABLE_NAME_KEY: table.lower(), **(metadata or {})}
     full_metadata = _declaration(
         name,
         dict(metadata or {}),
@@ -108,6 +130,40 @@ def partlake_source(
             description=description,
             required_resource_keys={io_manager_key},
         )(_observe)
+
+
+def _registered_path(name: str, table: str, catalog: LakeCatalog | None) -> str:
+    """Where the Delta table `table` lives, as its metastore entry says (a local path or an
+    object store URI that `TableLocation` reads).
+
+    Raises:
+        CatalogError: no such entry, not a Delta table, or the metastore does not answer.
+    """
+    from urllib.parse import urlparse
+
+    catalog = catalog or LakeCatalog()
+
+    def say(message: str) -> None:
+        print(f"partlake: source {name}: {message}", file=sys.stderr)
+
+    with catalog.connect(start=True, say=say) as metastore:
+        entry = metastore.entry(table)
+    if entry is None:
+        raise CatalogError(
+            f"source {name}: no table {table} in the metastore at {catalog.uri}. Check the name "
+            f"(`partlake sql-server query 'SHOW TABLES IN {table.partition('.')[0]}'` lists the "
+            "schema's tables), or declare the source by path= instead."
+        )
+    if not entry.is_delta:
+        raise CatalogError(
+            f"source {name}: {table} in the metastore at {catalog.uri} is a {entry.provider} "
+            f"table at {entry.location}, not a Delta table; partlake plans sources from a Delta "
+            "log. Declare it another way (folder=True for a folder of Parquet files)."
+        )
+    parsed = urlparse(entry.location)
+    if parsed.scheme in ("", "file"):
+        return parsed.path
+    return entry.location.replace("s3a://", "s3://", 1)
 
 
 def _declaration(
