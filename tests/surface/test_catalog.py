@@ -94,7 +94,8 @@ days = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-0
 @dg.asset(partitions_def=days, backfill_policy=dg.BackfillPolicy.single_run())
 def visits(context: dg.AssetExecutionContext, spark: SparkResource) -> DataFrame:
     keys = context.partition_keys
-    return spark.spark_session.createDataFrame([(d, i) for d in keys for i in range(3)], "date string, n long")
+    rows = [(d, i) for d in keys for i in range(3)]
+    return spark.spark_session.createDataFrame(rows, "date string, n long")
 
 
 @dg.asset(partitions_def=days, backfill_policy=dg.BackfillPolicy.single_run())
@@ -162,16 +163,16 @@ def test_tables_are_registered_by_name_and_follow_their_schema(
             assert entry.is_delta and entry.same_location(str(where)), entry
             assert _fields(entry.schema_json) == DeltaTable(str(where)).schema().to_arrow().names
     # The UI's table name is the catalog name.
-    names = project.ok(
-        "python",
-        "-c",
-        f"import {module}; "
-        f"print({{k.to_user_string(): s.metadata.get('dagster/table_name') "
-        f"for k, s in {{s.key: s for a in {module}.defs.assets for s in getattr(a, 'specs', [])}}.items()}})",
+    script = (
+        f"import {module}\n"
+        f"for a in {module}.defs.assets:\n"
+        "    for s in getattr(a, 'specs', []):\n"
+        "        print(s.key.to_user_string(), s.metadata.get('dagster/table_name'))\n"
     )
-    assert f"'order_lines': '{schema}.order_lines'" in names, names
-    assert f"'{schema}m/order_totals': '{schema}m.order_totals'" in names, names
-    assert f"'busy_days': '{schema}.big_days'" in names, names
+    names = project.ok("python", "-c", script)
+    assert f"order_lines {schema}.order_lines" in names, names
+    assert f"{schema}m/order_totals {schema}m.order_totals" in names, names
+    assert f"busy_days {schema}.big_days" in names, names
 
     # The exporter rewrites a day and sends discounts: the next run adds the column, and the
     # entry's schema follows without a manual step.
@@ -326,3 +327,114 @@ def _hive_table(uri: str, schema: str, table: str, location: str) -> None:
         )  # fmt: skip
     finally:
         transport.close()
+
+
+SHARED = """
+import os
+
+import dagster as dg
+from pyspark.sql import DataFrame
+
+from dagster_partlake import DeltaPartitionIOManager, LakeCatalog, SparkResource
+
+options = {
+    "AWS_ENDPOINT_URL": "{endpoint}",
+    "AWS_ALLOW_HTTP": "true",
+    "AWS_REGION": "{region}",
+}
+# partlake's own metastore, its catalog kept in PostgreSQL: every machine that names the same
+# database sees the same tables. The password comes from the environment.
+catalog = LakeCatalog(
+    port={port},
+    database_url="jdbc:postgresql://127.0.0.1:{pg_port}/{db}",
+    database_user="{user}",
+    database_password=os.environ["METASTORE_PASSWORD"],
+    default_schema="{schema}",
+)
+days = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-03")
+
+
+@dg.asset(partitions_def=days, backfill_policy=dg.BackfillPolicy.single_run())
+def visits(context: dg.AssetExecutionContext, spark: SparkResource) -> DataFrame:
+    keys = context.partition_keys
+    return spark.spark_session.createDataFrame(
+        [(d, i) for d in keys for i in range(3)], "date string, n long"
+    )
+
+
+spark = SparkResource(master="local[2]", storage_options=options)
+defs = dg.Definitions(
+    assets=catalog.named([visits]),
+    resources={
+        "spark": spark,
+        "io_manager": DeltaPartitionIOManager(
+            spark=spark, root="{lake}", storage_options=options, catalog=catalog
+        ),
+    },
+    executor=dg.in_process_executor,
+)
+"""
+
+
+@pytest.mark.s3
+@covers(
+    "LakeCatalog(database_url=)",
+    "LakeCatalog(database_user=)",
+    "LakeCatalog(database_password=)",
+    "DeltaPartitionIOManager(catalog=) [s3]",
+)
+def test_a_catalog_kept_in_postgresql_for_a_lake_on_s3(
+    tmp_path: Path, postgres_source: Any, s3: Any
+) -> None:
+    import psycopg
+
+    from tests.conftest import PG_PASSWORD
+
+    db = f"metastore_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(
+        host="127.0.0.1", port=postgres_source.port, dbname=postgres_source.db,
+        user=postgres_source.user, password=PG_PASSWORD, autocommit=True,
+    ) as connection:  # fmt: skip
+        connection.execute(f"CREATE DATABASE {db}")
+    schema = f"s3{uuid.uuid4().hex[:8]}"
+    project = UserProject(
+        tmp_path,
+        extra_env={
+            "METASTORE_PASSWORD": PG_PASSWORD,
+            "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+        },
+    )
+    port = free_port()
+    lake = s3.uri(f"catalog-{schema}/lake")
+    module = project.write(
+        "shared_catalog", SHARED, endpoint=s3.endpoint, region=s3.region, port=port,
+        pg_port=postgres_source.port, db=db, user=postgres_source.user, schema=schema, lake=lake,
+    )  # fmt: skip
+    try:
+        # The first commit starts partlake's own metastore (nothing was running) and registers.
+        project.ok("partlake", "run", "-m", module)
+        with Metastore(f"thrift://127.0.0.1:{port}") as client:
+            entry = client.entry(f"{schema}.visits")
+        assert entry is not None and entry.is_delta
+        assert entry.location == s3.uri(f"catalog-{schema}/lake/warehouse/visits", scheme="s3a")
+        listed = project.ok("partlake", "catalog", "list", "-m", module)
+        assert f"{schema}.visits" in listed and " ok " in listed, listed
+        # The catalog lives in PostgreSQL, not in a Derby folder of this lake home.
+        with psycopg.connect(
+            host="127.0.0.1", port=postgres_source.port, dbname=db,
+            user=postgres_source.user, password=PG_PASSWORD,
+        ) as connection:  # fmt: skip
+            names = connection.execute('SELECT "TBL_NAME" FROM "TBLS"').fetchall()
+        assert ("visits",) in names
+        assert not (project.lake / "catalog" / "metastore_db").exists()
+        # The password: in a 0600 file the metastore reads, not on its command line or in a log.
+        site = project.lake / "catalog" / "conf" / "hive-site.xml"
+        assert site.stat().st_mode & 0o777 == 0o600
+        pid = int((project.lake / "catalog" / "metastore.pid").read_text().split()[0])
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        assert PG_PASSWORD not in command_line
+        logs = "".join(p.read_text(errors="replace") for p in project.lake.rglob("*.log"))
+        assert PG_PASSWORD not in logs and s3.secret_key not in logs
+    finally:
+        project.ok("partlake", "catalog", "stop", "-m", module)
