@@ -18,6 +18,7 @@ from dagster_partlake import (  # noqa: E402
     partlake_asset_checks,
     sql_assets,
 )
+from dagster_partlake.catalog.config import catalog_from_env  # noqa: E402
 from definitions.assets import (  # noqa: E402
     clean_events,
     daily_region_stats,
@@ -52,12 +53,18 @@ spark = SparkResource(
 
 # The lake: $PARTLAKE_LAKE_ROOT (an object store URI for `make demo-s3`), else $PARTLAKE_HOME on
 # local disk; an object store's endpoint and keys come from the AWS environment variables.
-io_manager = DeltaPartitionIOManager(spark=spark, root=lake_root())
+# Tables by name: PARTLAKE_CATALOG=own (as `make demo` sets it) registers every table in
+# partlake's own Hive metastore (lake.raw_events, lake.daily_region_stats, marts.user_activity,
+# ...); a thrift:// URI names another metastore; unset, tables are known by location only.
+catalog = catalog_from_env()
+io_manager = DeltaPartitionIOManager(spark=spark, root=lake_root(), catalog=catalog)
 
 # Compact, vacuum and checkpoint every managed table each night: nothing becomes stale.
 maintenance = build_maintenance_job()
 
 ASSETS = [*LAKEHOUSE, *MODEL_ASSETS, *SQL_MODELS]
+if catalog is not None:
+    ASSETS = catalog.named(ASSETS)  # each asset's catalog name as its dagster/table_name
 # The PostgreSQL and Kafka sources (group `sources`) when their servers are named
 # (`make demo-sources`: definitions.sources).
 ASSETS += source_assets()

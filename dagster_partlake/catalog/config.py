@@ -16,6 +16,7 @@ from dagster_partlake.catalog.metastore import (
     start_metastore,
 )
 from dagster_partlake.catalog.naming import TABLE_NAME_KEY, table_name
+from dagster_partlake.errors import PartlakeConfigError
 from dagster_partlake.layout import resolve_root
 
 DEFAULT_PORT = 9083
@@ -177,11 +178,16 @@ class LakeCatalog(Config):
 
 
 def catalog_from_env() -> LakeCatalog | None:
-    """The catalog `PARTLAKE_CATALOG` asks for: `off` none, a `thrift://` URI that metastore,
-    anything else (or unset) partlake's own (the example code location's setting)."""
+    """The catalog `$PARTLAKE_CATALOG` names (the example code location's setting): `own`
+    partlake's own metastore for `$PARTLAKE_HOME`, a `thrift://host:port` URI that metastore,
+    unset or `off` none."""
     value = os.environ.get("PARTLAKE_CATALOG", "").strip()
-    if value.lower() == "off":
+    if value in ("", "off"):
         return None
+    if value == "own":
+        return LakeCatalog()
     if value.startswith("thrift://"):
         return LakeCatalog(metastore_uri=value)
-    return LakeCatalog()
+    raise PartlakeConfigError(
+        f"PARTLAKE_CATALOG={value!r} is not `own`, `off` or a thrift://host:port URI."
+    )
