@@ -17,15 +17,14 @@ from dagster_partlake.lazy import lazy_names
 if TYPE_CHECKING:
     from dagster_partlake.catalog.client import CatalogEntry, Metastore
     from dagster_partlake.catalog.config import LakeCatalog
-    from dagster_partlake.catalog.register import Registration, register
+    from dagster_partlake.catalog.register import Registration
 
-__all__ = ["CatalogEntry", "LakeCatalog", "Metastore", "Registration", "register"]
+__all__ = ["CatalogEntry", "LakeCatalog", "Metastore", "Registration"]
 
 _LAZY = {
     "CatalogEntry": "dagster_partlake.catalog.client",
     "Metastore": "dagster_partlake.catalog.client",
     "LakeCatalog": "dagster_partlake.catalog.config",
     "Registration": "dagster_partlake.catalog.register",
-    "register": "dagster_partlake.catalog.register",
 }
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

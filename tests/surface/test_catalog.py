@@ -130,6 +130,7 @@ def _fields(schema_json: str) -> list[str]:
 
 
 @covers(
+    "LakeCatalog",
     "LakeCatalog(metastore_uri=)",
     "LakeCatalog(default_schema=)",
     "DeltaPartitionIOManager(catalog=)",
@@ -381,7 +382,6 @@ defs = dg.Definitions(
     "LakeCatalog(database_url=)",
     "LakeCatalog(database_user=)",
     "LakeCatalog(database_password=)",
-    "DeltaPartitionIOManager(catalog=) [s3]",
 )
 def test_a_catalog_kept_in_postgresql_for_a_lake_on_s3(
     tmp_path: Path, postgres_source: Any, s3: Any
