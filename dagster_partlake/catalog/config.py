@@ -166,7 +166,10 @@ class LakeCatalog(Config):
     ) -> Metastore:
         """A connection to the metastore; with `start`, partlake's own is started first when it
         is not running (waiting for another process that starts it, and saying so)."""
-        if start and self.own and not metastore_status(self.lake_home, self.port).running:
+        info = metastore_status(self.lake_home, self.port) if start and self.own else None
+        # Running on this catalog's port, or (re)started there: a metastore of this home left
+        # on another port is not the one this catalog names.
+        if info is not None and not (info.running and info.url.endswith(f":{self.port}")):
             start_metastore(
                 self.lake_home,
                 port=self.port,
