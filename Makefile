@@ -9,7 +9,8 @@ export DAGSTER_HOME ?= $(PARTLAKE_HOME)/dagster
 DEMO_DATES := 2024-01-01 2024-01-02 2024-01-03
 DEMO_ROWS ?= 1000
 
-.PHONY: install jars s3-server kafka-server demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads bench-partition-write screenshots demo-s3
+# bench-catalog: what tables by name cost (benchmarks/catalog.py).
+.PHONY: bench-catalog install jars s3-server kafka-server demo test test-faults soak test-fast lint check-java test-deps dev clean bench-backfill bench-plan bench-merge bench-maintain bench-incremental bench-exactness bench-stream bench-refresh bench-spark-start bench-noop bench-log-reads bench-partition-write screenshots demo-s3
 
 # Reinstalls when pyproject.toml changes; the stamp keeps repeated `make` calls instant.
 $(VENV)/.installed: pyproject.toml
@@ -45,6 +46,8 @@ check-java:
 test-deps:
 	@scripts/install_test_deps.sh
 
+# The example registers its tables in partlake's own metastore (docs: Tables by name).
+demo: export PARTLAKE_CATALOG ?= own
 demo: check-java install
 	@mkdir -p $(DAGSTER_HOME) && (test -f $(DAGSTER_HOME)/dagster.yaml || cp scripts/dagster.yaml $(DAGSTER_HOME)/dagster.yaml)
 	@echo "== 1/4 demo source data: raw_events for $(DEMO_DATES) x eu, us, apac"
@@ -75,6 +78,12 @@ demo: check-java install
 	@echo "== The 2024-01-02 export arrives again, unchanged: plan_counts comes out the same, plan_mix does not run"
 	$(BIN)/python -m definitions.exports --date 2024-01-02
 	$(BIN)/partlake run -m definitions
+	@echo
+	@echo "== Tables by name: every table is in partlake's own metastore; an analyst's query through the SQL endpoint"
+	$(BIN)/partlake catalog list -m definitions
+	$(BIN)/partlake sql-server start -m definitions
+	$(BIN)/partlake sql-server query -m definitions "SELECT date, region, events FROM lake.daily_region_stats WHERE date = '2024-01-02' ORDER BY region" \
+		; status=$$?; $(BIN)/partlake sql-server stop; exit $$status
 
 # The same demo with the lake on the local S3 server (s3proxy from `make test-deps`), then the lake
 # through the server's listing (scripts/demo_s3.sh; S3_DEMO_PORT, default 9090).
@@ -270,3 +279,8 @@ docs: install
 # Keeps .partlake/jars: fetched, not generated, like .venv (make install would fetch them again).
 clean:
 	@if [ -d .partlake ]; then find .partlake -mindepth 1 -maxdepth 1 ! -name jars -exec rm -rf {} +; fi
+
+# What tables by name cost: registering on a first and on later commits, and the no-change plan
+# and no-op run with and without a catalog (the metastore stopped): benchmarks/out/catalog.json.
+bench-catalog: check-java install
+	$(BIN)/python -m benchmarks.catalog
