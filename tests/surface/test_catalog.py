@@ -65,7 +65,8 @@ def order_totals(order_lines: DataFrame) -> DataFrame:
 @dg.asset(
     partitions_def=days,
     backfill_policy=one_run,
-    metadata={"dagster/table_name": "{schema}.big_days"},
+    # Committed by delta-spark's own writer: registered all the same.
+    metadata={"dagster/table_name": "{schema}.big_days", "partlake/writer": "delta-spark"},
 )
 def busy_days(order_lines: DataFrame) -> DataFrame:
     return order_lines.groupBy("date").count()
@@ -86,7 +87,12 @@ PLAIN = """
 import dagster as dg
 from pyspark.sql import DataFrame
 
-from dagster_partlake import DeltaPartitionIOManager, LakeCatalog, SparkResource
+from dagster_partlake import (
+    DeltaPartitionIOManager,
+    LakeCatalog,
+    SparkResource,
+    build_maintenance_job,
+)
 
 days = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-03")
 
@@ -107,6 +113,7 @@ spark = SparkResource(master="local[2]")
 io_manager = DeltaPartitionIOManager(spark=spark, root="{root}"{catalog})
 defs = dg.Definitions(
     assets=[visits, visit_counts],
+    jobs=[build_maintenance_job()],
     resources={"spark": spark, "io_manager": io_manager},
     executor=dg.in_process_executor,
 )
@@ -272,12 +279,18 @@ def test_sync_registers_an_earlier_lake_and_a_moved_one_and_never_replaces_anoth
     assert not Path(f"/proc/{pid}").exists()
 
 
-def test_a_metastore_that_does_not_answer_is_a_warning_and_the_commit_stands(
-    tmp_path: Path,
+def test_a_metastore_that_does_not_answer_is_a_warning_and_the_maintenance_job_registers(
+    tmp_path: Path, spark: Any
 ) -> None:
+    from dagster_partlake.catalog.metastore import hive_settings, start_metastore, stop_metastore
+
     project = UserProject(tmp_path)
-    closed = free_port()
-    catalog = f', catalog=LakeCatalog(metastore_uri="thrift://127.0.0.1:{closed}")'
+    down = free_port()
+    schema = f"web{uuid.uuid4().hex[:8]}"
+    catalog = (
+        f', catalog=LakeCatalog(metastore_uri="thrift://127.0.0.1:{down}", '
+        f'default_schema="{schema}")'
+    )
     module = project.write("web_down", PLAIN, root=tmp_path / "lake2", catalog=catalog)
     proc = project.run(
         "dagster", "asset", "materialize", "-m", module, "--select", "visits",
@@ -285,14 +298,38 @@ def test_a_metastore_that_does_not_answer_is_a_warning_and_the_commit_stands(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (
-        f"lake.visits is not registered (the Hive metastore at thrift://127.0.0.1:{closed} did "
-        "not answer"
+        f"{schema}.visits is not registered (the Hive metastore at thrift://127.0.0.1:{down} "
+        "did not answer"
     ) in proc.stderr, proc.stderr[-3000:]
-    assert table_rows(tmp_path / "lake2" / "warehouse" / "visits", ["date", "n"]) == [
-        ("2024-01-01", 0),
-        ("2024-01-01", 1),
-        ("2024-01-01", 2),
-    ]
+    visits = tmp_path / "lake2" / "warehouse" / "visits"
+    assert table_rows(visits, ["date", "n"]) == [("2024-01-01", i) for i in range(3)]
+
+    # delta-spark renames a column (column mapping) while the metastore is still down.
+    spark.sql(
+        f"ALTER TABLE delta.`{visits}` SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
+        "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')"
+    )
+    spark.sql(f"ALTER TABLE delta.`{visits}` RENAME COLUMN n TO visit_number")
+
+    # The metastore is back: the nightly maintenance job registers the table, with its schema
+    # as it is now.
+    home = str(tmp_path / "metastore_home")
+    start_metastore(home, port=down, settings=hive_settings(home))
+    try:
+        config = tmp_path / "maintenance.yaml"
+        config.write_text(
+            "ops:\n  partlake_maintenance_tables:\n    config:\n      operations: [checkpoint]\n"
+        )
+        project.ok(
+            "dagster", "job", "execute", "-m", module, "-j", "partlake_maintenance",
+            "-c", str(config),
+        )  # fmt: skip
+        with Metastore(f"thrift://127.0.0.1:{down}") as client:
+            entry = client.entry(f"{schema}.visits")
+    finally:
+        stop_metastore(home)
+    assert entry is not None and entry.same_location(str(visits))
+    assert sorted(_fields(entry.schema_json)) == ["date", "visit_number"]
 
 
 def _hive_table(uri: str, schema: str, table: str, location: str) -> None:
