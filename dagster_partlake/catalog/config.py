@@ -145,9 +145,9 @@ class LakeCatalog(Config):
         """hive-site.xml of partlake's own metastore (holds the password: never log it)."""
         return hive_settings(
             self.lake_home,
-            database_url=self.database_url,
-            database_user=self.database_user,
-            database_password=self.database_password,
+            database_url=_resolved(self.database_url),
+            database_user=_resolved(self.database_user),
+            database_password=_resolved(self.database_password),
         )
 
     def running(self) -> bool:
@@ -178,6 +178,15 @@ class LakeCatalog(Config):
                 say=say,
             )
         return Metastore(self.uri, timeout=CALL_TIMEOUT_SECONDS)
+
+
+def _resolved(value: str | None) -> str | None:
+    """`value`, or the environment variable's value where it is a `dagster.EnvVar` (Dagster
+    resolves those only for a resource it initializes; `partlake catalog` reads the setting
+    from the code location as written)."""
+    from dagster import EnvVar
+
+    return value.get_value() if isinstance(value, EnvVar) else value
 
 
 def catalog_from_env() -> LakeCatalog | None:

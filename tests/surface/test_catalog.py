@@ -368,8 +368,6 @@ def _hive_table(uri: str, schema: str, table: str, location: str) -> None:
 
 
 SHARED = """
-import os
-
 import dagster as dg
 from pyspark.sql import DataFrame
 
@@ -381,12 +379,13 @@ options = {
     "AWS_REGION": "{region}",
 }
 # partlake's own metastore, its catalog kept in PostgreSQL: every machine that names the same
-# database sees the same tables. The password comes from the environment.
+# database sees the same tables. The password comes from the environment (the UI shows the
+# variable's name, never its value).
 catalog = LakeCatalog(
     port={port},
     database_url="jdbc:postgresql://127.0.0.1:{pg_port}/{db}",
     database_user="{user}",
-    database_password=os.environ["METASTORE_PASSWORD"],
+    database_password=dg.EnvVar("METASTORE_PASSWORD"),
     default_schema="{schema}",
 )
 days = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-03")
