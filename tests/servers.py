@@ -31,6 +31,16 @@ BIN = Path(sys.executable).parent
 T = TypeVar("T")
 
 
+def process_gone(pid: int) -> bool:
+    """No such process, or only its zombie: a server whose starter (`partlake ... start`) has
+    exited is reparented, and stays a zombie until reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][:1] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

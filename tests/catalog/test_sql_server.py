@@ -16,7 +16,7 @@ import pytest
 
 from dagster_partlake.catalog.client import Metastore
 from dagster_partlake.spark.jars import default_jars_dir
-from tests.servers import free_port
+from tests.servers import free_port, process_gone
 from tests.surface.project import UserProject, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster_cli]
@@ -72,15 +72,6 @@ def _listening_on(port: int) -> list[str]:
             if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
                 found.append(address)
     return found
-
-
-def _gone(pid: int) -> bool:
-    """No such process, or only its zombie (its parent, `partlake sql-server start`, is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][:1] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def test_sql_endpoint_serves_the_lake_by_name(tmp_path: Path, metastore: str) -> None:
@@ -142,7 +133,7 @@ def test_sql_endpoint_serves_the_lake_by_name(tmp_path: Path, metastore: str) ->
         assert "running" in status and str(port) in status, status
         pid = int((project.lake / "catalog" / "sql-server.pid").read_text().split()[0])
         project.ok("partlake", "sql-server", "stop")
-        assert _gone(pid)
+        assert process_gone(pid)
         stopped = project.run("partlake", "sql-server", "status")
         assert stopped.returncode == 3, stopped.stdout + stopped.stderr
     finally:

@@ -22,7 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 from dagster_partlake.catalog.client import Metastore
 from dagster_partlake.catalog.register import register
 from dagster_partlake.storage import TableLocation
-from tests.servers import free_port
+from tests.servers import free_port, process_gone
 from tests.surface.options import covers
 from tests.surface.project import UserProject, table_rows
 
@@ -276,7 +276,7 @@ def test_sync_registers_an_earlier_lake_and_a_moved_one_and_never_replaces_anoth
         assert (project.lake / "catalog" / "metastore_db").is_dir()
     finally:
         assert "metastore stopped." in project.ok("partlake", "catalog", "stop")
-    assert not Path(f"/proc/{pid}").exists()
+    assert process_gone(pid)
 
 
 def test_a_metastore_that_does_not_answer_is_a_warning_and_the_maintenance_job_registers(
