@@ -259,7 +259,9 @@ bench-exactness: install
 bench-maintain: install
 	$(BIN)/python -m benchmarks.state_sync_commits $(BENCH_ARGS)
 
-# The README's screenshots of the Dagster UI (docs/*.png), taken by the browser test.
+# The README's screenshots of the Dagster UI (docs/ui-*.png: the asset graph, partitions, ticks,
+# run tags, a refresh's runs, an asset's table name, a stale partition, a failed upstream), taken
+# by the browser tests.
 screenshots: check-java install
 	PARTLAKE_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q -m "not faults" tests/test_daemon.py \
 		-k "(TestSqliteInstance and (closure or browser or failing_partition)) or (TestPostgresInstance and stale_partition)"

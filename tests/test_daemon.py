@@ -4,7 +4,8 @@ A user's path: write source data, `dagster dev -w workspace.yaml`, `dagster sens
 let the daemon's runs fill the lake (on SQLite, `partlake run` fills it first, as a team turning
 the sensor on over a lake it already has), rewrite one source partition, and wait until
 `partlake plan --json` is empty again. What the daemon did is then read back through the
-webserver's GraphQL API, as the UI reads it.
+webserver's GraphQL API, as the UI reads it. On SQLite the example's catalog is on (the
+session's Hive metastore): the refresh's tables are registered by the sensor's runs.
 """
 
 from __future__ import annotations
@@ -127,12 +128,14 @@ def refreshed_demo(
     *,
     filled_by_partlake: bool = False,
     lake_env: Mapping[str, str] | None = None,
+    daemon_env: Mapping[str, str] | None = None,
 ) -> Iterator[Refreshed]:
     """`dagster dev` on a fresh demo instance; the sensor, turned on with the Dagster CLI, fills
     the lake (or finds it filled by `partlake run`: a few minutes less of one process per run);
     then one source partition is rewritten and the daemon refreshes it. `lake_env` (e.g.
     PARTLAKE_LAKE_ROOT and the AWS variables) goes to every process: the example's lake where
-    it says."""
+    it says. `daemon_env` goes to `dagster dev` and every process after the fill, not to the
+    `partlake run` that fills the lake: a setting a team turns on with the sensor."""
     home = tmp / "dagster_home"
     home.mkdir()
     config = (REPO_ROOT / "scripts" / "dagster.yaml").read_text()
@@ -151,6 +154,7 @@ def refreshed_demo(
     if filled_by_partlake:
         filled = run_partlake("run", "-m", "definitions", env=env, timeout=1800)
         assert filled.returncode == 0, filled.stdout[-3000:] + filled.stderr[-3000:]
+    env.update(daemon_env or {})
     with dagster_dev(env, tmp / "dagster_dev.log") as dev:
         started = time.monotonic()
         turned_on = dev.dagster("sensor", "start", "-w", "workspace.yaml", SENSOR)
@@ -225,8 +229,16 @@ def dismiss_welcome(page: Any) -> None:
         return  # this browser was greeted before
 
 
-def committed(dev: DagsterDev, run_id: str) -> dict[str, float]:
-    """When run `run_id` recorded each asset's materialization (after its commit), read from
+@dataclass(frozen=True)
+class Materialized:
+    """One asset's materialization in a run: when, and its metadata."""
+
+    timestamp: float
+    metadata: dict[str, Any]  # each value as plain Python (a text's string)
+
+
+def materializations(dev: DagsterDev, run_id: str) -> dict[str, Materialized]:
+    """Each asset run `run_id` materialized, with that materialization's metadata, read from
     the instance as the daemon wrote it."""
     from dagster import DagsterEventType, DagsterInstance
 
@@ -234,11 +246,21 @@ def committed(dev: DagsterDev, run_id: str) -> dict[str, float]:
         records = instance.get_records_for_run(
             run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
         ).records
-    return {
-        r.event_log_entry.dagster_event.asset_key.to_user_string(): r.event_log_entry.timestamp
-        for r in records
-        if r.event_log_entry.dagster_event and r.event_log_entry.dagster_event.asset_key
-    }
+    found = {}
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None or event.asset_key is None:
+            continue
+        metadata = event.step_materialization_data.materialization.metadata
+        found[event.asset_key.to_user_string()] = Materialized(
+            record.event_log_entry.timestamp, {k: v.value for k, v in metadata.items()}
+        )
+    return found
+
+
+def committed(dev: DagsterDev, run_id: str) -> dict[str, float]:
+    """When run `run_id` recorded each asset's materialization (after its commit)."""
+    return {asset: m.timestamp for asset, m in materializations(dev, run_id).items()}
 
 
 def run_messages(dev: DagsterDev, run_id: str) -> list[str]:
@@ -357,15 +379,70 @@ class TestSqliteInstance:
     """The demo instance as `make dev` runs it (SQLite storage, the example's dagster.yaml)."""
 
     @pytest.fixture(scope="class")
-    def refreshed(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refreshed]:
+    def refreshed(
+        self, tmp_path_factory: pytest.TempPathFactory, metastore: str
+    ) -> Iterator[Refreshed]:
         tmp = tmp_path_factory.mktemp("daemon-sqlite")
-        with refreshed_demo(tmp, "sqlite", filled_by_partlake=True) as demo:
+        # Tables by name, turned on with the sensor over the lake `partlake run` filled without
+        # a catalog: the tables the refresh writes are registered by the sensor's runs. Only
+        # this class: the Postgres class's lake would claim the same names elsewhere.
+        catalog = {"PARTLAKE_CATALOG": metastore}
+        with refreshed_demo(tmp, "sqlite", filled_by_partlake=True, daemon_env=catalog) as demo:
             yield demo
 
     def test_sensor_refreshes_exactly_the_closure_under_the_daemon(
         self, refreshed: Refreshed
     ) -> None:
         check_refresh(refreshed)
+
+    def test_the_sensors_runs_register_the_closures_tables_in_the_catalog(
+        self, refreshed: Refreshed, metastore: str
+    ) -> None:
+        """Each table of the closure is in the metastore under its name, as a Delta table at its
+        folder in this lake with its schema; the sensor's runs registered it (`partlake run`
+        filled the lake without a catalog), and each of their materializations says so."""
+        import json
+
+        from deltalake import DeltaTable
+
+        from dagster_partlake.catalog.client import Metastore
+
+        names = {
+            "clean_events": "lake.clean_events",
+            "daily_region_stats": "lake.daily_region_stats",
+            "monthly_region_stats": "lake.monthly_region_stats",
+            "staging/events": "staging.events",
+            "marts/user_activity": "marts.user_activity",
+            "marts/monthly_region_summary": "marts.monthly_region_summary",
+        }
+        assert set(names) == {asset for asset, _ in CLOSURE}
+
+        def field_names(schema_json: str) -> list[str]:
+            return [f["name"] for f in json.loads(schema_json)["fields"]]
+
+        with Metastore(metastore) as catalog:
+            for asset, name in names.items():
+                folder = refreshed.lake / "warehouse" / asset
+                entry = catalog.entry(name)
+                assert entry is not None, f"{name} is not in the metastore"
+                assert entry.is_delta and entry.same_location(str(folder)), entry
+                own = DeltaTable(str(folder), without_files=True).schema().to_json()
+                assert field_names(entry.schema_json) == field_names(own), name
+
+        dev = refreshed.dev
+        runs = ended_runs(
+            lambda: [r for r in sensor_runs(dev) if r["creationTime"] >= refreshed.rewritten_at],
+            what="the refresh's runs to end",
+        )
+        made = [(a, m) for r in runs for a, m in materializations(dev, r["runId"]).items()]
+        first: dict[str, dict[str, Any]] = {}
+        for asset, m in sorted(made, key=lambda made: made[1].timestamp):
+            metadata = m.metadata
+            assert metadata["dagster/table_name"] == names[asset], (asset, metadata)
+            first.setdefault(asset, metadata)
+        assert {a: m.get("partlake/catalog") for a, m in first.items()} == dict.fromkeys(
+            names, "registered"
+        )
 
     @pytest.mark.browser
     def test_the_ui_in_a_real_browser_shows_the_graph_partitions_ticks_and_tags(
@@ -434,6 +511,13 @@ class TestSqliteInstance:
             for r in refresh_runs:
                 expect(page.get_by_text(r["runId"][:8]).first).to_be_visible(timeout=60_000)
             page.screenshot(path=out / "ui-refresh-runs.png")
+
+            # Tables by name: the asset's overview shows its catalog name (its
+            # `dagster/table_name`) under Definition -> Storage, with a button to copy it.
+            page.goto(f"{dev.url}/assets/daily_region_stats")
+            expect(page.get_by_text("Storage", exact=True).first).to_be_visible()
+            expect(page.get_by_text("lake.daily_region_stats", exact=True).first).to_be_visible()
+            page.screenshot(path=out / "ui-table-name.png")
             browser.close()
 
     @pytest.mark.extended

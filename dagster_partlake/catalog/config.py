@@ -119,9 +119,9 @@ class LakeCatalog(Config):
 
     def named(self, assets: Sequence[Any]) -> list[Any]:
         """`assets` with each asset's catalog name as its `dagster/table_name` (Dagster's
-        `TableMetadataSet.table_name`), so the UI's catalog and search find it; an asset's own
-        `dagster/table_name` stays. Anything that is not an `AssetsDefinition` (a source asset,
-        a check) passes unchanged."""
+        `TableMetadataSet.table_name`), so each asset's overview in the UI shows it (Definition
+        -> Storage); an asset's own `dagster/table_name` stays. Anything that is not an
+        `AssetsDefinition` (a source asset, a check) passes unchanged."""
         from dagster import AssetsDefinition
 
         def with_name(spec: Any) -> Any:
