@@ -9,6 +9,7 @@ catalog, a static setting).
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -105,40 +106,54 @@ def test_local_spark_a_standalone_cluster_and_spark_connect_read_the_lake_by_nam
         MODULE, CODE, port=port, pg_port=postgres_source.port, db=db,
         user=postgres_source.user,
     )  # fmt: skip
-    cluster = str(tmp_path / "cluster")
-    try:
-        # (a) Local Spark (the warm Spark, keyed on the catalog's settings): partlake's own
-        # metastore starts with the first commit, which registers visits; visits_copy then
-        # reads it by name.
-        out = project.ok("partlake", "run", "-m", MODULE)
-        assert "6 asset partition(s) refreshed, 0 failed" in out, out
-        with Metastore(f"thrift://127.0.0.1:{port}") as client:
-            entry = client.entry("lake.visits")
-        assert entry is not None and entry.is_delta, entry
+    cluster, master_port, connect_port = str(tmp_path / "cluster"), free_port(), free_port()
 
-        def copy(day: str, **env: str) -> None:
-            project.extra_env.pop("VISITS_MASTER", None)
-            project.extra_env.pop("VISITS_REMOTE", None)
-            project.extra_env.update(env)
-            project.ok(
-                "dagster", "asset", "materialize", "-m", MODULE, "--select", "visits_copy",
-                "--partition", day,
-            )  # fmt: skip
+    # The same code location, its Spark named by the environment (made ahead: each writes
+    # the Dagster home's settings).
+    on_cluster, on_connect = (
+        UserProject(tmp_path, extra_env={**project.extra_env, **spark})
+        for spark in (
+            {"VISITS_MASTER": f"spark://127.0.0.1:{master_port}"},
+            {"VISITS_REMOTE": f"sc://127.0.0.1:{connect_port}"},
+        )
+    )
 
-        # (b) A standalone cluster: the run's driver reads the name, its executors the files.
-        master_port = free_port()
-        start_standalone(cluster, port=master_port, workers=1, cores=1, memory="1g")
-        copy("2024-01-02", VISITS_MASTER=f"spark://127.0.0.1:{master_port}")
-        for name in ("worker0", "master"):
-            stop(cluster, name)
-        # (c) A Spark Connect server started with the code location's catalog.
-        connect_port = free_port()
-        out = project.ok(
-            "partlake", "spark", "start", "-m", MODULE, "--port", str(connect_port),
-            "--master", "local[2]", "--driver-memory", "1g", timeout=300,
+    def copy(where: UserProject, day: str) -> None:
+        where.ok(
+            "dagster", "asset", "materialize", "-m", MODULE, "--select", "visits_copy",
+            "--partition", day,
         )  # fmt: skip
+
+    try:
+        # Each server starts while the step before it runs (leaving the pool waits for them,
+        # so the finally block stops whatever started).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            nodes = pool.submit(
+                start_standalone, cluster, port=master_port, workers=1, cores=1, memory="1g"
+            )
+            # (a) Local Spark (the warm Spark, keyed on the catalog's settings): partlake's own
+            # metastore starts with the first commit, which registers visits; visits_copy then
+            # reads it by name.
+            out = project.ok("partlake", "run", "-m", MODULE)
+            assert "6 asset partition(s) refreshed, 0 failed" in out, out
+            with Metastore(f"thrift://127.0.0.1:{port}") as client:
+                entry = client.entry("lake.visits")
+            assert entry is not None and entry.is_delta, entry
+            nodes.result()
+            # A Spark Connect server started with the code location's catalog.
+            connect = pool.submit(
+                project.ok, "partlake", "spark", "start", "-m", MODULE, "--port",
+                str(connect_port), "--master", "local[2]", "--driver-memory", "1g", timeout=300,
+            )  # fmt: skip
+            # (b) The standalone cluster: the run's driver reads the name, its executors the
+            # files.
+            copy(on_cluster, "2024-01-02")
+            for name in ("worker0", "master"):
+                stop(cluster, name)
+            out = connect.result()
         assert f"tables of {MODULE} by name (the metastore thrift://127.0.0.1:{port})" in out, out
-        copy("2024-01-03", VISITS_REMOTE=f"sc://127.0.0.1:{connect_port}")
+        # (c) The Spark Connect server.
+        copy(on_connect, "2024-01-03")
     finally:
         project.run("partlake", "spark", "stop", "--connect", timeout=120)
         for name in ("worker0", "master"):
