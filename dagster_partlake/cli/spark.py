@@ -28,13 +28,38 @@ def _root(root: str | None) -> str:
 @click.option("--master", default="local[*]", show_default=True, help="Where the server runs jobs.")
 @click.option("--driver-memory", default="2g", show_default=True)
 @click.option("--root", help="Lakehouse root for the PID and log files (default $PARTLAKE_HOME).")
+@click.option(
+    "-m",
+    "--module",
+    "module",
+    help=(
+        "Python module with the Definitions: the server reads its catalog's tables by name "
+        "(its IO manager's LakeCatalog; partlake's own metastore is started if it is not running)."
+    ),
+)
 @boundary
-def spark_start(port: int, master: str, driver_memory: str, root: str | None) -> None:
+def spark_start(
+    port: int, master: str, driver_memory: str, root: str | None, module: str | None
+) -> None:
     """Start a Spark Connect server from the installed pyspark."""
     from dagster_partlake.spark.server import start_connect
 
-    info = start_connect(_root(root), port=port, master=master, driver_memory=driver_memory)
+    conf: dict[str, str] = {}
+    metastore = None
+    if module:
+        from dagster_partlake.cli.catalog import location_catalog
+
+        catalog = location_catalog(module).catalog
+        # Its clients cannot set the catalog (a static setting): the server starts with it,
+        # and with a metastore that answers.
+        catalog.connect(start=True, say=echo).close()
+        conf, metastore = catalog.spark_conf(), catalog.uri
+    info = start_connect(
+        _root(root), port=port, master=master, driver_memory=driver_memory, spark_conf=conf
+    )
     echo(f"Spark Connect server running: pid {info.pid}, {info.url} (log {info.log})")
+    if metastore:
+        echo(f"It reads the tables of {module} by name (the metastore {metastore}).")
     echo(f'Use it with SparkResource(remote="{info.url}") or PARTLAKE_SPARK_REMOTE={info.url}.')
 
 

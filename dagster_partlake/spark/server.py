@@ -6,7 +6,8 @@
   extension and catalog, and the public `s3a` settings from storage options or the AWS
   environment variables; the access keys reach it through its environment only (never its
   command line), where s3a's default credential chain reads them. Its clients cannot add JARs
-  or static settings.
+  or static settings: those it needs more, such as a catalog's (`partlake spark start -m`, the
+  lake's tables by name), it gets when it starts (`spark_conf`).
 - A standalone cluster (one master, N workers), used by the tests and the benchmark.
 
 Each server runs in its own session (process group) with its PID in a file under
@@ -21,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,10 +163,14 @@ def start_connect(
     storage_options: dict[str, str] | None = None,
     jars_dir: str | None = None,
     add_jars: bool = True,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> ServerInfo:
     """Start a Spark Connect server listening on 127.0.0.1:`port`, with the fetched JARs
     (from `jars_dir`, default the project's; none with `add_jars=False`), Delta's settings and
-    the s3a settings from `storage_options` (else the AWS environment variables)."""
+    the s3a settings from `storage_options` (else the AWS environment variables).
+
+    `spark_conf`: more settings, applied last; the static ones that its clients cannot set,
+    such as a catalog's (`LakeCatalog.spark_conf()`: its tables by name), belong here."""
     check_options(storage_options or {})
     # partlake's Spark defaults, except what a server sets itself (memory by flag).
     conf = {k: v for k, v in DEFAULT_CONF.items() if k != "spark.driver.memory"}
@@ -177,6 +182,7 @@ def start_connect(
     if jars:
         conf.update(jars_conf(jars, master, {}))
         conf.update(delta_conf({}))
+    conf.update(spark_conf or {})
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",
