@@ -57,11 +57,8 @@ def visits_copy(context: dg.AssetExecutionContext, spark: SparkResource) -> Data
     session = spark.spark_session
     on_connect = type(session).__module__.startswith("pyspark.sql.connect")
     engine = "connect" if on_connect else session.sparkContext.master
-    return (
-        session.table("lake.visits")
-        .where(F.col("date").isin(context.partition_keys))
-        .withColumn("engine", F.lit(engine))
-    )
+    days_read = session.table("lake.visits").where(F.col("date").isin(context.partition_keys))
+    return days_read.withColumn("engine", F.lit(engine))
 
 
 # Local Spark by default; a cluster or a Spark Connect server from the environment.
