@@ -109,10 +109,10 @@ def _check_same_table(entry: CatalogEntry, name: str, uri: str) -> None:
     if not entry.same_location(uri):
         raise CatalogError(
             f"{name} is already in the metastore for the Delta table at {entry.location}, not "
-            f"the one at {uri}; partlake never repoints an entry. If the lake moved, drop the "
-            f"old entry (DROP TABLE {name}: the data stays, it is an external table) and run "
-            "`partlake catalog sync`; otherwise give the asset another name (its "
-            "`dagster/table_name` metadata)."
+            f"the one at {uri}; partlake never repoints an entry while a table is still where "
+            "it points. If the lake moved, `partlake catalog sync` repoints partlake's own entry "
+            "once nothing is left at the old location; otherwise give the asset another name "
+            "(its `dagster/table_name` metadata)."
         )
 
 

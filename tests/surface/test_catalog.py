@@ -474,3 +474,23 @@ def test_a_catalog_kept_in_postgresql_for_a_lake_on_s3(
         assert PG_PASSWORD not in logs and s3.secret_key not in logs
     finally:
         project.ok("partlake", "catalog", "stop", "-m", module)
+
+
+def test_a_name_held_by_a_delta_table_elsewhere_is_an_error_naming_both(
+    tmp_path: Path, metastore: str
+) -> None:
+    from dagster_partlake.errors import CatalogError
+
+    schema = f"two{uuid.uuid4().hex[:8]}"
+    first, second = tmp_path / "team_a" / "orders", tmp_path / "team_b" / "orders"
+    for where in (first, second):
+        write_deltalake(str(where), _orders(), partition_by=["date"])
+    with Metastore(metastore) as client:
+        assert register(client, f"{schema}.orders", TableLocation.parse(str(first))).outcome == (
+            "registered"
+        )
+        with pytest.raises(CatalogError, match="never repoints an entry") as raised:
+            register(client, f"{schema}.orders", TableLocation.parse(str(second)))
+        entry = client.entry(f"{schema}.orders")
+    assert str(first) in str(raised.value) and str(second) in str(raised.value)
+    assert entry is not None and entry.same_location(str(first))  # left as it was
