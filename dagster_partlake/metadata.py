@@ -29,6 +29,7 @@ Writer = Literal["partlake", "delta-spark"]
 PARTLAKE_WRITER: Writer = "partlake"
 DELTA_SPARK_WRITER: Writer = "delta-spark"
 WRITERS: tuple[Writer, ...] = (PARTLAKE_WRITER, DELTA_SPARK_WRITER)
+RETENTION_KEY = "partlake/retention"  # `dagster_partlake.partitions.retention`
 SQL_PATH_KEY = "partlake/sql_path"  # set by `sql_assets`: the model's file
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dagster_partlake.cli.render import DimensionValues, GateFailures
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.planner import Key, Plan
+    from dagster_partlake.planning.retained import AssetRetention
     from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 
@@ -71,8 +72,16 @@ def plan_command(
     if warning:
         echo(warning, err=True)
     failures = _gate_failures(session.graph, result.plan)
+    retention = _retention(session, result, selection(select))
     if as_json:
-        echo(plan_json(result.plan, failures, _dimension_values(session.graph)))
+        echo(
+            plan_json(
+                result.plan,
+                failures,
+                _dimension_values(session.graph),
+                retention=[r.to_json() for r in retention],
+            )
+        )
     elif runs_json:
         echo(runs_json_text(runs))
     else:
@@ -93,6 +102,11 @@ def plan_command(
                 after_streams=after_streams,
             )
         )
+        from dagster_partlake.planning.retained import retention_text
+
+        text = retention_text(retention, result.plan)
+        if text:
+            echo(text)
     if report:
         from dagster_partlake.freshness.check import checked_assets
 
@@ -115,6 +129,16 @@ def _report(session: PlanningSession, result: PlanResult, checked: Mapping[str, 
         f"{failed} stale, {len(report.evaluations) - failed} fresh again.",
         err=True,
     )
+
+
+def _retention(
+    session: PlanningSession, result: PlanResult, select: list[str] | None
+) -> list[AssetRetention]:
+    """What the retention rules retire now, of the selected assets."""
+    from dagster_partlake.planning.retained import retention_report
+
+    found = retention_report(session.graph, result.inputs)
+    return [r for r in found if not select or r.asset in select]
 
 
 def _dimension_values(graph: LakeGraph) -> DimensionValues:

@@ -24,8 +24,8 @@ all of these still hold, and otherwise plans as usual:
   failed by the full path).
 
 A plan is kept only when it can be described that way: its module was imported by this process
-(not before, so its reads were recorded), no table was unreadable, no asset is dynamically
-partitioned and every table and folder is on local disk (one on an object store would cost
+(not before, so its reads were recorded), no table was unreadable, no asset has a retention
+rule (a plan shows what its rules retire), no asset is dynamically partitioned and every table and folder is on local disk (one on an object store would cost
 requests to check, and correctness comes first: such a code location always plans in full,
 from its on-disk table states), and no source is a PostgreSQL table or a Kafka topic (they
 change without a file to `stat`). This assumes what Dagster's own code servers assume: a code
@@ -311,6 +311,8 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         or any(not asset.location.is_local for asset in graph.assets.values())
         # A database or a topic changes without a file to `stat`: always planned in full.
         or any(asset.external is not None for asset in graph.assets.values())
+        # A fresh plan of a lake with retention rules still says what they retire.
+        or any(spec.retention is not None for spec in graph.specs.values())
     ):
         return None
     followed, valid_until = _next_window(graph, loading.started)

@@ -1,0 +1,87 @@
+"""What the retention rules of a code location retire now: per asset, its rule, the retired
+partitions that still hold data (what `partlake maintain --retention` would remove) and the
+retired partitions written again. `partlake plan` renders it; `maintenance.retention` removes
+what it lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dagster_partlake.columnar.interner import Key
+from dagster_partlake.partitions.retention import RetentionRule
+from dagster_partlake.planning.definition import Plan, PlanInput
+from dagster_partlake.planning.graph import LakeGraph
+
+
+@dataclass(frozen=True)
+class AssetRetention:
+    """One asset's retention now."""
+
+    asset: str
+    rule: RetentionRule | None  # None: retired only by an upstream's rule through a cascade
+    retires: str  # which partitions, in words (`Retirement.rule`); "" when none yet
+    with_data: tuple[Key, ...]  # retired partitions that still hold data, sorted
+    managed: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "asset": self.asset,
+            "retention": self.rule.to_json() if self.rule is not None else {"cascade": True},
+            "retires": self.retires,
+            "retired_with_data": [k for k in self.with_data],
+        }
+
+
+def retention_report(graph: LakeGraph, inputs: PlanInput) -> list[AssetRetention]:
+    """Per asset with a rule or retired partitions, by name."""
+    found = []
+    for name in sorted(graph.assets):
+        rule = graph.specs[name].retention
+        retired = inputs.retired.get(name)
+        if rule is None and retired is None:
+            continue
+        states: Mapping[Key, object] = inputs.states.get(name, {})
+        with_data = (
+            tuple(sorted((k for k in states if retired.contains(k)), key=lambda k: k or ""))
+            if retired is not None
+            else ()
+        )
+        found.append(
+            AssetRetention(
+                name,
+                rule,
+                retired.rule if retired is not None else "",
+                with_data,
+                not graph.assets[name].is_source,
+            )
+        )
+    return found
+
+
+def retention_text(report: list[AssetRetention], plan: Plan) -> str:
+    """The lines `partlake plan` prints about retention ("" without any rule)."""
+    if not report and not plan.retired_writes:
+        return ""
+    lines = ["", "Retention (partlake/retention):"]
+    for found in report:
+        rule = found.rule.describe() if found.rule is not None else "cascade"
+        retires = f"retires {found.retires}" if found.retires else "retires nothing yet"
+        held = ""
+        if found.with_data:
+            shown = ", ".join(str(k) for k in found.with_data[:5])
+            more = f" (+{len(found.with_data) - 5} more)" if len(found.with_data) > 5 else ""
+            held = (
+                f"; {len(found.with_data)} retired partition(s) hold data: {shown}{more}"
+                + (" (partlake maintain --retention removes them)" if found.managed else "")
+            )
+        lines.append(f"  {found.asset}: {rule}: {retires}{held}")
+    if plan.retired_writes:
+        shown = ", ".join(plan.retired_writes[:10])
+        more = f" (+{len(plan.retired_writes) - 10} more)" if len(plan.retired_writes) > 10 else ""
+        lines.append(
+            f"Warning: data written into a retired range, not rebuilt: {shown}{more}; "
+            "remove it with partlake maintain --retention, or change the rule to keep it."
+        )
+    return "\n".join(lines)
