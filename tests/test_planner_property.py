@@ -478,8 +478,10 @@ def oracle_writes(world: World) -> tuple[str, ...]:
             record = records.get(key)
             mine = retired(world, name, key)
             own_now = now(name, key)
-            if mine and own_now is not None and (
-                record is None or record.written_last_updated != own_now
+            if (
+                mine
+                and own_now is not None
+                and (record is None or record.written_last_updated != own_now)
             ):
                 found.add(render(name, key))
             if record is None:

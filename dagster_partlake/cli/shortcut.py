@@ -23,17 +23,17 @@ all of these still hold, and otherwise plans as usual:
   there) and no `partlake run` process is registered in it (a dead one's runs must be marked
   failed by the full path).
 
-A plan is kept only when it can be described that way: its module was imported by this process
-(not before, so its reads were recorded), no table was unreadable, no asset has a retention
-rule (a plan shows what its rules retire), no asset is dynamically partitioned and every table and folder is on local disk (one on an object store would cost
-requests to check, and correctness comes first: such a code location always plans in full,
-from its on-disk table states), and no source is a PostgreSQL table or a Kafka topic (they
-change without a file to `stat`). This assumes what Dagster's own code servers assume: a code
-location's `Definitions` (its assets, partitions, mappings) follow from its code and
-environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0` turns
-the shortcut off (no answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests),
-an answer from the shortcut is followed by the full path anyway, and a full plan that is not
-fresh fails loudly.
+A plan is kept only when it can be described that way: its module was imported by this process (not
+before, so its reads were recorded), no table was unreadable, no asset has a retention rule (a plan
+shows what its rules retire), no asset is dynamically partitioned and every table and folder is on
+local disk (one on an object store would cost requests to check, and correctness comes first: such a
+code location always plans in full, from its on-disk table states), and no source is a PostgreSQL
+table or a Kafka topic (they change without a file to `stat`). This assumes what Dagster's own code
+servers assume: a code location's `Definitions` (its assets, partitions, mappings) follow from its
+code and environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0`
+turns the shortcut off (no answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests),
+an answer from the shortcut is followed by the full path anyway, and a full plan that is not fresh
+fails loudly.
 
 This module imports only the standard library and partlake's base layer at import time: it is
 what a no-op pays for.

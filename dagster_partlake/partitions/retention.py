@@ -192,9 +192,7 @@ def retention_of(
     )
 
 
-def _time_dimension(
-    dimension: object, columns: Sequence[DimensionColumn], where: str
-) -> str:
+def _time_dimension(dimension: object, columns: Sequence[DimensionColumn], where: str) -> str:
     times = [c.name for c in columns if c.is_time]
     names = [c.name for c in columns]
     if dimension is None:
@@ -254,9 +252,11 @@ def compile_condition(
             f"the asset's dimensions are {', '.join(names)}."
         )
     tree = tree.transform(
-        lambda node: exp.column(exp.to_identifier(node.name, quoted=True))
-        if isinstance(node, exp.Column)
-        else node
+        lambda node: (
+            exp.column(exp.to_identifier(node.name, quoted=True))
+            if isinstance(node, exp.Column)
+            else node
+        )
     )
     code = compile(Python().generate(tree), f"<{RETENTION_KEY}>", "eval")
 
@@ -349,6 +349,11 @@ def window_cutoff(
             break
         window = earlier
     return column, window.start.isoformat()
+
+
+def window_start(column: DimensionColumn, key: str, columns: Sequence[DimensionColumn]) -> str:
+    """The start (ISO) of the time window of `column` in partition `key`."""
+    return _start(column, _values(columns, key)[column.name])
 
 
 def _start(column: DimensionColumn, value: str) -> str:

@@ -153,9 +153,7 @@ def replan(memo: PlanMemo, inputs: PlanInput, changed: Mapping[str, Iterable[Key
         if a.name in verdicts
         for key in sorted(verdicts[a.name], key=lambda k: k or "")
     )
-    result = Plan(
-        items, tuple(a.name for a in order), (), retired_writes=retired_writes(inputs)
-    )
+    result = Plan(items, tuple(a.name for a in order), (), retired_writes=retired_writes(inputs))
     return PlanMemo(inputs, result, verdicts, incremental=True)
 
 

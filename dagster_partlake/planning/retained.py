@@ -72,9 +72,8 @@ def retention_text(report: list[AssetRetention], plan: Plan) -> str:
         if found.with_data:
             shown = ", ".join(str(k) for k in found.with_data[:5])
             more = f" (+{len(found.with_data) - 5} more)" if len(found.with_data) > 5 else ""
-            held = (
-                f"; {len(found.with_data)} retired partition(s) hold data: {shown}{more}"
-                + (" (partlake maintain --retention removes them)" if found.managed else "")
+            held = f"; {len(found.with_data)} retired partition(s) hold data: {shown}{more}" + (
+                " (partlake maintain --retention removes them)" if found.managed else ""
             )
         lines.append(f"  {found.asset}: {rule}: {retires}{held}")
     if plan.retired_writes:

@@ -32,6 +32,7 @@ from dagster_partlake.delta.state import StateCache, TableState
 from dagster_partlake.delta.table import table_exists
 from dagster_partlake.errors import PartlakeConfigError, SourceError, TableUnreadableError
 from dagster_partlake.incremental.spec import Incremental
+from dagster_partlake.partitions.retention import retired_keys
 from dagster_partlake.planning import cache as plan_cache
 from dagster_partlake.planning.convert import (
     Conversion,
@@ -43,7 +44,6 @@ from dagster_partlake.planning.convert import (
     key_signature,
     read_state,
 )
-from dagster_partlake.partitions.retention import retired_keys
 from dagster_partlake.planning.definition import (
     AbsentSource,
     Plan,
