@@ -61,7 +61,7 @@ def plan_command(
             echo(line, err=True)
         if answered.warning:
             echo(answered.warning, err=True)
-        echo(PLAN_FRESH_JSON if as_json else PLAN_FRESH)
+        _fresh_answer(answered, selection(select), as_json=as_json)
         return
     from dagster_partlake.cli.render import plan_json, plan_text, runs_json_text
 
@@ -79,7 +79,8 @@ def plan_command(
                 result.plan,
                 failures,
                 _dimension_values(session.graph),
-                retention=[r.to_json() for r in retention],
+                # Only what asks for work: retired partitions that still hold data.
+                retention=[r.to_json() for r in retention if r.with_data],
             )
         )
     elif runs_json:
@@ -104,7 +105,7 @@ def plan_command(
         )
         from dagster_partlake.planning.retained import retention_text
 
-        text = retention_text(retention, result.plan)
+        text = retention_text([r.line() for r in retention], result.plan.retired_writes)
         if text:
             echo(text)
     if report:
@@ -129,6 +130,28 @@ def _report(session: PlanningSession, result: PlanResult, checked: Mapping[str, 
         f"{failed} stale, {len(report.evaluations) - failed} fresh again.",
         err=True,
     )
+
+
+def _fresh_answer(answered: shortcut.Shortcut, select: list[str] | None, *, as_json: bool) -> None:
+    """A fresh plan answered from the shortcut, with what the full path says of retention."""
+    import json
+
+    kept = [r for r in answered.retention if not select or r[0] in select]
+    writes = [w for w in answered.retired_writes if not select or w.split("[", 1)[0] in select]
+    if as_json:
+        if not any(body for _, _, body in kept) and not writes:
+            echo(PLAN_FRESH_JSON)
+            return
+        items: list[object] = [json.loads(body) for _, _, body in kept if body]
+        if writes:
+            items.append({"retired_writes": writes})
+        echo(json.dumps(items, indent=2))
+        return
+    echo(PLAN_FRESH)
+    if kept or writes:
+        from dagster_partlake.planning.retained import retention_text
+
+        echo(retention_text([line for _, line, _ in kept], writes))
 
 
 def _retention(

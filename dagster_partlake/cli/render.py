@@ -31,8 +31,9 @@ def plan_json(
     """The stale partitions, sorted by asset then partition (`partlake plan --json`); a
     partition whose last run failed a gate also has `last_run_failed` (the gate names), and one
     of a partitioned asset `dimensions` (each dimension's value by name). After them, one
-    object per asset with a retention rule (`retention`: it has the key "retention", no
-    "reason"), and, when data was written into a retired range, `{"retired_writes": [...]}`."""
+    object per asset whose retired partitions still hold data (`retention`: it has the key
+    "retention", no "reason"), and, when data was written into a retired range,
+    `{"retired_writes": [...]}`: like the stale partitions, what asks for work."""
     items = []
     for item in plan.sorted_items():
         body = item.to_json()

@@ -23,17 +23,17 @@ all of these still hold, and otherwise plans as usual:
   there) and no `partlake run` process is registered in it (a dead one's runs must be marked
   failed by the full path).
 
-A plan is kept only when it can be described that way: its module was imported by this process (not
-before, so its reads were recorded), no table was unreadable, no asset has a retention rule (a plan
-shows what its rules retire), no asset is dynamically partitioned and every table and folder is on
-local disk (one on an object store would cost requests to check, and correctness comes first: such a
-code location always plans in full, from its on-disk table states), and no source is a PostgreSQL
-table or a Kafka topic (they change without a file to `stat`). This assumes what Dagster's own code
-servers assume: a code location's `Definitions` (its assets, partitions, mappings) follow from its
-code and environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0`
-turns the shortcut off (no answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests),
-an answer from the shortcut is followed by the full path anyway, and a full plan that is not fresh
-fails loudly.
+A plan is kept only when it can be described that way: its module was imported by this process
+(not before, so its reads were recorded), no table was unreadable, no asset is dynamically
+partitioned and every table and folder is on local disk (one on an object store would cost
+requests to check, and correctness comes first: such a code location always plans in full,
+from its on-disk table states), and no source is a PostgreSQL table or a Kafka topic (they
+change without a file to `stat`). This assumes what Dagster's own code servers assume: a code
+location's `Definitions` (its assets, partitions, mappings) follow from its code and
+environment, and from the time only through time partitions. `PARTLAKE_PLAN_SHORTCUT=0` turns
+the shortcut off (no answer from it, none kept). With `PARTLAKE_CHECK_REPLAN` set (the tests),
+an answer from the shortcut is followed by the full path anyway, and a full plan that is not
+fresh fails loudly.
 
 This module imports only the standard library and partlake's base layer at import time: it is
 what a no-op pays for.
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 SHORTCUT_ENV = "PARTLAKE_PLAN_SHORTCUT"
 CHECK_ENV = "PARTLAKE_CHECK_REPLAN"  # planning.session.CHECK_REPLAN_ENV, without importing it
-_FORMAT = (3, marshal.version, *sys.version_info[:2])
+_FORMAT = (4, marshal.version, *sys.version_info[:2])
 # Environment variables that differ between two runs of the same command for no reason of ours.
 _VOLATILE_ENV = frozenset({"_"})
 # Files that are not code: they change on their own (kernel views, devices).
@@ -92,6 +92,11 @@ class Shortcut:
     # What `partlake plan` and `partlake run` print on stderr of each source with no table,
     # with the assets that select it (the source and what reads it), as `Plan.select` keeps it.
     absent: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # What `partlake plan` says of the retention rules (`planning.retained`): per asset with a
+    # rule, its line and its JSON object ("" when its retired partitions hold no data, as
+    # `--json` lists only those); and the writes into a retired range.
+    retention: tuple[tuple[str, str, str], ...] = ()
+    retired_writes: tuple[str, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -106,6 +111,8 @@ class Shortcut:
             "stale": list(self.stale),
             "warning": self.warning,
             "absent": [[line, list(names)] for line, names in self.absent],
+            "retention": [list(r) for r in self.retention],
+            "retired_writes": list(self.retired_writes),
         }
 
     @classmethod
@@ -124,6 +131,8 @@ class Shortcut:
             stale=tuple(data["stale"]),
             warning=data["warning"],
             absent=tuple((line, tuple(names)) for line, names in data["absent"]),
+            retention=tuple((a, line, body) for a, line, body in data["retention"]),
+            retired_writes=tuple(data["retired_writes"]),
         )
 
     def holds(self, how: str, now: float) -> bool:
@@ -311,8 +320,6 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
         or any(not asset.location.is_local for asset in graph.assets.values())
         # A database or a topic changes without a file to `stat`: always planned in full.
         or any(asset.external is not None for asset in graph.assets.values())
-        # A fresh plan of a lake with retention rules still says what they retire.
-        or any(spec.retention is not None for spec in graph.specs.values())
     ):
         return None
     followed, valid_until = _next_window(graph, loading.started)
@@ -347,6 +354,22 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
             (f"Warning: {a.message}", (a.asset, *a.waiting))
             for a in absent_sources(graph, result.states)
         ),
+        retention=_retention(graph, result),
+        retired_writes=memo.plan.retired_writes,
+    )
+
+
+def _retention(graph: LakeGraph, result: PlanResult) -> tuple[tuple[str, str, str], ...]:
+    """(asset, line, JSON object) of each asset with a retention rule (`planning.retained`)."""
+    if not any(spec.retention is not None for spec in graph.specs.values()):
+        return ()
+    import json
+
+    from dagster_partlake.planning.retained import retention_report
+
+    return tuple(
+        (r.asset, r.line(), json.dumps(r.to_json()) if r.with_data else "")
+        for r in retention_report(graph, result.inputs)
     )
 
 

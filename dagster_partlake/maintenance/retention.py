@@ -284,12 +284,8 @@ def retain_tables(
     from dagster_partlake.planning.session import PlanningSession
 
     tables = managed_tables(graph, select)
-    wanted = [
-        (name, location)
-        for name, location in tables
-        if graph.specs[name].retention is not None
-        or any(graph.specs[u].retention is not None for u in _upstream_closure(graph, name))
-    ]
+    # Only an asset with a rule (its own, or a cascade) has retired partitions.
+    wanted = [(n, location) for n, location in tables if graph.specs[n].retention is not None]
     if not wanted:
         return []
     inputs, _ = PlanningSession(graph).gather()
@@ -360,6 +356,8 @@ def _retain_one(
         table_name=name,
     )
     details: dict[str, object] = {"operation": "retention", **result.to_json()}
+    if retired is not None:
+        details["retires"] = retired.rule
     text = _describe(result, retired)
     if rule is not None and rule.compact_after is not None:
         present = {
@@ -420,15 +418,3 @@ def _describe(result: RetentionResult, retired: Retirement | None) -> str:
             "there)"
         )
     return f"removed {count} in version {result.version}: {shown}{more}{archived}"
-
-
-def _upstream_closure(graph: LakeGraph, name: str) -> set[str]:
-    seen: set[str] = set()
-    todo = [p for p in graph.assets[name].parents if p != name]
-    while todo:
-        parent = todo.pop()
-        if parent in seen or parent not in graph.assets:
-            continue
-        seen.add(parent)
-        todo.extend(p for p in graph.assets[parent].parents if p != parent)
-    return seen

@@ -6,12 +6,12 @@ what it lists.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dagster_partlake.columnar.interner import Key
 from dagster_partlake.partitions.retention import RetentionRule
-from dagster_partlake.planning.definition import Plan, PlanInput
+from dagster_partlake.planning.definition import PlanInput
 from dagster_partlake.planning.graph import LakeGraph
 
 
@@ -24,6 +24,19 @@ class AssetRetention:
     retires: str  # which partitions, in words (`Retirement.rule`); "" when none yet
     with_data: tuple[Key, ...]  # retired partitions that still hold data, sorted
     managed: bool
+
+    def line(self) -> str:
+        """Its line in `partlake plan`."""
+        rule = self.rule.describe() if self.rule is not None else "cascade"
+        retires = f"retires {self.retires}" if self.retires else "retires nothing yet"
+        held = ""
+        if self.with_data:
+            shown = ", ".join(str(k) for k in self.with_data[:5])
+            more = f" (+{len(self.with_data) - 5} more)" if len(self.with_data) > 5 else ""
+            held = f"; {len(self.with_data)} retired partition(s) hold data: {shown}{more}" + (
+                " (partlake maintain --retention removes them)" if self.managed else ""
+            )
+        return f"  {self.asset}: {rule}: {retires}{held}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -60,27 +73,17 @@ def retention_report(graph: LakeGraph, inputs: PlanInput) -> list[AssetRetention
     return found
 
 
-def retention_text(report: list[AssetRetention], plan: Plan) -> str:
-    """The lines `partlake plan` prints about retention ("" without any rule)."""
-    if not report and not plan.retired_writes:
+def retention_text(lines: Sequence[str], retired_writes: Sequence[str]) -> str:
+    """What `partlake plan` prints about retention ("" without any rule): the assets' lines
+    (`AssetRetention.line`) and the writes into a retired range (`Plan.retired_writes`)."""
+    if not lines and not retired_writes:
         return ""
-    lines = ["", "Retention (partlake/retention):"]
-    for found in report:
-        rule = found.rule.describe() if found.rule is not None else "cascade"
-        retires = f"retires {found.retires}" if found.retires else "retires nothing yet"
-        held = ""
-        if found.with_data:
-            shown = ", ".join(str(k) for k in found.with_data[:5])
-            more = f" (+{len(found.with_data) - 5} more)" if len(found.with_data) > 5 else ""
-            held = f"; {len(found.with_data)} retired partition(s) hold data: {shown}{more}" + (
-                " (partlake maintain --retention removes them)" if found.managed else ""
-            )
-        lines.append(f"  {found.asset}: {rule}: {retires}{held}")
-    if plan.retired_writes:
-        shown = ", ".join(plan.retired_writes[:10])
-        more = f" (+{len(plan.retired_writes) - 10} more)" if len(plan.retired_writes) > 10 else ""
-        lines.append(
+    out = ["", "Retention (partlake/retention):", *lines]
+    if retired_writes:
+        shown = ", ".join(retired_writes[:10])
+        more = f" (+{len(retired_writes) - 10} more)" if len(retired_writes) > 10 else ""
+        out.append(
             f"Warning: data written into a retired range, not rebuilt: {shown}{more}; "
             "remove it with partlake maintain --retention, or change the rule to keep it."
         )
-    return "\n".join(lines)
+    return "\n".join(out)

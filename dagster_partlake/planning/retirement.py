@@ -53,7 +53,7 @@ def cascaded(
             return mine
         rule = " or ".join(
             [*([mine.rule] if mine is not None else []),
-             *(f"reads {d.upstream} {u.rule}" for d, u in deps)]
+             *(f"what reads {d.upstream} retired ({u.rule})" for d, u in deps)]
         )  # fmt: skip
         seen: dict[Key, bool] = {}
 

@@ -43,6 +43,7 @@ from dagster_partlake import (
     DeltaPartitionIOManager,
     SparkResource,
     build_maintenance_job,
+    partlake_asset_checks,
     partlake_source,
 )
 
@@ -82,8 +83,10 @@ def user_counts(raw_events: DataFrame) -> DataFrame:
 
 
 spark = SparkResource(master="local[1]", storage_options=options)
+assets = [events, raw_events, daily_counts, user_counts]
 defs = dg.Definitions(
-    assets=[events, raw_events, daily_counts, user_counts],
+    assets=assets,
+    asset_checks=partlake_asset_checks(assets=assets),
     jobs=[build_maintenance_job()],
     resources={
         "spark": spark,
@@ -171,7 +174,10 @@ def test_retention_on_disk_plan_maintain_and_a_write_into_the_retired_range(
         "partition(s) hold data: 2024-01-01, 2024-01-02 (partlake maintain --retention removes "
         "them)"
     ) in text, text
-    assert "user_counts: cascade from upstream retirements: retires reads raw_events" in text
+    assert (
+        "user_counts: cascade from upstream retirements: retires what reads raw_events "
+        "retired (date before 2024-01-03T00:00:00+00:00); 2 retired partition(s) hold data"
+    ) in text
     listed = json.loads(project.ok("partlake", "plan", "-m", MODULE, "--json"))
     rules = {i["asset"]: i for i in listed if "retention" in i}
     assert rules["raw_events"]["retired_with_data"] == RETIRED
@@ -245,6 +251,28 @@ def test_retention_by_the_maintenance_job_under_dagster_on_s3(tmp_path: Path, s3
     assert set(_rows(f"{lake}/warehouse/user_counts", options)) == set(KEPT)
     assert set(_rows(f"{lake}/warehouse/daily_counts", options)) == set(DAYS)
     assert _stale(project) == []
+    # The UI: the removed days' partlake_fresh results passed, saying "retired".
+    assert _checks(project, "raw_events") == {
+        day: "retired (date before 2024-01-03T00:00:00+00:00): never rebuilt" for day in RETIRED
+    }
+    assert set(_checks(project, "user_counts")) == set(RETIRED)
+
+
+def _checks(project: UserProject, asset: str) -> dict[str, str]:
+    """The passed partlake_fresh results of `asset` that say "retired", by partition."""
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+
+    with DagsterInstance.from_config(str(project.dagster_home)) as instance:
+        records = instance.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(AssetKey(asset), "partlake_fresh"), limit=200
+        )
+    found = {}
+    for record in records:
+        evaluation = record.event.dagster_event.event_specific_data if record.event else None
+        described = getattr(evaluation, "description", None) or ""
+        if evaluation is not None and evaluation.passed and described.startswith("retired"):
+            found[evaluation.partition] = described
+    return found
 
 
 @pytest.mark.faults  # a fault drill: `make test-faults`
