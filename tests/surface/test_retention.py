@@ -242,10 +242,18 @@ def test_retention_on_disk_plan_maintain_and_a_write_into_the_retired_range(
 
 
 @pytest.mark.s3
-@covers("setting partlake/retention")
+@covers("setting partlake/retention", "MaintenanceConfig(retention_dry_run=)")
 def test_retention_by_the_maintenance_job_under_dagster_on_s3(tmp_path: Path, s3: S3Server) -> None:
     project, lake, options = _setup(tmp_path, s3)
-    project.ok("dagster", "job", "execute", "-m", MODULE, "-j", "partlake_maintenance")
+    job = ("dagster", "job", "execute", "-m", MODULE, "-j", "partlake_maintenance")
+    dry = tmp_path / "dry.yaml"
+    dry.write_text(
+        "ops:\n  partlake_maintenance_tables:\n    config:\n"
+        "      operations: [retention]\n      retention_dry_run: true\n"
+    )
+    project.ok(*job, "-c", str(dry))
+    assert _rows(f"{lake}/warehouse/raw_events", options) == dict.fromkeys(DAYS, 6)
+    project.ok(*job)
     assert _rows(f"{lake}/warehouse/raw_events", options) == dict.fromkeys(KEPT, 6)
     assert _rows(f"{lake}/archive/raw_events", options) == dict.fromkeys(RETIRED, 6)
     assert set(_rows(f"{lake}/warehouse/user_counts", options)) == set(KEPT)
