@@ -27,8 +27,8 @@ lastUpdated kept: nothing becomes stale).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from dagster_partlake.delta.payload import MAINTENANCE_KEY
 from dagster_partlake.delta.selection import PartitionSelection
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from dagster_partlake.delta.snapshot import Snapshot
+    from dagster_partlake.maintenance.compact import CompactResult
     from dagster_partlake.maintenance.operations import TableOutcome
     from dagster_partlake.partitions.retention import RetentionRule
     from dagster_partlake.planning.definition import Retirement
@@ -239,25 +240,23 @@ def _archive(
     )
 
 
-def _with(result: RetentionResult, **changes: object) -> RetentionResult:
-    from dataclasses import replace
-
-    return replace(result, **changes)  # type: ignore[arg-type]
+def _with(result: RetentionResult, **changes: Any) -> RetentionResult:
+    return replace(result, **changes)
 
 
 def compact_retained(
-    spark: object,
+    spark: SparkSession,
     root: str | TableLocation,
     selection: PartitionSelection,
     *,
     table_name: str | None = None,
-) -> object:
+) -> CompactResult:
     """Rewrite each partition inside `selection` that has several files into one file
     (`maintenance.compact.compact_table`: `dataChange: false`, lastUpdated kept)."""
     from dagster_partlake.maintenance.compact import compact_table
 
     return compact_table(
-        spark,  # type: ignore[arg-type]
+        spark,
         root,
         target_file_bytes=_ONE_FILE,
         selection=selection,
@@ -389,8 +388,8 @@ def _retain_one(
                 done = compact_retained(spark(), location, selection, table_name=name)
                 from dagster_partlake.maintenance.operations import describe
 
-                text += f"; archive compaction: {describe(done)}"  # type: ignore[arg-type]
-                details["compact"] = {"partitions": old, "version": done.version}  # type: ignore[attr-defined]
+                text += f"; archive compaction: {describe(done)}"
+                details["compact"] = {"partitions": old, "version": done.version}
     return TableOutcome(name, "retention", "ok", text, details)
 
 
