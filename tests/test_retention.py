@@ -188,3 +188,28 @@ def test_a_new_write_into_a_retired_range_is_a_warning_not_a_rebuild() -> None:
     assert result.retired_writes == ("src[2024-01-01]",)
     incremental = replan(full(before), after, changed_partitions(before, after))
     assert incremental.incremental and incremental.plan.retired_writes == result.retired_writes
+
+
+def test_a_stale_partition_that_turns_retired_is_reported_passed_and_retired() -> None:
+    """The UI's word for it: the `partlake_fresh` result of a partition that was stale and is
+    retired now passes, saying "retired" and by which rule (`freshness.report`)."""
+    from dagster import AssetKey, DagsterInstance
+
+    from dagster_partlake.freshness.report import FreshnessReporter
+    from dagster_partlake.planning.definition import Plan, StalePartition
+    from dagster_partlake.planning.session import PlanResult
+
+    key = AssetKey("raw")
+    item = StalePartition("raw", D1, "upstream_changed", ("src[2024-01-01]",))
+    reporter = FreshnessReporter(limit=None)
+    retired = {"raw": Retirement("date before 2024-01-02", lambda k: k == D1)}
+    with DagsterInstance.ephemeral() as instance:
+        was = PlanResult(Plan((item,), ("raw",)), PlanInput([], {}, {}), {}, 0.0)
+        first = reporter.report(instance, was, {"raw": {D1: item}}, {"raw": key})
+        now = PlanResult(Plan((), ("raw",)), PlanInput([], {}, {}, retired=retired), {}, 0.0)
+        second = reporter.report(instance, now, {"raw": {}}, {"raw": key})
+    assert [(e.partition, e.passed) for e in first.evaluations] == [(D1, False)]
+    [evaluation] = second.evaluations
+    assert evaluation.passed and evaluation.partition == D1
+    assert evaluation.description == "retired (date before 2024-01-02): never rebuilt"
+    assert evaluation.metadata["partlake/retired"].value == "date before 2024-01-02"
