@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dagster_partlake.cli.common import boundary, code_location_spark, selection
+from dagster_partlake.cli.common import (
+    boundary,
+    code_location_spark,
+    dagster_instance,
+    selection,
+)
 from dagster_partlake.cli.main import main
 from dagster_partlake.cli.output import echo
 
@@ -86,6 +91,11 @@ def _retain(ctx: click.Context, *, dry_run: bool) -> None:
         echo("No managed asset has a retention rule (partlake/retention): nothing to retire.")
     for outcome in outcomes:
         echo(json.dumps(outcome.to_json()) if ctx.obj["json"] else outcome.text)
+    instance = dagster_instance(False) if not dry_run else None
+    if instance is not None:  # the UI's word for the removed partitions (`record_retired`)
+        from dagster_partlake.maintenance.retention import record_retired
+
+        record_retired(instance, graph, outcomes)
     if any(o.status == "failed" for o in outcomes):
         sys.exit(1)
 

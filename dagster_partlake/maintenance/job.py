@@ -20,7 +20,6 @@ reads it keeps its verdict unless it cascades), so the sensor plans nothing afte
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's config annotation as a class.
-from typing import Any
 
 from dagster import (
     AssetKey,
@@ -121,7 +120,9 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
                     dry_run=config.retention_dry_run,
                     spark=lambda: io_manager.spark.spark_session,
                 )
-                _report_retired(context, graph, outcomes)
+                from dagster_partlake.maintenance.retention import record_retired
+
+                record_retired(context.instance, graph, outcomes)
             else:
                 outcomes = maintain_tables(
                     tables, operation, options, lambda: io_manager.spark.spark_session
@@ -146,25 +147,6 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
         maintain()
 
     return maintenance_job
-
-
-def _report_retired(context: OpExecutionContext, graph: Any, outcomes: list[TableOutcome]) -> None:
-    """The removed partitions' `partlake_fresh` results: passed, "retired" (Dagster's
-    Partitions tab has no status of its own for a partition retired on purpose)."""
-    import uuid
-
-    from dagster_partlake.compat import record_check_evaluations
-    from dagster_partlake.freshness.check import checked_assets, retired_evaluation
-
-    checked = checked_assets(graph.asset_graph.asset_check_keys)
-    evaluations = [
-        retired_evaluation(checked[o.asset], p["partition"], str(o.details.get("retires", "")))
-        for o in outcomes
-        if o.asset in checked and o.status == "ok" and o.details.get("version") is not None
-        for p in o.details.get("partitions", [])  # type: ignore[attr-defined]
-    ]
-    if evaluations:
-        record_check_evaluations(context.instance, evaluations, f"retention-{uuid.uuid4().hex}")
 
 
 def _observation(key: AssetKey, outcomes: list[TableOutcome]) -> AssetObservation:

@@ -40,6 +40,7 @@ from dagster_partlake.faults import fault_point
 from dagster_partlake.storage.location import TableLocation, as_location
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance
     from pyspark.sql import SparkSession
 
     from dagster_partlake.delta.snapshot import Snapshot
@@ -417,3 +418,30 @@ def _describe(result: RetentionResult, retired: Retirement | None) -> str:
             "there)"
         )
     return f"removed {count} in version {result.version}: {shown}{more}{archived}"
+
+
+def record_retired(
+    instance: DagsterInstance, graph: LakeGraph, outcomes: list[TableOutcome]
+) -> int:
+    """Record the removed partitions' `partlake_fresh` results: passed, "retired" (Dagster's
+    Partitions tab has no status of its own for a partition retired on purpose); how many."""
+    import uuid
+
+    from dagster_partlake.compat import record_check_evaluations
+    from dagster_partlake.freshness.check import checked_assets, retired_evaluation
+
+    checked = checked_assets(graph.asset_graph.asset_check_keys)
+    evaluations = [
+        retired_evaluation(checked[o.asset], str(p["partition"]), str(o.details.get("retires", "")))
+        for o in outcomes
+        if o.asset in checked and o.status == "ok" and o.details.get("version") is not None
+        for p in _removed(o)
+    ]
+    if evaluations:
+        record_check_evaluations(instance, evaluations, f"retention-{uuid.uuid4().hex}")
+    return len(evaluations)
+
+
+def _removed(outcome: TableOutcome) -> list[Mapping[str, object]]:
+    found = outcome.details.get("partitions")
+    return list(found) if isinstance(found, list) else []

@@ -212,6 +212,8 @@ def test_retention_on_disk_plan_maintain_and_a_write_into_the_retired_range(
         if c.get("partlake_maintenance", {}).get("operation") == "retention"
     ]
     assert len(removal) == 1 and removal[0]["partlake_maintenance"]["partitions"] == RETIRED
+    # The UI (the project's Dagster instance): the removed days' partlake_fresh passed, "retired".
+    assert set(_checks(project, "raw_events")) == set(RETIRED)
 
     # Nothing is rebuilt, nothing reading the removed days is stale.
     assert _stale(project) == []
