@@ -105,9 +105,10 @@ def plan_command(
         )
         from dagster_partlake.planning.retained import retention_text
 
-        text = retention_text([r.line() for r in retention], result.plan.retired_writes)
-        if text:
-            echo(text)
+        # Said when there is something to do: retired partitions still holding data, or data
+        # written into a retired range (a fresh lake's output stays one line).
+        if any(r.with_data for r in retention) or result.plan.retired_writes:
+            echo(retention_text([r.line() for r in retention], result.plan.retired_writes))
     if report:
         from dagster_partlake.freshness.check import checked_assets
 
@@ -148,7 +149,7 @@ def _fresh_answer(answered: shortcut.Shortcut, select: list[str] | None, *, as_j
         echo(json.dumps(items, indent=2))
         return
     echo(PLAN_FRESH)
-    if kept or writes:
+    if any(body for _, _, body in kept) or writes:
         from dagster_partlake.planning.retained import retention_text
 
         echo(retention_text([line for _, line, _ in kept], writes))
