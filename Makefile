@@ -117,10 +117,11 @@ lint: install
 # The fault drills (tests/test_faults.py): killed run workers, a lost Spark Connect server, a
 # PostgreSQL restart, a re-created table, two partlake runs on one plan, the S3 server stopped
 # during a run (tests/test_s3_lake.py), a Kafka stream run killed at its batch's commit twice and
-# the broker stopped under a stream (tests/test_source_faults.py). About half an hour,
+# the broker stopped under a stream (tests/test_source_faults.py), a partition retention killed
+# between its archive commit and its removal twice (tests/surface/test_retention.py). About half an hour,
 # so not part of `make test`; run them nightly or before a release.
 test-faults: check-java install test-deps
-	$(BIN)/python -m pytest -m faults tests/test_faults.py tests/test_s3_lake.py tests/test_source_faults.py
+	$(BIN)/python -m pytest -m faults tests/test_faults.py tests/test_s3_lake.py tests/test_source_faults.py tests/surface/test_retention.py
 
 # Long end-to-end variants of paths `make test` covers once (marker `extended`, about 40
 # minutes): a merge model's later days refreshed in one range run under the daemon (CI checks the

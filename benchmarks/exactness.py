@@ -7,7 +7,8 @@ Each scenario is a random asset graph (sources; daily/monthly time partitions wi
 static dimensions, `date|region/product`, or none; aggregating and fan-out partition mappings;
 managed assets of every model kind as the planner sees them, self-dependencies) and a random
 sequence of 5-40 events (source edits and deletions, writes, failed writes, code changes,
-out-of-band edits, damaged and repaired logs), drawn by the property test's generator
+out-of-band edits, damaged and repaired logs, retention rules set or changed, cascades,
+retired partitions removed), drawn by the property test's generator
 (`tests.test_planner_property.worlds`). After every event the plan is computed incrementally
 from the previous one, on both of the planner's paths (one partition at a time, and in bulk on
 column-wise maps), and compared with the full plan and the independent oracle
@@ -52,6 +53,10 @@ def _features(world: World) -> set[str]:
             found.add("reads_own_previous_partition")
         if spec.self_dep == "order":
             found.add("order_only_self_dependency")
+        if spec.cascade:
+            found.add("retention_cascade")
+    if any(spec.retire for spec in world.specs.values()):
+        found.add("retention_rule")
     dims = [
         1 + len(SCHEMES[s.scheme][1]) if s.scheme in SCHEMES else 0 for s in world.specs.values()
     ]

@@ -17,7 +17,9 @@ the same pass; removing the `.paused` files starts the count again.
 Points: `before_commit` (a write's files are in the table's folder, not yet in its log),
 `after_commit` (the commit is in the log, the run has not recorded it), `before_write` (a run is
 about to have Spark compute and write its partitions), `sensor_tick` (a sensor tick is about to
-plan), `stream_batch` (a streaming micro-batch is staged, not yet committed: the batch in flight).
+plan), `stream_batch` (a streaming micro-batch is staged, not yet committed: the batch in flight),
+`retention_archived` (a retention run committed its archive copy, not yet the removal:
+`maintenance.retention`; its subject is the table).
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from dagster_partlake.errors import PartlakeConfigError
 
 DIR_ENV = "PARTLAKE_FAULT_DIR"
 POINTS_FILE = "points"
-POINTS = ("before_commit", "after_commit", "before_write", "sensor_tick", "stream_batch")
+POINTS = (
+    "before_commit",
+    "after_commit",
+    "before_write",
+    "sensor_tick",
+    "stream_batch",
+    "retention_archived",
+)
 
 
 def fault_point(name: str, subject: str | None = None) -> None:

@@ -29,6 +29,7 @@ Writer = Literal["partlake", "delta-spark"]
 PARTLAKE_WRITER: Writer = "partlake"
 DELTA_SPARK_WRITER: Writer = "delta-spark"
 WRITERS: tuple[Writer, ...] = (PARTLAKE_WRITER, DELTA_SPARK_WRITER)
+RETENTION_KEY = "partlake/retention"  # `dagster_partlake.partitions.retention`
 SQL_PATH_KEY = "partlake/sql_path"  # set by `sql_assets`: the model's file
 
 
@@ -66,6 +67,8 @@ REASON_KEY = "partlake/reason"  # missing, upstream_changed, out_of_band, code_c
 BECAUSE_KEY = "partlake/because"  # the upstream asset[partition]s that made it stale
 LAST_UPDATED_KEY = "partlake/last_updated"  # the partition's lastUpdated (a timestamp)
 ROWS_KEY = "partlake/rows"  # rows the partition got from the write that reported it
+# A passed result whose partition is retired on purpose (`partlake/retention`): which rule.
+RETIRED_KEY = "partlake/retired"
 # Materialization metadata of a write its run guards skipped (`partlake/conditions` with action
 # "skip"): the condition that did not hold. Nothing but the commit record was written.
 SKIPPED_KEY = "partlake/skipped"

@@ -62,6 +62,10 @@ def build_lakehouse(
         partitions_def=daily,
         group_name="lakehouse",
         description="Source events, written by an upstream system (python -m definitions.ingest).",
+        # Partition retention (docs: Partition retention): the lake keeps the last 30 days of
+        # raw events, counted back from the newest day present (the demo's 2024 days stay).
+        # Older days are retired: never read, never rebuilt; clean_events forgets them too.
+        metadata={"partlake/retention": {"keep_last": 30}},
     )
     common = {
         "backfill_policy": BackfillPolicy.single_run(),
@@ -85,7 +89,10 @@ def build_lakehouse(
                 {"accepted_values": {"region": list(regions)}},
                 {"expression": "amount >= 0", "name": "non_negative"},
                 {"row_count": {"min": 1}},
-            ]
+            ],
+            # Retired with the raw events it reads, and removed by `partlake maintain
+            # --retention` (or the maintenance job); the stats below keep their history.
+            "partlake/retention": {"cascade": True},
         },
         **common,
     )

@@ -66,6 +66,7 @@ clicks = partlake_source(
         "partlake/conditions",
         "partlake/writer",
         "partlake/sql_path",
+        "partlake/retention",
     ),
 )
 def clean_orders(orders):  # noqa: ANN001, ANN201 - never run: only loaded

@@ -746,6 +746,35 @@ class TestSqliteInstance:
             page.screenshot(path=out / "ui-refresh-partition-status.png")
             browser.close()
 
+    def test_the_sensor_never_rebuilds_a_retired_day(self, refreshed: Refreshed) -> None:
+        """Last of the class: it retires the days the tests above rewrite. raw_events keeps 30
+        days counted back from its newest (`partlake/retention`), and clean_events forgets with
+        it (`cascade`): a new day 35 days later retires 2024-01-01 and 2024-01-02. The daemon
+        refreshes the new day only; `partlake maintain --retention --apply` then removes
+        clean_events' retired days, and the sensor rebuilds none of them while what reads them
+        stays fresh."""
+        dev = refreshed.dev
+
+        def stale() -> list[dict[str, Any]]:
+            return [i for i in dev.stale() if "reason" in i]  # retention objects aside
+
+        started = time.time()
+        ingest(dev.env, "--date", "2024-02-05", "--region", "eu")
+        wait_until(lambda: stale() == [], timeout=900, what="the new day's refresh")
+        removed = run_partlake(
+            "maintain", "-m", "definitions", "--retention", "--apply", env=dev.env, timeout=300
+        )
+        assert removed.returncode == 0, removed.stdout[-3000:] + removed.stderr[-3000:]
+        assert "clean_events: removed 4 retired partition(s)" in removed.stdout, removed.stdout
+        removed_at = time.time()
+        time.sleep(4 * DAEMON_LOOP_SECONDS)  # several ticks see the removal
+        assert stale() == []
+        after = [r for r in sensor_runs(dev) if r["creationTime"] >= removed_at]
+        assert after == [], after
+        since = [r for r in sensor_runs(dev) if r["creationTime"] >= started]
+        assert since, "the new day was refreshed by the sensor"
+        assert {p[:7] for r in since for _, p in covered(r)} == {"2024-02"}  # never January
+
 
 @pytest.mark.extended  # CI: the daemon on SQLite above, surface/test_orchestration.py
 @pytest.mark.s3

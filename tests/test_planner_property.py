@@ -46,8 +46,10 @@ from dagster_partlake.planning.planner import (
     PlanAsset,
     PlanInput,
     Record,
+    Retirement,
     plan,
 )
+from dagster_partlake.planning.retirement import cascaded
 from dagster_partlake.planning.state_maps import RecordMap, StateMap
 
 DAYS = ("2024-01-30", "2024-01-31", "2024-02-01", "2024-02-02", "2024-02-03", "2024-02-04")
@@ -160,6 +162,16 @@ class Spec:
     # The table is partitioned otherwise than by the Dagster partitions (append, merge, scd2):
     # a partition's state is what its last write recorded (`planning.convert`).
     decoupled: bool = False
+    # `partlake/retention`: its oldest `retire` time windows are retired; `cascade`: so is
+    # every partition that reads a retired upstream partition.
+    retire: int = 0
+    cascade: bool = False
+
+    def retires(self, key: Key) -> bool:
+        """Whether its own rule retires `key`."""
+        if not self.retire or key is None:
+            return False
+        return SCHEMES[self.scheme][0].index(_parts(key)[0]) < self.retire
 
 
 @dataclass
@@ -271,6 +283,12 @@ class World:
             for s in self.specs.values()
             if not s.is_source and not s.deps and s.scheme != "none"
         }  # a self-dependency does not make an asset any less of a root
+        own = {
+            s.name: Retirement(f"oldest {s.retire}", s.retires)
+            for s in self.specs.values()
+            if s.retire
+        }
+        cascading = {s.name for s in self.specs.values() if s.cascade}
         return PlanInput(
             assets,
             # Copies of the maps (their values are frozen and never changed in place).
@@ -278,6 +296,7 @@ class World:
             {n: dict(v) for n, v in records.items()},
             partition_keys=roots,
             unreadable={n: f"{n} is unreadable" for n in self.unreadable},
+            retired=cascaded(assets, own, cascading) if own else {},
         )
 
     def columnar_input(self, inputs: PlanInput | None = None) -> PlanInput:
@@ -373,9 +392,16 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
         spec = world.specs[asset]
         if spec.is_source or asset in not_judged:  # sources are never stale
             return None
+        if retired(world, asset, key):  # retired on purpose: never judged
+            return None
         record = records.get(asset, {}).get(key)
-        mapped = {d: world.reads_of(asset, d, key) for d in spec.deps}
+        # Retired upstream partitions are not read by the rule.
+        mapped = {
+            d: tuple(u for u in world.reads_of(asset, d, key) if not retired(world, d, u))
+            for d in spec.deps
+        }
         prev = previous(spec.scheme, key) if spec.self_dep else ()
+        prev = tuple(u for u in prev if not retired(world, asset, u))
         if record is None:
             with_data = {d: [u for u in us if has_data(d, u)] for d, us in mapped.items()}
             # Candidate: has data, or is mapped from data of some upstream, or belongs to an
@@ -422,6 +448,54 @@ def oracle(world: World) -> dict[tuple[str, Key], Verdict]:
     }
 
 
+def retired(world: World, asset: str, key: Key) -> bool:
+    """Whether (asset, key) is retired: by its own rule, or by its cascade when a partition
+    it reads (its own earlier ones aside) is retired."""
+    spec = world.specs[asset]
+    if spec.retires(key):
+        return True
+    return spec.cascade and any(
+        retired(world, d, u) for d in spec.deps for u in world.reads_of(asset, d, key)
+    )
+
+
+def oracle_writes(world: World) -> tuple[str, ...]:
+    """Writes into a retired range: a retired partition of a managed asset whose data is not
+    what its own write gave it, and a retired partition read by a write (or read by a retired
+    partition's write) whose data moved since."""
+    states, found = world.visible_states(), set()
+    not_judged = set().union(*held(world).values())
+
+    def now(asset: str, key: Key) -> int | None:
+        state = states.get(asset, {}).get(key)
+        return None if state is None else state.last_updated
+
+    for name, spec in world.specs.items():
+        if spec.is_source or name in not_judged or name in world.unreadable:
+            continue
+        records = world.records.get(name, {})
+        for key in UNIVERSE[spec.scheme]:
+            record = records.get(key)
+            mine = retired(world, name, key)
+            own_now = now(name, key)
+            if (
+                mine
+                and own_now is not None
+                and (record is None or record.written_last_updated != own_now)
+            ):
+                found.add(render(name, key))
+            if record is None:
+                continue
+            for d in spec.deps:
+                for u in world.reads_of(name, d, key):
+                    if not (mine or retired(world, d, u)):
+                        continue
+                    value = now(d, u)
+                    if value is not None and value != record.consumed.get(d, {}).get(u):
+                        found.add(render(d, u))
+    return tuple(sorted(found))
+
+
 def oracle_order(world: World) -> list[tuple[str, Key]]:
     """The oracle's stale partitions, upstream assets first."""
     rank = {name: i for i, name in enumerate(world.specs)}
@@ -432,7 +506,7 @@ Event = tuple[str, int, int]
 EVENT_KINDS = (
     "source_edit", "source_edit", "source_delete", "write", "write_stale", "write_stale",
     "write_stale", "write_plan_prefix", "failed_write", "code_change", "code_change", "oob_edit",
-    "oob_edit", "oob_delete", "damage", "repair",
+    "oob_edit", "oob_delete", "damage", "repair", "retire", "retire_remove",
 )  # fmt: skip
 
 
@@ -443,6 +517,22 @@ def apply(world: World, event: Event) -> None:
         return
     if kind == "repair":
         world.unreadable.discard(list(world.specs)[i % len(world.specs)])
+        return
+    if kind == "retire":  # a new rule (or none) on a partitioned asset
+        spec = list(world.specs.values())[i % len(world.specs)]
+        if spec.scheme != "none":
+            windows = len(SCHEMES[spec.scheme][0])
+            cascade = not spec.is_source and j % 3 == 0
+            world.specs[spec.name] = replace(spec, retire=j % windows, cascade=cascade)
+        return
+    if kind == "retire_remove":  # `partlake maintain --retention`: retired data removed
+        world.tick()
+        for name, spec in world.specs.items():
+            if spec.is_source or spec.decoupled:
+                continue
+            for key in list(world.states.get(name, {})):
+                if retired(world, name, key):
+                    del world.states[name][key]
         return
     sources = [s for s in world.specs.values() if s.is_source]
     managed = [s for s in world.specs.values() if not s.is_source]
@@ -493,6 +583,11 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[Event]]:
             partitioned = sorted(set.intersection(*(FEEDS[u.scheme] for u in ups)) - {"none"})
             scheme = draw(st.sampled_from([*partitioned, *partitioned, "none"]))  # partitioned
         specs.append(draw(managed_spec(names[i], scheme, tuple(u.name for u in ups))))
+    for n, spec in enumerate(specs):  # retention rules on some partitioned assets
+        if spec.scheme != "none" and draw(st.integers(0, 3)) == 0:
+            windows = len(SCHEMES[spec.scheme][0])
+            cascade = not spec.is_source and draw(st.booleans())
+            specs[n] = replace(spec, retire=draw(st.integers(0, windows - 1)), cascade=cascade)
     code = {s.name: draw(st.sampled_from(CODE_VERSIONS)) for s in specs}
     event = st.tuples(st.sampled_from(EVENT_KINDS), st.integers(0, 15), st.integers(0, 15))
     events = draw(st.lists(event, min_size=5, max_size=40))
@@ -552,6 +647,7 @@ def check_shape(result: Plan, world: World) -> None:
 
 
 def compare(result: Plan, world: World) -> None:
+    assert result.retired_writes == oracle_writes(world)
     assert {u.asset: set(u.held) for u in result.unreadable} == held(world)
     expected = oracle(world)
     got = {(i.asset, i.partition): (i.reason, i.because) for i in result.items}

@@ -1,5 +1,10 @@
 """`partlake maintain compact|vacuum|checkpoint`: table maintenance of a code location's
 managed tables (`dagster_partlake.maintenance`); nothing becomes stale.
+
+`partlake maintain --retention -m MODULE [--apply]`: the partitions the retention rules retire
+(`partlake/retention`), listed with their rows (a dry run, the default), or removed (`--apply`:
+one commit per table, after the archive copy where the rule names an archive), and the archive
+compaction of the rules' `compact_after` (`maintenance.retention`).
 """
 
 from __future__ import annotations
@@ -9,7 +14,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dagster_partlake.cli.common import boundary, code_location_spark, selection
+from dagster_partlake.cli.common import (
+    boundary,
+    code_location_spark,
+    dagster_instance,
+    selection,
+)
 from dagster_partlake.cli.main import main
 from dagster_partlake.cli.output import echo
 
@@ -17,17 +27,77 @@ if TYPE_CHECKING:
     from dagster_partlake.maintenance.operations import MaintainOptions, Operation
 
 
-@main.group("maintain")
+@main.group("maintain", invoke_without_command=True)
 @click.option("-m", "--module", "module", required=True, help="Python module with the Definitions.")
 @click.option(
     "--select", help="Comma-separated asset names to maintain (default: every managed one)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per table instead.")
+@click.option(
+    "--retention",
+    is_flag=True,
+    help="Retire what the partlake/retention rules retire: list the partitions and rows it "
+    "would remove (a dry run unless --apply).",
+)
+@click.option(
+    "--apply",
+    "apply_retention",
+    is_flag=True,
+    help="With --retention: remove the retired partitions (one commit per table, after the "
+    "archive copy) and compact what compact_after says.",
+)
 @click.pass_context
-def maintain_group(ctx: click.Context, module: str, select: str | None, as_json: bool) -> None:
+def maintain_group(
+    ctx: click.Context,
+    module: str,
+    select: str | None,
+    as_json: bool,
+    retention: bool,
+    apply_retention: bool,
+) -> None:
     """Maintain the Delta tables of a code location's managed (non-source) assets. No partition
-    looks changed afterwards: nothing becomes stale."""
+    looks changed afterwards: nothing becomes stale. With --retention, retire the partitions the
+    retention rules retire (rows gone, never rebuilt)."""
     ctx.obj = {"module": module, "select": selection(select), "json": as_json}
+    if apply_retention and not retention:
+        raise click.UsageError("--apply goes with --retention.")
+    if retention:
+        if ctx.invoked_subcommand is not None:
+            raise click.UsageError(
+                f"--retention is an operation of its own; run {ctx.invoked_subcommand} apart."
+            )
+        _retain(ctx, dry_run=not apply_retention)
+    elif ctx.invoked_subcommand is None:
+        raise click.UsageError("name an operation: compact, vacuum, checkpoint, or --retention.")
+
+
+@boundary
+def _retain(ctx: click.Context, *, dry_run: bool) -> None:
+    """The retention operation (`maintenance.retention.retain_tables`), one line or JSON
+    object per table; exit 1 when a table failed."""
+    import json
+
+    from dagster_partlake.cli.location import load_definitions
+    from dagster_partlake.maintenance.retention import retain_tables
+    from dagster_partlake.planning.graph import LakeGraph
+
+    graph = LakeGraph(load_definitions(ctx.obj["module"]))
+    spark, stop = code_location_spark(graph)
+    try:
+        outcomes = retain_tables(graph, ctx.obj["select"], dry_run=dry_run, spark=spark)
+    finally:
+        stop()
+    if not outcomes:
+        echo("No managed asset has a retention rule (partlake/retention): nothing to retire.")
+    for outcome in outcomes:
+        echo(json.dumps(outcome.to_json()) if ctx.obj["json"] else outcome.text)
+    instance = dagster_instance(False) if not dry_run else None
+    if instance is not None:  # the UI's word for the removed partitions (`record_retired`)
+        from dagster_partlake.maintenance.retention import record_retired
+
+        record_retired(instance, graph, outcomes)
+    if any(o.status == "failed" for o in outcomes):
+        sys.exit(1)
 
 
 @maintain_group.command("compact")

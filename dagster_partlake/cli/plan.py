@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dagster_partlake.cli.render import DimensionValues, GateFailures
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.planning.planner import Key, Plan
+    from dagster_partlake.planning.retained import AssetRetention
     from dagster_partlake.planning.session import PlanningSession, PlanResult
 
 
@@ -60,7 +61,7 @@ def plan_command(
             echo(line, err=True)
         if answered.warning:
             echo(answered.warning, err=True)
-        echo(PLAN_FRESH_JSON if as_json else PLAN_FRESH)
+        _fresh_answer(answered, selection(select), as_json=as_json)
         return
     from dagster_partlake.cli.render import plan_json, plan_text, runs_json_text
 
@@ -71,8 +72,17 @@ def plan_command(
     if warning:
         echo(warning, err=True)
     failures = _gate_failures(session.graph, result.plan)
+    retention = _retention(session, result, selection(select))
     if as_json:
-        echo(plan_json(result.plan, failures, _dimension_values(session.graph)))
+        echo(
+            plan_json(
+                result.plan,
+                failures,
+                _dimension_values(session.graph),
+                # Only what asks for work: retired partitions that still hold data.
+                retention=[r.to_json() for r in retention if r.with_data],
+            )
+        )
     elif runs_json:
         echo(runs_json_text(runs))
     else:
@@ -93,6 +103,12 @@ def plan_command(
                 after_streams=after_streams,
             )
         )
+        from dagster_partlake.planning.retained import retention_text
+
+        # Said when there is something to do: retired partitions still holding data, or data
+        # written into a retired range (a fresh lake's output stays one line).
+        if any(r.with_data for r in retention) or result.plan.retired_writes:
+            echo(retention_text([r.line() for r in retention], result.plan.retired_writes))
     if report:
         from dagster_partlake.freshness.check import checked_assets
 
@@ -115,6 +131,38 @@ def _report(session: PlanningSession, result: PlanResult, checked: Mapping[str, 
         f"{failed} stale, {len(report.evaluations) - failed} fresh again.",
         err=True,
     )
+
+
+def _fresh_answer(answered: shortcut.Shortcut, select: list[str] | None, *, as_json: bool) -> None:
+    """A fresh plan answered from the shortcut, with what the full path says of retention."""
+    import json
+
+    kept = [r for r in answered.retention if not select or r[0] in select]
+    writes = [w for w in answered.retired_writes if not select or w.split("[", 1)[0] in select]
+    if as_json:
+        if not any(body for _, _, body in kept) and not writes:
+            echo(PLAN_FRESH_JSON)
+            return
+        items: list[object] = [json.loads(body) for _, _, body in kept if body]
+        if writes:
+            items.append({"retired_writes": writes})
+        echo(json.dumps(items, indent=2))
+        return
+    echo(PLAN_FRESH)
+    if any(body for _, _, body in kept) or writes:
+        from dagster_partlake.planning.retained import retention_text
+
+        echo(retention_text([line for _, line, _ in kept], writes))
+
+
+def _retention(
+    session: PlanningSession, result: PlanResult, select: list[str] | None
+) -> list[AssetRetention]:
+    """What the retention rules retire now, of the selected assets."""
+    from dagster_partlake.planning.retained import retention_report
+
+    found = retention_report(session.graph, result.inputs)
+    return [r for r in found if not select or r.asset in select]
 
 
 def _dimension_values(graph: LakeGraph) -> DimensionValues:

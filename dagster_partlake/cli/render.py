@@ -22,11 +22,18 @@ DimensionValues = Callable[[str, Key], Mapping[str, str] | None]
 
 
 def plan_json(
-    plan: Plan, failures: GateFailures | None = None, dimensions: DimensionValues | None = None
+    plan: Plan,
+    failures: GateFailures | None = None,
+    dimensions: DimensionValues | None = None,
+    *,
+    retention: Sequence[Mapping[str, object]] = (),
 ) -> str:
     """The stale partitions, sorted by asset then partition (`partlake plan --json`); a
     partition whose last run failed a gate also has `last_run_failed` (the gate names), and one
-    of a partitioned asset `dimensions` (each dimension's value by name)."""
+    of a partitioned asset `dimensions` (each dimension's value by name). After them, one
+    object per asset whose retired partitions still hold data (`retention`: it has the key
+    "retention", no "reason"), and, when data was written into a retired range,
+    `{"retired_writes": [...]}`: like the stale partitions, what asks for work."""
     items = []
     for item in plan.sorted_items():
         body = item.to_json()
@@ -37,6 +44,9 @@ def plan_json(
         if failed:
             body["last_run_failed"] = list(failed)
         items.append(body)
+    items.extend(dict(r) for r in retention)
+    if plan.retired_writes:
+        items.append({"retired_writes": list(plan.retired_writes)})
     return json.dumps(items, indent=2)
 
 

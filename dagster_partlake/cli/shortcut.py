@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 SHORTCUT_ENV = "PARTLAKE_PLAN_SHORTCUT"
 CHECK_ENV = "PARTLAKE_CHECK_REPLAN"  # planning.session.CHECK_REPLAN_ENV, without importing it
-_FORMAT = (3, marshal.version, *sys.version_info[:2])
+_FORMAT = (4, marshal.version, *sys.version_info[:2])
 # Environment variables that differ between two runs of the same command for no reason of ours.
 _VOLATILE_ENV = frozenset({"_"})
 # Files that are not code: they change on their own (kernel views, devices).
@@ -92,6 +92,11 @@ class Shortcut:
     # What `partlake plan` and `partlake run` print on stderr of each source with no table,
     # with the assets that select it (the source and what reads it), as `Plan.select` keeps it.
     absent: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # What `partlake plan` says of the retention rules (`planning.retained`): per asset with a
+    # rule, its line and its JSON object ("" when its retired partitions hold no data, as
+    # `--json` lists only those); and the writes into a retired range.
+    retention: tuple[tuple[str, str, str], ...] = ()
+    retired_writes: tuple[str, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -106,6 +111,8 @@ class Shortcut:
             "stale": list(self.stale),
             "warning": self.warning,
             "absent": [[line, list(names)] for line, names in self.absent],
+            "retention": [list(r) for r in self.retention],
+            "retired_writes": list(self.retired_writes),
         }
 
     @classmethod
@@ -124,6 +131,8 @@ class Shortcut:
             stale=tuple(data["stale"]),
             warning=data["warning"],
             absent=tuple((line, tuple(names)) for line, names in data["absent"]),
+            retention=tuple((a, line, body) for a, line, body in data["retention"]),
+            retired_writes=tuple(data["retired_writes"]),
         )
 
     def holds(self, how: str, now: float) -> bool:
@@ -345,6 +354,22 @@ def _describe(loading: Loading, session: PlanningSession, result: PlanResult) ->
             (f"Warning: {a.message}", (a.asset, *a.waiting))
             for a in absent_sources(graph, result.states)
         ),
+        retention=_retention(graph, result),
+        retired_writes=memo.plan.retired_writes,
+    )
+
+
+def _retention(graph: LakeGraph, result: PlanResult) -> tuple[tuple[str, str, str], ...]:
+    """(asset, line, JSON object) of each asset with a retention rule (`planning.retained`)."""
+    if not any(spec.retention is not None for spec in graph.specs.values()):
+        return ()
+    import json
+
+    from dagster_partlake.planning.retained import retention_report
+
+    return tuple(
+        (r.asset, r.line(), json.dumps(r.to_json()) if r.with_data else "")
+        for r in retention_report(graph, result.inputs)
     )
 
 

@@ -56,6 +56,7 @@ from dagster_partlake.metadata import (
     FRESH_CHECK,
     LAST_UPDATED_KEY,
     REASON_KEY,
+    RETIRED_KEY,
     ROWS_KEY,
 )
 from dagster_partlake.spec.load import check_assets
@@ -244,6 +245,19 @@ def fresh_evaluation(
         partition=partition,
         metadata=metadata,
         description="fresh",
+    )
+
+
+def retired_evaluation(key: AssetKey, partition: Key, rule: str) -> AssetCheckEvaluation:
+    """`partlake_fresh` passed for one partition retired on purpose (`partlake/retention`):
+    Dagster's Partitions tab has no status of its own for it, so the check says "retired"."""
+    return AssetCheckEvaluation(
+        asset_key=key,
+        check_name=FRESH_CHECK,
+        passed=True,
+        partition=partition,
+        metadata={RETIRED_KEY: MetadataValue.text(rule)},
+        description=f"retired ({rule}): never rebuilt",
     )
 
 

@@ -51,7 +51,11 @@ from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, 
 from dagster_partlake.compat import record_check_evaluations, targeting_latest_materializations
 from dagster_partlake.freshness.check import MISSING_CHECKS as MISSING_CHECKS
 from dagster_partlake.freshness.check import checked_assets as checked_assets
-from dagster_partlake.freshness.check import fresh_evaluation, stale_evaluation
+from dagster_partlake.freshness.check import (
+    fresh_evaluation,
+    retired_evaluation,
+    stale_evaluation,
+)
 from dagster_partlake.metadata import FRESH_CHECK
 
 if TYPE_CHECKING:
@@ -161,6 +165,9 @@ class FreshnessReporter:
         state = result.inputs.states.get(name, {}).get(partition)
         updated = state.last_updated if state is not None else None
         item = self._said[name].get(partition)
+        retired = result.inputs.retired.get(name)
+        if item is None and retired is not None and retired.contains(partition):
+            return retired_evaluation(key, partition, retired.rule)
         if item is None:
             return fresh_evaluation(key, partition, updated)
         return stale_evaluation(key, shown.get((name, partition), item), updated)

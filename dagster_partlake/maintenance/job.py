@@ -1,12 +1,14 @@
 """Table maintenance as a Dagster job, so a schedule runs it and the UI shows it.
 
-`build_maintenance_job()` makes a job of one op that runs `maintenance.operations`'s
-operations (compact, vacuum, checkpoint, in that order) on the Delta tables of the code
-location's managed assets, with the IO manager's lake root and Spark session. It logs one line
-per table and operation, and one `AssetObservation` per existing table saying what was done.
-Maintenance never invalidates anything (compaction commits `dataChange: false` and keeps every
-partition's lastUpdated; vacuum and checkpoint add no data), so the sensor plans nothing after
-it.
+`build_maintenance_job()` makes a job of one op that runs the retention rules
+(`maintenance.retention`: the retired partitions removed, after their archive copy, and the
+archive compaction) and `maintenance.operations`'s operations (compact, vacuum, checkpoint), in
+that order, on the Delta tables of the code location's managed assets, with the IO manager's
+lake root and Spark session. It logs one line per table and operation, and one
+`AssetObservation` per existing table saying what was done. Maintenance never invalidates
+anything (compaction commits `dataChange: false` and keeps every partition's lastUpdated;
+vacuum and checkpoint add no data; a retired partition is never judged by the planner, and what
+reads it keeps its verdict unless it cascades), so the sensor plans nothing after it.
 
     maintenance = build_maintenance_job()
     defs = Definitions(
@@ -34,10 +36,11 @@ from dagster import (
 )
 from pydantic import Field
 
-from dagster_partlake.errors import PartlakeError
+from dagster_partlake.errors import PartlakeConfigError, PartlakeError
 from dagster_partlake.maintenance.operations import (
     OPERATIONS,
     MaintainOptions,
+    Operation,
     TableOutcome,
     catalog_tables,
     maintain_tables,
@@ -49,14 +52,21 @@ if TYPE_CHECKING:
     from dagster_partlake.planning.graph import LakeGraph
 
 DEFAULT_JOB_NAME = "partlake_maintenance"
+RETENTION: Operation = "retention"
 
 
 class MaintenanceConfig(Config):
     """What one maintenance run does."""
 
     operations: list[str] = Field(
-        default=list(OPERATIONS),
-        description=f"Operations to run, in this order; any of {', '.join(OPERATIONS)}.",
+        default=[RETENTION, *OPERATIONS],
+        description=f"Operations to run, in this order; any of {RETENTION}, "
+        f"{', '.join(OPERATIONS)} ({RETENTION}: what the partlake/retention rules retire is "
+        "removed, after its archive copy).",
+    )
+    retention_dry_run: bool = Field(
+        default=False,
+        description="retention: only log the partitions and rows it would remove.",
     )
     assets: list[str] | None = Field(
         default=None,
@@ -84,8 +94,8 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
     @op(
         name=f"{name}_tables",
         required_resource_keys={"io_manager"},
-        description="Compact, vacuum and checkpoint the Delta tables of the managed assets; "
-        "nothing becomes stale.",
+        description="Retire what the retention rules retire, compact, vacuum and checkpoint the "
+        "Delta tables of the managed assets; nothing becomes stale.",
     )
     def maintain(context: OpExecutionContext, config: MaintenanceConfig) -> None:
         from dagster_partlake.planning.graph import LakeGraph
@@ -101,12 +111,30 @@ def build_maintenance_job(name: str = DEFAULT_JOB_NAME) -> JobDefinition:
             keep_log_hours=config.keep_log_hours,
         )
         # Every operation is checked before the first table is touched.
-        operations = [options.check(operation) for operation in config.operations]
+        operations: list[Operation] = [
+            RETENTION if operation == RETENTION else options.check(operation)
+            for operation in config.operations
+        ]
+        if operations.count(RETENTION) > 1:
+            raise PartlakeConfigError(f"operation {RETENTION} is listed twice; list it once.")
         done: dict[str, list[TableOutcome]] = {}
         for operation in operations:
-            outcomes = maintain_tables(
-                tables, operation, options, lambda: io_manager.spark.spark_session
-            )
+            if operation == RETENTION:
+                from dagster_partlake.maintenance.retention import retain_tables
+
+                outcomes = retain_tables(
+                    graph,
+                    config.assets,
+                    dry_run=config.retention_dry_run,
+                    spark=lambda: io_manager.spark.spark_session,
+                )
+                from dagster_partlake.maintenance.retention import record_retired
+
+                record_retired(context.instance, graph, outcomes)
+            else:
+                outcomes = maintain_tables(
+                    tables, operation, options, lambda: io_manager.spark.spark_session
+                )
             for outcome in outcomes:
                 (context.log.error if outcome.status == "failed" else context.log.info)(
                     f"{operation} {outcome.text}"

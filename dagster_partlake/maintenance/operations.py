@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from dagster_partlake.planning.graph import LakeGraph
     from dagster_partlake.storage.location import TableLocation
 
-Operation = Literal["compact", "vacuum", "checkpoint"]
+Operation = Literal["compact", "vacuum", "checkpoint", "retention"]
 OPERATIONS: tuple[Operation, ...] = ("compact", "vacuum", "checkpoint")
 Status = Literal["ok", "skipped", "no_table", "failed"]
 

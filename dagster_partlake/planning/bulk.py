@@ -10,8 +10,8 @@ lastUpdated against the one that commit gave it, and per upstream asset whether 
 has data, is stale, and has the lastUpdated consumed. Here those are int64 columns (numpy), and
 the verdicts, reasons and `because` come out of them through the same rule `judge` calls
 (`planning.rule`), in the order `plan` judges (by key). Anything else (plain dicts, another
-mapping, a record whose consumption is a dict) returns None, and the planner judges one
-partition at a time.
+mapping, a record whose consumption is a dict, an asset or upstream asset with retired
+partitions) returns None, and the planner judges one partition at a time.
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def _records(asset: PlanAsset, inputs: PlanInput) -> RecordMap | None:
     """The asset's records if the bulk pass applies to it."""
     if not asset.partitioned or not asset.deps or asset.stream:
         return None
+    if inputs.retired and any(n in inputs.retired for n in (asset.name, *_uppers(asset))):
+        return None  # retired partitions are decided one key at a time (`planner.judge`)
     if any(not d.identity or d.order_only or d.upstream == asset.name for d in asset.deps):
         return None
     records = inputs.records.get(asset.name, RecordMap.empty())
@@ -94,6 +96,10 @@ def _records(asset: PlanAsset, inputs: PlanInput) -> RecordMap | None:
     if not all(_over_keys(r.consumed.get(d.upstream)) for r in records.sources for d in asset.deps):
         return None
     return records
+
+
+def _uppers(asset: PlanAsset) -> list[str]:
+    return [d.upstream for d in asset.deps]
 
 
 def _judge(

@@ -28,6 +28,7 @@ __all__ = [
     "PlanInput",
     "Reason",
     "Record",
+    "Retirement",
     "StalePartition",
     "UnreadableTable",
     "render_partition",
@@ -77,6 +78,16 @@ class Record:
 
 
 @dataclass(frozen=True)
+class Retirement:
+    """The partitions of an asset retired on purpose (`partlake/retention`, cascades included,
+    `planning.retirement`): `rule` says which in words, and two equal rules retire the same
+    partitions (incremental replanning compares them); `contains` decides one key."""
+
+    rule: str
+    contains: Callable[[Key], bool] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class PlanInput:
     assets: Sequence[PlanAsset]
     states: Mapping[str, Mapping[Key, PartitionState]]
@@ -86,6 +97,8 @@ class PlanInput:
     partition_keys: Mapping[str, Sequence[Key]] = field(default_factory=dict)
     # Tables whose state could not be read: asset -> the error message.
     unreadable: Mapping[str, str] = field(default_factory=dict)
+    # The retired partitions of the assets that have any (`planning.retirement.cascaded`).
+    retired: Mapping[str, Retirement] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)  # a plan at scale makes 100,000s
@@ -141,6 +154,9 @@ class Plan:
     asset_order: tuple[str, ...]
     unreadable: tuple[UnreadableTable, ...] = ()
     absent_sources: tuple[AbsentSource, ...] = ()
+    # Data written into a retired range since it was read or written (`retired_writes`):
+    # 'asset[key]', sorted; a warning, never a rebuild.
+    retired_writes: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -162,6 +178,7 @@ class Plan:
             self.asset_order,
             tuple(u for u in self.unreadable if wanted & {u.asset, *u.held}),
             tuple(a for a in self.absent_sources if wanted & {a.asset, *a.waiting}),
+            tuple(w for w in self.retired_writes if w.split("[", 1)[0] in wanted),
         )
 
 

@@ -50,6 +50,13 @@ when an upstream partition's lastUpdated differs from the one recorded as consum
 moved or vanished) or is stale. It is never `out_of_band` (its table is where data enters: a
 change there by others stands), and its staleness is not propagated as partitions: what reads it
 is judged by the partitions its runs actually wrote.
+Retired partitions (`retired[asset]`, from `partlake/retention` with cascades applied,
+`planning.retirement`) are out of the rule altogether: a retired partition is never judged (never
+`missing`, never stale, so never rebuilt), and a retired upstream partition is not read by the
+rule (its removal, or a new write into it, moves nothing downstream; a downstream that must
+forget too is retired itself by its `cascade`). A write into a retired range since it was read
+or written (a retired partition whose lastUpdated differs from what its own write or its
+reader's write recorded, or that appeared) is listed in `Plan.retired_writes`: a warning.
 Sources (assets written by other systems) are never stale; their states feed their dependents.
 Nothing fresh is ever listed. An asset whose table could not be read (`unreadable`) and every
 asset downstream of it are not judged at all: the plan lists them in `Plan.unreadable` instead.
@@ -72,6 +79,7 @@ from dagster_partlake.planning.definition import (
     PlanInput,
     Reason,
     Record,
+    Retirement,
     StalePartition,
     UnreadableTable,
     render_partition,
@@ -105,6 +113,7 @@ __all__ = [
     "judge_stream",
     "plan",
     "render_partition",
+    "retired_writes",
     "topological_order",
 ]
 
@@ -182,7 +191,56 @@ def plan(inputs: PlanInput) -> Plan:
         )
         for name in sorted(inputs.unreadable)
     )
-    return Plan(tuple(items), tuple(a.name for a in order), unreadable)
+    held = {a for a, causes in held_by.items() if causes}
+    return Plan(
+        tuple(items),
+        tuple(a.name for a in order),
+        unreadable,
+        retired_writes=retired_writes(inputs, held),
+    )
+
+
+def retired_writes(inputs: PlanInput, held: Iterable[str] = ()) -> tuple[str, ...]:
+    """The partitions written into a retired range since they were read or written (see the
+    module docstring), rendered 'asset[key]', sorted; assets in `held` (not judged) aside."""
+    retired = inputs.retired
+    if not retired:
+        return ()
+    skip = set(held)
+    found: set[str] = set()
+    for asset in inputs.assets:
+        if asset.is_source or asset.name in skip:
+            continue
+        own = retired.get(asset.name)
+        deps = [d for d in asset.deps if d.upstream != asset.name]
+        touching = [d for d in deps if d.upstream in retired]
+        if own is None and not touching:
+            continue
+        states = inputs.states.get(asset.name, {})
+        records = inputs.records.get(asset.name, {})
+        if own is not None:
+            for key, state in states.items():
+                if own.contains(key):
+                    record = records.get(key)
+                    if record is None or record.written_last_updated != state.last_updated:
+                        found.add(render_partition(asset.name, key))
+        for key, record in records.items():
+            own_retired = own is not None and own.contains(key)
+            for dep in deps if own_retired else touching:
+                up = retired.get(dep.upstream)
+                upstream_states = inputs.states.get(dep.upstream, {})
+                consumed = record.consumed.get(dep.upstream, {})
+                for u in _mapped(dep, key):
+                    if not own_retired and not (up is not None and up.contains(u)):
+                        continue
+                    current = upstream_states.get(u)
+                    if current is not None and current.last_updated != consumed.get(u):
+                        found.add(render_partition(dep.upstream, u))
+    return tuple(sorted(found))
+
+
+def _retired(retired: Retirement | None, key: Key) -> bool:
+    return retired is not None and retired.contains(key)
 
 
 def _judge_in_order(
@@ -261,8 +319,11 @@ def judge_stream(
         states = inputs.states.get(dep.upstream, {})
         upstream_stale = stale.get(dep.upstream, set())
         consumed = record.consumed.get(dep.upstream, {}) if record is not None else {}
-        with_data = with_data or bool(states) or bool(upstream_stale)
+        gone = inputs.retired.get(dep.upstream)
         for key in {*states, *consumed, *upstream_stale}:
+            if gone is not None and gone.contains(key):
+                continue
+            with_data = with_data or key in states or key in upstream_stale
             current = states.get(key)
             now = current.last_updated if current is not None else None
             if input_moved(key in upstream_stale, now, consumed.get(key)):
@@ -293,6 +354,9 @@ def judge(
     """The verdict on one partition (None: fresh), given the stale partitions of its upstream
     assets (and, for an asset ordered on itself, of its earlier partitions): its facts, decided
     by `planning.rule`."""
+    retired = inputs.retired
+    if retired and _retired(retired.get(asset.name), key):
+        return None  # retired on purpose: never judged
     recorded = record is not None
     # Per upstream partition read with data or moved: (asset, key, has data, moved since the
     # write read it).
@@ -302,8 +366,11 @@ def judge(
         upstream_states = inputs.states.get(dep.upstream, {})
         upstream_stale = stale.get(dep.upstream, set())
         consumed = record.consumed.get(dep.upstream, {}) if record is not None else {}
+        gone = retired.get(dep.upstream) if retired else None
         any_data = False
         for u in _mapped(dep, key):
+            if gone is not None and gone.contains(u):
+                continue  # a retired upstream partition is not read by the rule
             current = upstream_states.get(u)
             now = None if current is None else current.last_updated
             is_stale = u in upstream_stale

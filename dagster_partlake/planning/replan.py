@@ -16,6 +16,9 @@ re-judges, asset by asset upstream first:
   left the partition keys of an asset without upstream assets;
 - a streaming asset (judged as a whole) when its record, its code or any upstream moved;
 
+(a retired partition is never judged, so keeps no verdict; the retired partitions must be those
+of the previous plan, compared by their rules, and `Plan.retired_writes` is found again in full)
+
 and keeps every other verdict of the previous plan. Anything else (the assets or their
 dependencies changed, an unreadable table before or now) plans in full. The result equals
 `plan(inputs)`, items and order: a property test and `make bench-exactness` check it against the
@@ -42,6 +45,7 @@ from dagster_partlake.planning.planner import (
     judge,
     judge_stream,
     plan,
+    retired_writes,
     topological_order,
 )
 
@@ -96,6 +100,8 @@ def replan(memo: PlanMemo, inputs: PlanInput, changed: Mapping[str, Iterable[Key
         or _shape(inputs.assets) != _shape(old.assets)
         or set(inputs.states) != set(old.states)
         or set(inputs.records) != set(old.records)
+        # Another rule, or a window that moved: other partitions are retired.
+        or dict(inputs.retired) != dict(old.retired)
     ):
         return full(inputs)
     old_code = {a.name: a.code_version for a in old.assets}
@@ -147,7 +153,7 @@ def replan(memo: PlanMemo, inputs: PlanInput, changed: Mapping[str, Iterable[Key
         if a.name in verdicts
         for key in sorted(verdicts[a.name], key=lambda k: k or "")
     )
-    result = Plan(items, tuple(a.name for a in order), ())
+    result = Plan(items, tuple(a.name for a in order), (), retired_writes=retired_writes(inputs))
     return PlanMemo(inputs, result, verdicts, incremental=True)
 
 

@@ -32,6 +32,7 @@ from dagster_partlake.delta.state import StateCache, TableState
 from dagster_partlake.delta.table import table_exists
 from dagster_partlake.errors import PartlakeConfigError, SourceError, TableUnreadableError
 from dagster_partlake.incremental.spec import Incremental
+from dagster_partlake.partitions.retention import retired_keys
 from dagster_partlake.planning import cache as plan_cache
 from dagster_partlake.planning.convert import (
     Conversion,
@@ -43,7 +44,13 @@ from dagster_partlake.planning.convert import (
     key_signature,
     read_state,
 )
-from dagster_partlake.planning.definition import AbsentSource, Plan, PlanInput
+from dagster_partlake.planning.definition import (
+    AbsentSource,
+    Plan,
+    PlanAsset,
+    PlanInput,
+    Retirement,
+)
 from dagster_partlake.planning.graph import LakeAsset, LakeGraph
 from dagster_partlake.planning.planner import plan
 from dagster_partlake.planning.replan import (
@@ -53,6 +60,7 @@ from dagster_partlake.planning.replan import (
     remembered,
     replan,
 )
+from dagster_partlake.planning.retirement import cascaded
 from dagster_partlake.planning.runs import RunPlan, runs_of
 from dagster_partlake.records.queries import newest_record
 from dagster_partlake.storage.location import TableLocation
@@ -204,12 +212,14 @@ class PlanningSession:
             states[name] = conversion.states
             if conversion.records is not None:
                 records[name] = conversion.records
+        assets = self.graph.plan_assets(dynamic_partitions_store)
         return PlanInput(
-            self.graph.plan_assets(dynamic_partitions_store),
+            assets,
             states,
             records,
             partition_keys=self.graph.root_partition_keys(dynamic_partitions_store),
             unreadable=unreadable,
+            retired=retired_partitions(self.graph, assets, states),
         )
 
     def _keys(self, asset: LakeAsset, state: TableState | None) -> KeyIds | None:
@@ -281,6 +291,9 @@ class PlanningSession:
         incremental, from those states to the tables now."""
         graph = self.graph
         assert self.cache.persist_dir is not None
+        if _has_retention(graph):
+            # A saved plan does not say which rules it was made under: plan in full.
+            return
         signature = plan_cache.signature(graph, graph.root_partition_keys(dynamic_partitions_store))
         if signature is None:
             return
@@ -307,7 +320,7 @@ class PlanningSession:
         whole: Plan,
     ) -> None:
         """Keep `whole` on disk for the next process, unless it is the plan already kept."""
-        if inputs.unreadable or self.graph.has_dynamic_partitions:
+        if inputs.unreadable or self.graph.has_dynamic_partitions or _has_retention(self.graph):
             return
         signature = plan_cache.signature(self.graph, inputs.partition_keys)
         if signature is None:
@@ -318,6 +331,32 @@ class PlanningSession:
             return
         plan_cache.save(persist_dir, self.graph, signature, versions, whole)
         self._saved = stamp
+
+
+def _has_retention(graph: LakeGraph) -> bool:
+    return any(spec.retention is not None for spec in graph.specs.values())
+
+
+def retired_partitions(
+    graph: LakeGraph, assets: Sequence[PlanAsset], states: Mapping[str, Mapping[Key, object]]
+) -> dict[str, Retirement]:
+    """The retired partitions of each asset with a retention rule or under a cascade
+    (`planning.retirement`); a `keep_last` window counts back from the newest partition present
+    in the asset's table (`states`)."""
+    own: dict[str, Retirement] = {}
+    cascading = set()
+    for name, spec in graph.specs.items():
+        rule = spec.retention
+        if rule is None:
+            continue
+        if rule.cascade:
+            cascading.add(name)
+        found = retired_keys(rule, spec.columns, states.get(name, {}))
+        if found is not None:
+            own[name] = Retirement(found.rule, found.contains)
+    if not own:
+        return {}
+    return cascaded(assets, own, cascading)
 
 
 def _same(

@@ -48,6 +48,7 @@ from dagster_partlake.metadata import (
     plain_metadata,
 )
 from dagster_partlake.partitions.keys import DimensionColumn, dimension_columns
+from dagster_partlake.partitions.retention import RETENTION_KEY, RetentionRule, retention_of
 from dagster_partlake.sources.kafka import KafkaTopic
 from dagster_partlake.sources.postgres import PostgresTable
 from dagster_partlake.spec.settings import check_keys
@@ -106,6 +107,7 @@ class ModelSpec:
     root: str | None = None  # `partlake/root`: a source's own lake root (None: the lake's)
     after_commit: AfterCommit | None = None  # a landing folder's consumed files
     writer: str | None = None  # `partlake/writer` (None: the IO manager's writer)
+    retention: RetentionRule | None = None  # `partlake/retention` (`partitions.retention`)
 
     @property
     def dimension_columns(self) -> list[str]:
@@ -197,6 +199,13 @@ def model_spec(
         root=root,
         after_commit=after_commit,
         writer=writer,
+        retention=retention_of(
+            metadata.get(RETENTION_KEY),
+            partitions_def,
+            columns,
+            asset_name=name,
+            managed=managed,
+        ),
     )
 
 

@@ -30,6 +30,7 @@ from dagster_partlake.metadata import (
     PARTITION_EXPR_KEY,
     PATH_KEY,
     POSTGRES_KEY,
+    RETENTION_KEY,
     ROOT_KEY,
     SCHEMA_MODE_KEY,
     SQL_PATH_KEY,
@@ -306,6 +307,27 @@ SETTINGS: tuple[Setting, ...] = (
             "(`'archive'`) or are deleted (`'delete'`)."
         ),
         example="archive",
+    ),
+    Setting(
+        RETENTION_KEY,
+        ("asset",),
+        "partitioned assets (sources: keep_last or condition only)",
+        "dict: keep_last (int) [dimension] | condition (SQL over the dimension values), "
+        "cascade (bool), archive (str), compact_after (int)",
+        "known keys; one of keep_last and condition; a dimension the asset has (a time one "
+        "for keep_last); keep_last >= 1 and a condition not true for every partition (a "
+        "window that retires every partition is refused); no cascade, archive or "
+        "compact_after on a source; a partitioned asset",
+        description=(
+            "Partition retention: the partitions older than the newest `keep_last` windows of "
+            "the time dimension (counted from the newest partition present), or those a SQL "
+            "`condition` over the partition values selects, are retired: never `missing` or "
+            "stale, never rebuilt, and removed by `partlake maintain --retention` (after a "
+            "copy to `archive`, if set). `cascade` retires the partitions that read a retired "
+            "upstream partition; `compact_after` rewrites partitions older than the newest N "
+            "into one file each. See the guide Partition retention."
+        ),
+        example={"keep_last": 90, "archive": "archive/orders", "compact_after": 30},
     ),
     Setting(
         VERSION_KEY,
