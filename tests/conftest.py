@@ -176,6 +176,17 @@ def postgres_connection(server: Any) -> Any:
     )
 
 
+def postgres_database(server: Any) -> str:
+    """A new, empty database on `postgres_source` (a test's own metastore keeps its catalog
+    there); its name."""
+    import uuid
+
+    name = f"metastore_{uuid.uuid4().hex[:8]}"
+    with postgres_connection(server) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return name
+
+
 @pytest.fixture(scope="session")
 def spark_s3(spark, s3) -> object:  # type: ignore[no-untyped-def]
     """The shared SparkSession, pointed at the `s3` server (its s3a settings set on the running

@@ -424,14 +424,9 @@ def test_a_catalog_kept_in_postgresql_for_a_lake_on_s3(
 ) -> None:
     import psycopg
 
-    from tests.conftest import PG_PASSWORD
+    from tests.conftest import PG_PASSWORD, postgres_database
 
-    db = f"metastore_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(
-        host="127.0.0.1", port=postgres_source.port, dbname=postgres_source.db,
-        user=postgres_source.user, password=PG_PASSWORD, autocommit=True,
-    ) as connection:  # fmt: skip
-        connection.execute(f"CREATE DATABASE {db}")
+    db = postgres_database(postgres_source)
     schema = f"s3{uuid.uuid4().hex[:8]}"
     project = UserProject(
         tmp_path,

@@ -8,7 +8,6 @@ catalog, a static setting).
 
 from __future__ import annotations
 
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -87,16 +86,9 @@ defs = dg.Definitions(
 def test_local_spark_a_standalone_cluster_and_spark_connect_read_the_lake_by_name(
     tmp_path: Path, postgres_source: Any
 ) -> None:
-    import psycopg
+    from tests.conftest import PG_PASSWORD, postgres_database
 
-    from tests.conftest import PG_PASSWORD
-
-    db = f"metastore_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(
-        host="127.0.0.1", port=postgres_source.port, dbname=postgres_source.db,
-        user=postgres_source.user, password=PG_PASSWORD, autocommit=True,
-    ) as connection:  # fmt: skip
-        connection.execute(f"CREATE DATABASE {db}")
+    db = postgres_database(postgres_source)
     project = UserProject(tmp_path, extra_env={"METASTORE_PASSWORD": PG_PASSWORD})
     port = free_port()
     project.write(
