@@ -55,8 +55,8 @@ def partlake_source(
     table: str | None = None,
     catalog: LakeCatalog | None = None,
 ) -> SourceAsset:
-    """An observable source asset over a Delta table (default), a folder of Parquet files, a
-    PostgreSQL table or query (`postgres`) or a Kafka topic (`kafka`).
+    """An observable source asset over a Delta table (default, or by `table` name), a folder of
+    Parquet files, a PostgreSQL table or query (`postgres`) or a Kafka topic (`kafka`).
 
     Args:
         key: asset key; the table is at `<root>/warehouse/<key path>` unless `path` is given.
@@ -74,30 +74,18 @@ def partlake_source(
             read them, move them to `<folder>/_archive/` ("archive") or delete them ("delete")
             (`dagster_partlake.incremental.landing`).
         postgres: the source is a PostgreSQL table (or query), its partition dimensions in the
-            columns `partition_expr` names; changes are tracked per partition
-            (`dagster_partlake.sources.postgres`).
+            columns `partition_expr` names (`dagster_partlake.sources.postgres`).
         kafka: the source is a Kafka topic, read by a streaming asset
             (`dagster_partlake.sources.kafka`).
-        table: the source is the Delta table registered in the metastore under this name
-            (`schema.table`): its location is looked up once, now, and the source is then
-            planned and read as a source at that path.
-        catalog: the metastore `table` is looked up in (default `LakeCatalog()`, partlake's own
-            for `$PARTLAKE_HOME`).
-
-    Raises:
-        CatalogError: `table` is not in the metastore, is not a Delta table, or the metastore
-            does not answer.
+        table, catalog: the source is the Delta table `catalog`'s metastore (default: partlake's
+            own) registers as `table` (`schema.table`), looked up once, now, then planned and
+            read as a source at that path; a `CatalogError` if it is not there or not Delta.
     """
     asset_key = AssetKey.from_coercible(key)
     name = asset_key.to_user_string()
     if table is not None:
-        if folder or path is not None or root is not None or postgres or kafka:
-            raise PartlakeConfigError(
-                f"source {name} sets table={table!r} with folder, path, root, postgres or "
-                "kafka; a source by name is found through the metastore: give only table=."
-            )
-        path = _registered_path(name, table, catalog)
-        metadata = {TABLE_NAME_KEY: table.lower(), **(metadata or {})}
+        elsewhere = folder or path is not None or root is not None or bool(postgres or kafka)
+        path, metadata = _by_name(name, table, catalog, metadata, elsewhere=elsewhere)
     full_metadata = _declaration(
         name,
         dict(metadata or {}),
@@ -130,6 +118,25 @@ def partlake_source(
             description=description,
             required_resource_keys={io_manager_key},
         )(_observe)
+
+
+def _by_name(
+    name: str,
+    table: str,
+    catalog: LakeCatalog | None,
+    metadata: Mapping[str, Any] | None,
+    *,
+    elsewhere: bool,
+) -> tuple[str, dict[str, Any]]:
+    """The path and metadata of source `name` declared by `table`'s name (`elsewhere`: it also
+    says where it is some other way, which is refused)."""
+    if elsewhere:
+        raise PartlakeConfigError(
+            f"source {name} sets table={table!r} with folder, path, root, postgres or kafka; a "
+            "source by name is found through the metastore: give only table=."
+        )
+    path = _registered_path(name, table, catalog)
+    return path, {TABLE_NAME_KEY: table.lower(), **(metadata or {})}
 
 
 def _registered_path(name: str, table: str, catalog: LakeCatalog | None) -> str:

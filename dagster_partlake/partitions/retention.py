@@ -155,22 +155,7 @@ def retention_of(
             "holds of a retired range is not read), and put cascade on the managed assets "
             "that read it."
         )
-    for name, number in (("keep_last", keep_last), ("compact_after", compact_after)):
-        if number is not None and (isinstance(number, bool) or not isinstance(number, int)):
-            raise PartlakeConfigError(f"{where} has {name} {number!r}; give a whole number.")
-    if keep_last is not None and keep_last < 1:
-        raise PartlakeConfigError(
-            f"{where} has keep_last {keep_last}, a window that would retire every partition; "
-            "keep at least 1 (delete the asset's partitions with `partlake delete` to drop "
-            "them all)."
-        )
-    if compact_after is not None and compact_after < 0:
-        raise PartlakeConfigError(f"{where} has compact_after {compact_after}; give 0 or more.")
-    if archive is not None and (not isinstance(archive, str) or not archive):
-        raise PartlakeConfigError(
-            f"{where} has archive {archive!r}; give a location relative to the lake root "
-            "(e.g. 'archive/raw_events') or a URI."
-        )
+    _check_values(where, keep_last, compact_after, archive)
     dimension = value.get("dimension")
     if keep_last is not None or compact_after is not None:
         dimension = _time_dimension(dimension, columns, where)
@@ -190,6 +175,31 @@ def retention_of(
         archive=archive,
         compact_after=compact_after,
     )
+
+
+def _check_values(where: str, keep_last: object, compact_after: object, archive: object) -> None:
+    """`keep_last` (1 or more), `compact_after` (0 or more) and `archive` (a location) of a
+    rule, each checked.
+
+    Raises:
+        PartlakeConfigError: naming the value and what to give instead.
+    """
+    for name, number in (("keep_last", keep_last), ("compact_after", compact_after)):
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int)):
+            raise PartlakeConfigError(f"{where} has {name} {number!r}; give a whole number.")
+    if isinstance(keep_last, int) and keep_last < 1:
+        raise PartlakeConfigError(
+            f"{where} has keep_last {keep_last}, a window that would retire every partition; "
+            "keep at least 1 (delete the asset's partitions with `partlake delete` to drop "
+            "them all)."
+        )
+    if isinstance(compact_after, int) and compact_after < 0:
+        raise PartlakeConfigError(f"{where} has compact_after {compact_after}; give 0 or more.")
+    if archive is not None and (not isinstance(archive, str) or not archive):
+        raise PartlakeConfigError(
+            f"{where} has archive {archive!r}; give a location relative to the lake root "
+            "(e.g. 'archive/raw_events') or a URI."
+        )
 
 
 def _time_dimension(dimension: object, columns: Sequence[DimensionColumn], where: str) -> str:
