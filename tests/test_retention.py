@@ -81,7 +81,7 @@ def test_a_cascade_that_reaches_a_source_is_refused() -> None:
 
 
 def test_keep_last_counts_back_from_the_newest_partition_present() -> None:
-    rule = retention_of({"keep_last": 3}, DAYS, _columns(DAYS), asset_name="a", managed=True)
+    rule = retention_of({"keep_last": 3}, DAYS, _columns(DAYS), asset_name="a")
     assert rule is not None
     present = ["2024-01-02", "2024-01-05", "2024-01-07"]
     found = retired_keys(rule, _columns(DAYS), present)
@@ -98,7 +98,6 @@ def test_a_condition_over_the_partition_values_of_several_dimensions() -> None:
         REGIONS,
         columns,
         asset_name="a",
-        managed=True,
     )
     assert rule is not None
     found = retired_keys(rule, columns, [])

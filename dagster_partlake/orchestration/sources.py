@@ -28,6 +28,7 @@ from dagster_partlake.delta.state import StateCache
 from dagster_partlake.errors import CatalogError, PartlakeConfigError
 from dagster_partlake.incremental.landing import AFTER_COMMIT_KEY, AfterCommit, after_commit_of
 from dagster_partlake.metadata import FORMAT_KEY, KAFKA_KEY, PATH_KEY, POSTGRES_KEY, ROOT_KEY
+from dagster_partlake.partitions.retention import check_source_rule
 from dagster_partlake.planning.convert import read_state, to_partition_states
 from dagster_partlake.planning.graph import LakeAsset, io_manager_lake
 from dagster_partlake.sources.kafka import KafkaTopic
@@ -75,8 +76,7 @@ def partlake_source(
             (`dagster_partlake.incremental.landing`).
         postgres: the source is a PostgreSQL table (or query), its partition dimensions in the
             columns `partition_expr` names (`dagster_partlake.sources.postgres`).
-        kafka: the source is a Kafka topic, read by a streaming asset
-            (`dagster_partlake.sources.kafka`).
+        kafka: the source is a Kafka topic, read by a streaming asset (`sources.kafka`).
         table, catalog: the source is the Delta table `catalog`'s metastore (default: partlake's
             own) registers as `table` (`schema.table`), looked up once, now, then planned and
             read as a source at that path; a `CatalogError` if it is not there or not Delta.
@@ -100,6 +100,7 @@ def partlake_source(
     spec = model_spec(
         asset_key, metadata=full_metadata, partitions_def=partitions_def, managed=False
     )
+    check_source_rule(spec.retention, name)
 
     def _observe(context) -> DataVersionsByPartition | DataVersion:  # noqa: ANN001 - Dagster checks it
         lake = io_manager_lake([getattr(context.resources, io_manager_key)])

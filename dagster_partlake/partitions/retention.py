@@ -105,7 +105,6 @@ def retention_of(
     columns: Sequence[DimensionColumn],
     *,
     asset_name: str,
-    managed: bool,
 ) -> RetentionRule | None:
     """Parse and check an asset's `partlake/retention` (None: no rule).
 
@@ -147,14 +146,6 @@ def retention_of(
             f"{where} retires nothing; set keep_last (e.g. 30), condition, cascade or "
             "compact_after."
         )
-    if not managed and (cascade or archive is not None or compact_after is not None):
-        raise PartlakeConfigError(
-            f"{where}: {asset_name} is a source, written by another system, and partlake never "
-            "removes or rewrites a source's rows, so a cascade cannot reach it (and it has no "
-            "archive or compaction); keep only keep_last or condition on it (what it still "
-            "holds of a retired range is not read), and put cascade on the managed assets "
-            "that read it."
-        )
     _check_values(where, keep_last, compact_after, archive)
     dimension = value.get("dimension")
     if keep_last is not None or compact_after is not None:
@@ -174,6 +165,28 @@ def retention_of(
         cascade=cascade,
         archive=archive,
         compact_after=compact_after,
+    )
+
+
+def check_source_rule(rule: RetentionRule | None, asset_name: str) -> None:
+    """Refuse what only a managed asset's rule may say on a source's (`asset_name`): a source
+    is written by another system and partlake never removes or rewrites its rows. Checked
+    where a code location loads (`spec.load.graph_specs`, `partlake_source`), not where a run
+    parses an upstream that its job holds as a stub.
+
+    Raises:
+        PartlakeConfigError: the rule has cascade, archive or compact_after.
+    """
+    if rule is None or not (
+        rule.cascade or rule.archive is not None or rule.compact_after is not None
+    ):
+        return
+    raise PartlakeConfigError(
+        f"{RETENTION_KEY} of asset {asset_name}: {asset_name} is a source, written by another "
+        "system, and partlake never removes or rewrites a source's rows, so a cascade cannot "
+        "reach it (and it has no archive or compaction); keep only keep_last or condition on "
+        "it (what it still holds of a retired range is not read), and put cascade on the "
+        "managed assets that read it."
     )
 
 

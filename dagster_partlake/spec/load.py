@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from dagster import AssetsDefinition, AssetSpec, SourceAsset
 
 from dagster_partlake.compat import all_assets_checked_at_load
+from dagster_partlake.partitions.retention import check_source_rule
 from dagster_partlake.spec.model import ModelSpec, check_input, model_spec, spec_of
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def check_assets(assets: Iterable[object]) -> dict[str, ModelSpec]:
                 item.key, metadata=metadata, partitions_def=item.partitions_def, managed=False
             )
             specs[spec.name] = spec
+    check_sources(specs)
     check_edges(specs)
     return specs
 
@@ -71,8 +73,17 @@ def graph_specs(asset_graph: AssetGraph) -> dict[str, ModelSpec]:
     for key in asset_graph.get_all_asset_keys():
         spec = spec_of(asset_graph.get(key).assets_def, key)
         specs[spec.name] = spec
+    check_sources(specs)
     check_edges(specs)
     return specs
+
+
+def check_sources(specs: Mapping[str, ModelSpec]) -> None:
+    """Check each source's retention rule (`check_source_rule`): done where a code location
+    loads, not where a run parses an upstream its job holds as a stub."""
+    for spec in specs.values():
+        if not spec.managed:
+            check_source_rule(spec.retention, spec.name)
 
 
 def check_edges(specs: Mapping[str, ModelSpec]) -> None:

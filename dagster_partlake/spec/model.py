@@ -204,7 +204,6 @@ def model_spec(
             partitions_def,
             columns,
             asset_name=name,
-            managed=managed,
         ),
     )
 
