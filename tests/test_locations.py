@@ -80,3 +80,11 @@ def test_a_spark_read_the_store_refused_names_the_table_and_the_spark_settings()
     assert spark_read_error(location, "orders", RuntimeError("AnalysisException: x")) is None
     local = table_location("/lake", ["orders"])
     assert spark_read_error(local, "orders", RuntimeError(SPARK_ASKED_AWS)) is None
+
+
+def test_a_location_parses_spark_spellings_of_its_uri() -> None:
+    """What a metastore entry holds (Spark's `file:/x`, `s3a://`) names the same location."""
+    assert TableLocation.parse("file:/tmp/lake/t").uri == TableLocation.parse("/tmp/lake/t").uri
+    assert TableLocation.parse("s3a://lake/demo/t").uri == "s3://lake/demo/t"
+    local = TableLocation.parse("/tmp/lake/t")
+    assert TableLocation.parse(local.spark_uri()).uri == local.uri

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from dagster_partlake.errors import CatalogError
+from dagster_partlake.storage import TableLocation
 
 if TYPE_CHECKING:
     from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
@@ -60,14 +61,7 @@ class CatalogEntry:
 def same_location(a: str, b: str) -> bool:
     """Whether two spellings of a table URI name the same place (`file:/x`, `file:///x/` and
     `/x` do; so do `s3://b/t` and `s3a://b/t`)."""
-    return _normal(a) == _normal(b)
-
-
-def _normal(uri: str) -> str:
-    parsed = urlparse(uri)
-    scheme = {"s3a": "s3", "s3n": "s3", "": "file"}.get(parsed.scheme, parsed.scheme)
-    path = parsed.path.rstrip("/") or "/"
-    return f"{scheme}://{parsed.netloc}{path}"
+    return TableLocation.parse(a).uri == TableLocation.parse(b).uri
 
 
 def _fields(schema_json: str) -> Any:

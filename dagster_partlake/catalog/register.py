@@ -82,18 +82,10 @@ def _moved(entry: CatalogEntry, uri: str, location: TableLocation) -> bool:
     location it names (the lake moved): then repointing it loses nothing."""
     if not (entry.by_partlake and entry.is_delta) or entry.same_location(uri):
         return False
-    from urllib.parse import urlparse
-
     from dagster_partlake.delta.table import table_exists
 
-    parsed = urlparse(entry.location)
-    old = (
-        parsed.path
-        if parsed.scheme in ("", "file")
-        else entry.location.replace("s3a://", "s3://", 1)
-    )
     try:
-        return not table_exists(TableLocation.parse(old, location.storage_options))
+        return not table_exists(TableLocation.parse(entry.location, location.storage_options))
     except Exception:
         return False  # cannot tell: keep the entry as it is
 

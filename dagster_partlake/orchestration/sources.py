@@ -147,8 +147,6 @@ def _registered_path(name: str, table: str, catalog: LakeCatalog | None) -> str:
     Raises:
         CatalogError: no such entry, not a Delta table, or the metastore does not answer.
     """
-    from urllib.parse import urlparse
-
     catalog = catalog or LakeCatalog()
 
     def say(message: str) -> None:
@@ -168,10 +166,7 @@ def _registered_path(name: str, table: str, catalog: LakeCatalog | None) -> str:
             f"table at {entry.location}, not a Delta table; partlake plans sources from a Delta "
             "log. Declare it another way (folder=True for a folder of Parquet files)."
         )
-    parsed = urlparse(entry.location)
-    if parsed.scheme in ("", "file"):
-        return parsed.path
-    return entry.location.replace("s3a://", "s3://", 1)
+    return TableLocation.parse(entry.location).uri
 
 
 def _declaration(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 FILE_SCHEME = "file://"
 # The scheme Spark's Hadoop filesystem reads a location's URI with.
 _SPARK_SCHEMES = {"s3": "s3a"}
+_FROM_SPARK = {spark: ours for ours, spark in _SPARK_SCHEMES.items()}
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class TableLocation:
         storage_options: Mapping[str, str] | None = None,
     ) -> TableLocation:
         """The location of `where`: a path (made absolute), a `file://` URI, or an object store
-        URI; a `TableLocation` keeps its options unless `storage_options` are given."""
+        URI, also as Spark spells them (`file:/x`, `s3a://`, what a metastore entry holds); a
+        `TableLocation` keeps its options unless `storage_options` are given."""
         if isinstance(where, TableLocation):
             if storage_options is None:
                 return where
@@ -62,7 +64,11 @@ class TableLocation:
         text = os.fspath(where)
         if text.startswith(FILE_SCHEME):
             text = text[len(FILE_SCHEME) :]
-        scheme, sep, _ = text.partition("://")
+        elif text.startswith("file:/"):  # Spark's spelling of a local URI (`file:/x`)
+            text = text[len("file:") :]
+        scheme, sep, rest = text.partition("://")
+        if sep and scheme in _FROM_SPARK:  # Spark's scheme for the store (`s3a://`)
+            scheme, text = _FROM_SPARK[scheme], f"{_FROM_SPARK[scheme]}://{rest}"
         if sep:
             opts.require_scheme(scheme, text)
             uri = text.rstrip("/")
